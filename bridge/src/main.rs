@@ -1,0 +1,78 @@
+//! Command line and process lifecycle of `ratelimit-bridge`.
+
+use clap::Parser;
+use ratelimit_bridge::server;
+use ratelimit_bridge::store::{Store, StoreOptions};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Runs ratelimit.wasm's token-bucket checks on Redis or Valkey.
+///
+/// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c) and `GET /healthz`
+/// (200 when Redis answers, 503 when not). Stops gracefully on SIGTERM or SIGINT.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "RATELIMIT_BRIDGE_LISTEN", default_value = "127.0.0.1:8081")]
+    listen: SocketAddr,
+    /// Redis or Valkey URL (redis://[user:pass@]host:port[/db], rediss:// for TLS).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Bound on connecting to Redis, in milliseconds.
+    #[arg(long, env = "RATELIMIT_BRIDGE_CONNECT_TIMEOUT_MS", default_value_t = 250)]
+    connect_timeout_ms: u64,
+    /// Bound on one Redis command, in milliseconds.
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    redis_timeout_ms: u64,
+    /// Worker threads (0: one per core).
+    #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
+    threads: usize,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if args.threads > 0 {
+        runtime.worker_threads(args.threads);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            log::error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let options = StoreOptions {
+        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
+        response_timeout: Duration::from_millis(args.redis_timeout_ms),
+    };
+    let store = Store::new(&args.redis, options).map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    log::info!("listening on {} (redis {})", args.listen, args.redis);
+    server::run(listener, store, shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,451 @@
+//! The plugin configuration: the JSON users write, and the validated form the filter runs on.
+//!
+//! Parsing is all-or-nothing: `Config::parse` either returns a complete configuration or an
+//! error naming the offending field (`rules[2].limit.per: ...`), so a bad config is refused at
+//! load and never half-applied.
+
+use crate::limit::{Limit, RawLimit};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Upper bound on rules per request, mirrored by the bridge's own bound on rules per check.
+pub const MAX_RULES: usize = 32;
+const MAX_NAME_LEN: usize = 64;
+
+/// A configuration error: the JSON path of the field at fault and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+fn err<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError {
+        field: field.into(),
+        problem: problem.into(),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    backend: RawBackend,
+    #[serde(default)]
+    failure_mode: FailureMode,
+    #[serde(default = "default_prefix")]
+    key_prefix: String,
+    #[serde(default)]
+    identity: BTreeMap<String, RawIdentity>,
+    rules: Vec<RawRule>,
+    #[serde(default)]
+    headers: HeaderOptions,
+}
+
+fn default_prefix() -> String {
+    "rl".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    cluster: String,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    authority: Option<String>,
+}
+
+fn default_timeout_ms() -> u64 {
+    25
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    header: Option<String>,
+    jwt: Option<RawJwt>,
+    source: Option<IpSourceKind>,
+    trusted_hops: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJwt {
+    header: String,
+    #[serde(default = "default_claim")]
+    claim: String,
+    #[serde(default)]
+    unverified: bool,
+}
+
+fn default_claim() -> String {
+    "sub".into()
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "snake_case")]
+enum IpSourceKind {
+    Peer,
+    Xff,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: String,
+    #[serde(default)]
+    key: Vec<String>,
+    #[serde(default, rename = "match")]
+    matcher: RawMatch,
+    limit: RawLimit,
+    #[serde(default = "default_cost")]
+    cost: u64,
+    #[serde(default)]
+    tiers: BTreeMap<String, RawLimit>,
+    #[serde(default = "default_tier_identity")]
+    tier_identity: String,
+}
+
+fn default_cost() -> u64 {
+    1
+}
+
+fn default_tier_identity() -> String {
+    "tier".into()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    path_prefix: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    methods: Vec<String>,
+}
+
+/// What to do when the backend cannot answer (unreachable, too slow, garbage reply).
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Reply 503 with `Retry-After`: no request passes unchecked.
+    #[default]
+    Closed,
+    /// Let the request through unchecked.
+    Open,
+}
+
+/// Which rate-limit headers the filter adds.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeaderOptions {
+    /// Add `X-RateLimit-*` to allowed responses too (they are always on 429s).
+    pub on_allowed: bool,
+    /// Also emit the IETF draft-10 `RateLimit-Policy` and `RateLimit` fields.
+    pub ietf_draft: bool,
+}
+
+impl Default for HeaderOptions {
+    fn default() -> Self {
+        HeaderOptions {
+            on_allowed: true,
+            ietf_draft: false,
+        }
+    }
+}
+
+/// Where the bridge lives and how long a check may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// Envoy cluster name (or `host:port` on Kong) the callout goes to.
+    pub cluster: String,
+    /// `:authority` of the callout; Envoy routes on the cluster, but HTTP/2 needs one.
+    pub authority: String,
+    /// Past this the callout is abandoned and the failure mode applies.
+    pub timeout_ms: u64,
+}
+
+/// Where an identity's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A request header, taken as is (e.g. set by an auth filter).
+    Header(String),
+    /// A claim of a JWT payload. With `unverified == false` the header holds the payload
+    /// already verified by Envoy's `jwt_authn` (`forward_payload_header`); with `true`
+    /// it holds the bearer token itself, whose signature nobody checked.
+    Jwt {
+        header: String,
+        claim: String,
+        unverified: bool,
+    },
+    /// The downstream peer address (`source.address`, which honours Envoy's trusted hops).
+    Peer,
+    /// The `hops`-th address from the right of `X-Forwarded-For`, falling back to the peer.
+    ForwardedFor { hops: u32 },
+}
+
+/// A named way to identify the client; rules refer to identities by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub source: Source,
+}
+
+/// Which requests a rule applies to; every present condition must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Matcher {
+    pub path_prefix: Option<String>,
+    pub path: Option<String>,
+    /// Upper-case method names; empty means any method.
+    pub methods: Vec<String>,
+}
+
+/// One validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub name: String,
+    /// Indexes into `Config::identities` whose values make up the bucket key.
+    pub key: Vec<usize>,
+    pub matcher: Matcher,
+    pub limit: Limit,
+    /// Tokens one request takes.
+    pub cost: u64,
+    /// Index of the identity whose value selects a tier, when the rule has tiers.
+    pub tier_identity: Option<usize>,
+    /// Tier value → limit used instead of `limit` for clients of that tier.
+    pub tiers: Vec<(String, Limit)>,
+}
+
+/// The validated plugin configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub backend: Backend,
+    pub failure_mode: FailureMode,
+    pub key_prefix: String,
+    pub identities: Vec<Identity>,
+    pub rules: Vec<Rule>,
+    pub headers: HeaderOptions,
+}
+
+impl Config {
+    /// Parses and validates a plugin configuration.
+    pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_slice(json);
+        let raw: RawConfig = match serde_path_to_error::deserialize(de) {
+            Ok(raw) => raw,
+            Err(e) => {
+                let path = e.path().to_string();
+                let field = if path == "." { "config".into() } else { path };
+                return err(field, e.into_inner().to_string());
+            }
+        };
+        raw.validate()
+    }
+
+    /// Position of the identity called `name`.
+    fn identity_index(&self, name: &str) -> Option<usize> {
+        self.identities.iter().position(|i| i.name == name)
+    }
+}
+
+/// Names end up in Redis keys and headers: keep them to a small, safe alphabet.
+fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return err(field, format!("must be 1 to {MAX_NAME_LEN} characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return err(field, format!("{name:?} may only hold letters, digits, '-', '_' and '.'"));
+    }
+    Ok(())
+}
+
+fn check_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+    if !valid {
+        return err(field, format!("{name:?} is not a valid header name"));
+    }
+    // Envoy hands headers to wasm with lower-case names.
+    Ok(name.to_ascii_lowercase())
+}
+
+impl RawConfig {
+    fn validate(self) -> Result<Config, ConfigError> {
+        let backend = self.backend.validate()?;
+        check_name("key_prefix", &self.key_prefix)?;
+        let mut identities = Vec::with_capacity(self.identity.len());
+        for (name, raw) in self.identity {
+            let field = format!("identity.{name}");
+            check_name(&field, &name)?;
+            identities.push(Identity {
+                source: raw.validate(&field)?,
+                name,
+            });
+        }
+        let mut config = Config {
+            backend,
+            failure_mode: self.failure_mode,
+            key_prefix: self.key_prefix,
+            identities,
+            rules: Vec::new(),
+            headers: self.headers,
+        };
+        if self.rules.is_empty() {
+            return err("rules", "at least one rule is needed");
+        }
+        if self.rules.len() > MAX_RULES {
+            return err("rules", format!("at most {MAX_RULES} rules are supported"));
+        }
+        for (i, raw) in self.rules.into_iter().enumerate() {
+            let rule = raw.validate(&format!("rules[{i}]"), &config)?;
+            if config.rules.iter().any(|r| r.name == rule.name) {
+                return err(format!("rules[{i}].name"), format!("{:?} is used twice", rule.name));
+            }
+            config.rules.push(rule);
+        }
+        Ok(config)
+    }
+}
+
+impl RawBackend {
+    fn validate(self) -> Result<Backend, ConfigError> {
+        if self.cluster.is_empty() {
+            return err("backend.cluster", "must name the bridge's cluster");
+        }
+        if !(1..=60_000).contains(&self.timeout_ms) {
+            return err("backend.timeout_ms", "must be between 1 and 60000");
+        }
+        Ok(Backend {
+            authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
+            cluster: self.cluster,
+            timeout_ms: self.timeout_ms,
+        })
+    }
+}
+
+impl RawIdentity {
+    fn validate(self, field: &str) -> Result<Source, ConfigError> {
+        let source = match (self.header, self.jwt, self.source) {
+            (Some(header), None, None) => {
+                Source::Header(check_header_name(&format!("{field}.header"), &header)?)
+            }
+            (None, Some(jwt), None) => {
+                if jwt.claim.is_empty() {
+                    return err(format!("{field}.jwt.claim"), "must name a claim");
+                }
+                Source::Jwt {
+                    header: check_header_name(&format!("{field}.jwt.header"), &jwt.header)?,
+                    claim: jwt.claim,
+                    unverified: jwt.unverified,
+                }
+            }
+            (None, None, Some(IpSourceKind::Peer)) => Source::Peer,
+            (None, None, Some(IpSourceKind::Xff)) => {
+                let hops = self.trusted_hops.unwrap_or(1);
+                if hops == 0 {
+                    return err(
+                        format!("{field}.trusted_hops"),
+                        "must be at least 1 (0 would trust the client's own header)",
+                    );
+                }
+                return Ok(Source::ForwardedFor { hops });
+            }
+            _ => {
+                return err(
+                    field,
+                    "needs exactly one of \"header\", \"jwt\" or \"source\" (\"peer\" or \"xff\")",
+                )
+            }
+        };
+        if self.trusted_hops.is_some() {
+            return err(format!("{field}.trusted_hops"), "only applies to \"source\": \"xff\"");
+        }
+        Ok(source)
+    }
+}
+
+impl RawRule {
+    fn validate(self, field: &str, config: &Config) -> Result<Rule, ConfigError> {
+        check_name(&format!("{field}.name"), &self.name)?;
+        let mut key = Vec::with_capacity(self.key.len());
+        for (i, name) in self.key.iter().enumerate() {
+            let Some(index) = config.identity_index(name) else {
+                return err(format!("{field}.key[{i}]"), format!("no identity named {name:?}"));
+            };
+            if key.contains(&index) {
+                return err(format!("{field}.key[{i}]"), format!("{name:?} is listed twice"));
+            }
+            key.push(index);
+        }
+        let matcher = self.matcher.validate(&format!("{field}.match"))?;
+        if self.cost == 0 {
+            return err(format!("{field}.cost"), "must be at least 1");
+        }
+        let limit = self.limit.validate(&format!("{field}.limit"), self.cost)?;
+        let mut tiers = Vec::with_capacity(self.tiers.len());
+        for (tier, raw) in self.tiers {
+            check_name(&format!("{field}.tiers"), &tier)?;
+            tiers.push((tier.clone(), raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?));
+        }
+        let tier_identity = if tiers.is_empty() {
+            None
+        } else {
+            match config.identity_index(&self.tier_identity) {
+                Some(index) => Some(index),
+                None => {
+                    return err(
+                        format!("{field}.tier_identity"),
+                        format!("tiers need an identity named {:?}", self.tier_identity),
+                    )
+                }
+            }
+        };
+        Ok(Rule {
+            name: self.name,
+            key,
+            matcher,
+            limit,
+            cost: self.cost,
+            tier_identity,
+            tiers,
+        })
+    }
+}
+
+impl RawMatch {
+    fn validate(self, field: &str) -> Result<Matcher, ConfigError> {
+        for (name, value) in [("path_prefix", &self.path_prefix), ("path", &self.path)] {
+            if let Some(p) = value {
+                if !p.starts_with('/') {
+                    return err(format!("{field}.{name}"), "must start with '/'");
+                }
+            }
+        }
+        let mut methods = Vec::with_capacity(self.methods.len());
+        for (i, m) in self.methods.iter().enumerate() {
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
+                return err(format!("{field}.methods[{i}]"), format!("{m:?} is not a method"));
+            }
+            methods.push(m.to_ascii_uppercase());
+        }
+        Ok(Matcher {
+            path_prefix: self.path_prefix,
+            path: self.path,
+            methods,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+pub(crate) mod tests;

@@ -1,0 +1,102 @@
+//! Who is calling: turns hostile request data into bounded, key-safe identity values.
+//!
+//! Every value that leaves this module is escaped to a small alphabet (so it can never
+//! forge a key separator or a Redis Cluster hash tag) and bounded in length (oversized
+//! values are replaced by a digest), before it becomes part of a Redis key.
+
+use crate::config::Source;
+use crate::jwt;
+use std::fmt::Write;
+use std::net::{IpAddr, SocketAddr};
+
+/// The request data the filter reads; the proxy-wasm glue implements it over the host.
+pub trait RequestView {
+    /// A request header by lower-case name (pseudo-headers such as `:path` included).
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
+    fn source_address(&self) -> Option<Vec<u8>>;
+}
+
+/// Longest escaped value kept verbatim in a key; longer ones become a digest.
+pub const MAX_VALUE_LEN: usize = 128;
+/// Longest raw header we look at for a JWT (a bearer token or a forwarded payload).
+const MAX_JWT_LEN: usize = 8192;
+
+/// Resolves one identity for the current request; `None` when the request lacks it.
+pub fn resolve(source: &Source, req: &impl RequestView) -> Option<String> {
+    match source {
+        Source::Header(name) => key_safe(trimmed(&req.header(name)?)),
+        Source::Jwt {
+            header,
+            claim,
+            unverified,
+        } => {
+            let raw = req.header(header)?;
+            if raw.len() > MAX_JWT_LEN {
+                return None;
+            }
+            let value = jwt::claim(trimmed(&raw), claim, *unverified)?;
+            key_safe(value.trim().as_bytes())
+        }
+        Source::Peer => peer_ip(req).map(|ip| escape(ip.to_string().as_bytes())),
+        Source::ForwardedFor { hops } => forwarded_ip(req, *hops)
+            .or_else(|| peer_ip(req))
+            .map(|ip| escape(ip.to_string().as_bytes())),
+    }
+}
+
+fn trimmed(bytes: &[u8]) -> &[u8] {
+    bytes.trim_ascii()
+}
+
+fn key_safe(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| escape(bytes))
+}
+
+fn parse_ip(text: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(text).ok()?.trim();
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+fn peer_ip(req: &impl RequestView) -> Option<IpAddr> {
+    parse_ip(&req.source_address()?)
+}
+
+/// The address written by the outermost of `hops` trusted proxies: the `hops`-th entry from
+/// the right. Entries further left were written by the client and are never trusted.
+fn forwarded_ip(req: &impl RequestView, hops: u32) -> Option<IpAddr> {
+    let xff = req.header("x-forwarded-for")?;
+    let hops = usize::try_from(hops).ok()?;
+    let entry = xff.split(|&b| b == b',').rev().nth(hops.checked_sub(1)?)?;
+    parse_ip(entry)
+}
+
+/// Percent-escapes everything but `[A-Za-z0-9._@+=!~-]`; values longer than
+/// `MAX_VALUE_LEN` once escaped become `#` and a 64-bit digest of the raw bytes (`#` is
+/// itself escaped, so a digest never equals a verbatim value).
+pub fn escape(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || b"._@+=!~-".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+        if out.len() > MAX_VALUE_LEN {
+            return format!("#{:016x}", fnv1a64(raw));
+        }
+    }
+    out
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+#[path = "identity_tests.rs"]
+pub(crate) mod tests;

@@ -1,0 +1,16 @@
+//! ratelimit.wasm: global token-bucket rate limiting for Envoy, Istio and Kong.
+//!
+//! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
+//! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
+
+pub mod check;
+pub mod config;
+pub mod identity;
+pub mod jwt;
+pub mod limit;
+pub mod protocol;
+pub mod response;
+pub mod rules;
+
+#[cfg(target_arch = "wasm32")]
+mod glue;

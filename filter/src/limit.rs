@@ -1,0 +1,184 @@
+//! A rule's quota: `requests` per `per`, with a bucket of `burst` tokens.
+//!
+//! The token bucket works in integer units so that every gateway and Redis compute the same
+//! result without float drift: one token is `den` units and the bucket refills `num` units per
+//! millisecond, where `num / den` is `requests / per_ms` reduced. Config validation keeps
+//! every quantity the Lua script handles below 2^53, the exact-integer range of its doubles.
+
+use crate::config::ConfigError;
+use serde::Deserialize;
+
+/// Largest integer a Lua (double) number holds exactly.
+pub const MAX_EXACT: u64 = 1 << 53;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimit {
+    requests: u64,
+    per: String,
+    burst: Option<u64>,
+}
+
+/// A validated quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Refill: `requests` tokens every `per_ms` milliseconds.
+    pub requests: u64,
+    pub per_ms: u64,
+    /// Bucket capacity in tokens.
+    pub burst: u64,
+    /// Refill rate as a reduced fraction: `num` units per ms, one token being `den` units.
+    pub num: u64,
+    pub den: u64,
+}
+
+/// Parses `500ms`, `10s`, `1m`, `2h`, `1d` into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(scale).filter(|&ms| ms > 0)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl RawLimit {
+    pub(crate) fn validate(self, field: &str, cost: u64) -> Result<Limit, ConfigError> {
+        let fail = |name: &str, problem: String| {
+            Err(ConfigError {
+                field: format!("{field}.{name}"),
+                problem,
+            })
+        };
+        if self.requests == 0 {
+            return fail("requests", "must be at least 1".into());
+        }
+        let Some(per_ms) = parse_duration_ms(&self.per) else {
+            return fail(
+                "per",
+                format!("{:?} is not a duration like 500ms, 10s, 1m, 1h or 1d", self.per),
+            );
+        };
+        let burst = self.burst.unwrap_or(self.requests);
+        if burst == 0 {
+            return fail("burst", "must be at least 1".into());
+        }
+        if cost > burst {
+            return fail(
+                "burst",
+                format!("the bucket ({burst}) must hold at least one request's cost ({cost})"),
+            );
+        }
+        let g = gcd(self.requests, per_ms);
+        let (num, den) = (self.requests / g, per_ms / g);
+        // The script multiplies tokens by `den`; keep the full bucket exact.
+        if u128::from(burst) * u128::from(den) >= u128::from(MAX_EXACT) || num >= MAX_EXACT {
+            return fail(
+                "burst",
+                "too large for this period: burst x period must stay below 2^53 ms".into(),
+            );
+        }
+        Ok(Limit {
+            requests: self.requests,
+            per_ms,
+            burst,
+            num,
+            den,
+        })
+    }
+}
+
+impl Limit {
+    /// The period in words, for the 429 body: "minute", "30 seconds", "250 ms".
+    pub fn period_phrase(&self) -> String {
+        let ms = self.per_ms;
+        for (unit, size) in [("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1_000)] {
+            if ms == size {
+                return unit.into();
+            }
+            if ms % size == 0 {
+                return format!("{} {unit}s", ms / size);
+            }
+        }
+        format!("{ms} ms")
+    }
+
+    /// The window in whole seconds (at least 1), for the IETF `w=` parameter.
+    pub fn window_s(&self) -> u64 {
+        self.per_ms.div_ceil(1000).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(requests: u64, per: &str, burst: Option<u64>, cost: u64) -> Result<Limit, ConfigError> {
+        RawLimit {
+            requests,
+            per: per.into(),
+            burst,
+        }
+        .validate("l", cost)
+    }
+
+    #[test]
+    fn durations_parse_in_every_unit() {
+        assert_eq!(parse_duration_ms("250ms"), Some(250));
+        assert_eq!(parse_duration_ms("10s"), Some(10_000));
+        assert_eq!(parse_duration_ms("1m"), Some(60_000));
+        assert_eq!(parse_duration_ms("2h"), Some(7_200_000));
+        assert_eq!(parse_duration_ms("1d"), Some(86_400_000));
+    }
+
+    #[test]
+    fn bad_durations_are_refused() {
+        for bad in ["", "m", "10", "1w", "-1s", "0s", "1.5s", " 1s", "99999999999999999999d"] {
+            assert_eq!(parse_duration_ms(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rate_is_reduced_and_burst_defaults_to_requests() {
+        let l = limit(100, "1m", None, 1).unwrap();
+        assert_eq!((l.burst, l.num, l.den), (100, 1, 600));
+        let l = limit(50_000, "1s", Some(60_000), 1).unwrap();
+        assert_eq!((l.burst, l.num, l.den), (60_000, 50, 1));
+    }
+
+    #[test]
+    fn cost_above_burst_is_refused_naming_burst() {
+        let e = limit(3, "1s", None, 5).unwrap_err();
+        assert_eq!(e.field, "l.burst");
+    }
+
+    #[test]
+    fn quantities_beyond_exact_lua_integers_are_refused() {
+        let e = limit(1, "1000000d", Some(1_000_000_000), 1).unwrap_err();
+        assert_eq!(e.field, "l.burst");
+        assert!(limit(1, "1d", Some(100_000_000), 1).is_ok());
+    }
+
+    #[test]
+    fn period_phrases_read_naturally() {
+        let phrase = |per: &str| limit(1, per, None, 1).unwrap().period_phrase();
+        assert_eq!(phrase("1m"), "minute");
+        assert_eq!(phrase("1h"), "hour");
+        assert_eq!(phrase("30s"), "30 seconds");
+        assert_eq!(phrase("2d"), "2 days");
+        assert_eq!(phrase("1500ms"), "1500 ms");
+    }
+}

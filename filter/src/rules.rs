@@ -1,0 +1,85 @@
+//! Which rules apply to a request, and the bucket each of them checks.
+
+use crate::config::{Config, Matcher, Rule};
+use crate::identity::{self, RequestView};
+use crate::limit::Limit;
+
+/// One bucket to check for the current request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedRule {
+    /// Index of the rule in `Config::rules`.
+    pub rule: usize,
+    /// The bucket's Redis key: `prefix:rule[:identity values]`.
+    pub key: String,
+    /// The limit in force for this client (its tier's, if it has one).
+    pub limit: Limit,
+    pub cost: u64,
+}
+
+impl Matcher {
+    /// `path` is the request path without its query string.
+    pub fn matches(&self, method: &[u8], path: &[u8]) -> bool {
+        self.path_prefix
+            .as_ref()
+            .is_none_or(|p| path.starts_with(p.as_bytes()))
+            && self.path.as_ref().is_none_or(|p| path == p.as_bytes())
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m.as_bytes() == method))
+    }
+}
+
+/// Every rule that applies to the request and whose identities it carries, in config order.
+pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
+    let method = req.header(":method").unwrap_or_default();
+    let full_path = req.header(":path").unwrap_or_default();
+    let path = full_path
+        .split(|&b| b == b'?')
+        .next()
+        .unwrap_or_default();
+    // Identities are resolved at most once per request, and only when a rule needs them.
+    let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
+    let mut value_of = |index: usize| -> Option<String> {
+        let slot = values.get_mut(index)?;
+        slot.get_or_insert_with(|| {
+            config
+                .identities
+                .get(index)
+                .and_then(|id| identity::resolve(&id.source, req))
+        })
+        .clone()
+    };
+    let mut planned = Vec::new();
+    for (index, rule) in config.rules.iter().enumerate() {
+        if !rule.matcher.matches(&method, path) {
+            continue;
+        }
+        let mut key = format!("{}:{}", config.key_prefix, rule.name);
+        let complete = rule.key.iter().all(|&id| match value_of(id) {
+            Some(value) => {
+                key.push(':');
+                key.push_str(&value);
+                true
+            }
+            None => false,
+        });
+        if !complete {
+            continue;
+        }
+        let tier = rule.tier_identity.and_then(&mut value_of);
+        planned.push(PlannedRule {
+            rule: index,
+            key,
+            limit: limit_for(rule, tier.as_deref()),
+            cost: rule.cost,
+        });
+    }
+    planned
+}
+
+fn limit_for(rule: &Rule, tier: Option<&str>) -> Limit {
+    tier.and_then(|t| rule.tiers.iter().find(|(name, _)| name == t))
+        .map_or(rule.limit, |(_, limit)| *limit)
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

@@ -1,0 +1,85 @@
+use super::*;
+use crate::config::tests::EXAMPLE;
+use crate::identity::tests::FakeRequest;
+
+fn example() -> Config {
+    Config::parse(EXAMPLE.as_bytes()).unwrap()
+}
+
+fn request(method: &str, path: &str) -> FakeRequest {
+    FakeRequest::default()
+        .with(":method", method)
+        .with(":path", path)
+        .from_peer("198.51.100.4:40000")
+}
+
+fn names(config: &Config, planned: &[PlannedRule]) -> Vec<String> {
+    planned.iter().map(|p| config.rules[p.rule].name.clone()).collect()
+}
+
+#[test]
+fn every_applicable_rule_is_planned_with_its_key() {
+    let c = example();
+    let req = request("GET", "/api/search?q=cats").with("x-user-id", "alice").with("x-api-key", "k1");
+    let planned = plan(&c, &req);
+    assert_eq!(names(&c, &planned), ["per-user", "search-per-ip", "uploads", "global"]);
+    let keys: Vec<_> = planned.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["rl:per-user:alice", "rl:search-per-ip:198.51.100.4", "rl:uploads:k1", "rl:global"]);
+    assert_eq!(planned[2].cost, 5);
+}
+
+#[test]
+fn path_and_method_conditions_select_rules() {
+    let c = example();
+    let post = plan(&c, &request("POST", "/api/search").with("x-user-id", "a"));
+    assert_eq!(names(&c, &post), ["per-user", "global"]);
+    let outside = plan(&c, &request("GET", "/health").with("x-user-id", "a"));
+    assert_eq!(names(&c, &outside), ["global"]);
+    // The query string is not part of the path.
+    let query = plan(&c, &request("GET", "/x?/api/search").with("x-user-id", "a"));
+    assert_eq!(names(&c, &query), ["global"]);
+}
+
+#[test]
+fn rules_whose_identity_is_missing_are_skipped() {
+    let c = example();
+    let anonymous = plan(&c, &request("GET", "/api/profile"));
+    assert_eq!(names(&c, &anonymous), ["global"]);
+}
+
+#[test]
+fn exact_path_matches_only_that_path() {
+    let m = Matcher { path: Some("/login".into()), ..Matcher::default() };
+    assert!(m.matches(b"POST", b"/login"));
+    assert!(!m.matches(b"POST", b"/login/x"));
+}
+
+#[test]
+fn a_tier_selects_its_own_limit() {
+    let c = Config::parse(
+        br#"{"backend": {"cluster": "b"},
+            "identity": {"user": {"header": "x-user-id"}, "tier": {"header": "x-tier"}},
+            "rules": [{"name": "r", "key": ["user"], "limit": {"requests": 10, "per": "1m"},
+                       "tiers": {"premium": {"requests": 100, "per": "1m"}}}]}"#,
+    )
+    .unwrap();
+    let basic = plan(&c, &request("GET", "/").with("x-user-id", "u"));
+    assert_eq!(basic[0].limit.burst, 10);
+    let premium = plan(&c, &request("GET", "/").with("x-user-id", "u").with("x-tier", "premium"));
+    assert_eq!(premium[0].limit.burst, 100);
+    assert_eq!(premium[0].key, basic[0].key, "the tier changes the limit, not the bucket");
+    let unknown = plan(&c, &request("GET", "/").with("x-user-id", "u").with("x-tier", "gold"));
+    assert_eq!(unknown[0].limit.burst, 10);
+}
+
+#[test]
+fn composite_keys_join_identities_in_rule_order() {
+    let c = Config::parse(
+        br#"{"backend": {"cluster": "b"},
+            "identity": {"user": {"header": "x-user-id"}, "ip": {"source": "peer"}},
+            "rules": [{"name": "r", "key": ["ip", "user"], "limit": {"requests": 1, "per": "1s"}}]}"#,
+    )
+    .unwrap();
+    let planned = plan(&c, &request("GET", "/").with("x-user-id", "bob"));
+    assert_eq!(planned[0].key, "rl:r:198.51.100.4:bob");
+}

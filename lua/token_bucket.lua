@@ -1,0 +1,78 @@
+-- Token bucket check for ratelimit.wasm: refills, tests and consumes every bucket of one
+-- request atomically. All-or-nothing: a request denied by any rule takes no token at all.
+--
+-- KEYS[i]       the bucket of rule i
+-- ARGV[4i-3..4i] burst, num, den, cost of rule i: the bucket holds `burst` tokens and
+--               refills `num` units per millisecond, one token being `den` units
+--               (`num / den` = requests per ms, reduced); the request takes `cost` tokens.
+-- Stored value  "<units> <ms>": the bucket's level in units at Redis time <ms>. A missing
+--               key is a full bucket, so each key expires when its bucket would be full.
+-- Returns       { now_ms, then per rule: allowed (1/0), whole tokens remaining,
+--                 ms until full, ms until the cost is available (0 if admitted) }
+--
+-- Integer units keep the math exact: callers keep burst * den and num below 2^53, the
+-- range in which Lua's doubles hold integers exactly. Time is Redis's own clock, so
+-- gateways with skewed clocks agree.
+
+local function ceil_div(a, b)
+  local q = math.floor(a / b)
+  while q * b < a do q = q + 1 end
+  while q > 0 and (q - 1) * b >= a do q = q - 1 end
+  return q
+end
+
+local function floor_div(a, b)
+  local q = math.floor(a / b)
+  while q * b > a do q = q - 1 end
+  while (q + 1) * b <= a do q = q + 1 end
+  return q
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS
+local stored = redis.call('MGET', unpack(KEYS))
+
+local level, need, cap, num, den = {}, {}, {}, {}, {}
+local admitted = true
+for i = 1, n do
+  local a = 4 * (i - 1)
+  local burst = tonumber(ARGV[a + 1])
+  num[i] = tonumber(ARGV[a + 2])
+  den[i] = tonumber(ARGV[a + 3])
+  need[i] = tonumber(ARGV[a + 4]) * den[i]
+  cap[i] = burst * den[i]
+  local l = cap[i]
+  local s = stored[i]
+  if s then
+    local sp = string.find(s, ' ', 1, true)
+    local units = sp and tonumber(string.sub(s, 1, sp - 1))
+    local at = sp and tonumber(string.sub(s, sp + 1))
+    if units and at then
+      local elapsed = now - at
+      -- A clock that went back (failover to a skewed replica) refills nothing.
+      if elapsed < 0 then elapsed = 0 end
+      -- Products past 2^53 are far above cap: the clamp makes them exact again.
+      l = math.min(cap[i], units + elapsed * num[i])
+    end
+  end
+  level[i] = l
+  if l < need[i] then admitted = false end
+end
+
+local out = { now }
+for i = 1, n do
+  local l, wait = level[i], 0
+  if admitted then
+    l = l - need[i]
+    local full = ceil_div(cap[i] - l, num[i])
+    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', full)
+  elseif l < need[i] then
+    wait = ceil_div(need[i] - l, num[i])
+  end
+  if wait == 0 then out[#out + 1] = 1 else out[#out + 1] = 0 end
+  out[#out + 1] = floor_div(l, den[i])
+  out[#out + 1] = ceil_div(cap[i] - l, num[i])
+  out[#out + 1] = wait
+end
+return out
