@@ -60,7 +60,7 @@ impl Check {
 
     /// Applies the failure mode: the limiter could not decide.
     pub fn fail(&mut self, config: &Config, reason: &str) -> Verdict {
-        log::warn!("ratelimit: check failed ({reason}); failure_mode {:?}", config.failure_mode);
+        log::warn!("check failed ({reason}); failure_mode {:?}", config.failure_mode);
         match config.failure_mode {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),

@@ -35,12 +35,12 @@ impl RootContext for Root {
             .unwrap_or_default();
         match Config::parse(&bytes) {
             Ok(config) => {
-                log::info!("ratelimit: configured {} rule(s)", config.rules.len());
+                log::info!("configured {} rule(s)", config.rules.len());
                 self.config = Some(Rc::new(config));
                 true
             }
             Err(e) => {
-                log::error!("ratelimit: invalid plugin configuration: {e}");
+                log::error!("invalid plugin configuration: {e}");
                 false
             }
         }
@@ -84,7 +84,7 @@ impl Request {
         match verdict {
             Verdict::Resume => {
                 if let Err(e) = hostcalls::resume_http_request() {
-                    log::warn!("ratelimit: resume failed: {e:?}");
+                    log::warn!("resume failed: {e:?}");
                 }
             }
             Verdict::Reply(reply) => send(&reply),
@@ -95,7 +95,7 @@ impl Request {
 fn send(reply: &LocalReply) {
     let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if let Err(e) = hostcalls::send_http_response(reply.status, headers, Some(reply.body.as_bytes())) {
-        log::warn!("ratelimit: local reply failed: {e:?}");
+        log::warn!("local reply failed: {e:?}");
     }
 }
 
@@ -143,7 +143,7 @@ impl HttpContext for Request {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         for (name, value) in &self.check.response_headers {
             if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
-                log::warn!("ratelimit: adding {name} failed: {e:?}");
+                log::warn!("adding {name} failed: {e:?}");
             }
         }
         Action::Continue

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The real stack on loopback: Valkey, ratelimit-bridge and N Envoy gateways loading
+dist/ratelimit.wasm, each on a free port, started from the repository's own envoy.yaml.
+
+Used by the end-to-end tests, the demo and `make testbed` (which keeps it up until Ctrl-C).
+Every process is started in its own session and stopped by `Stack.close()`, which also
+runs at interpreter exit, so nothing outlives the run.
+"""
+
+import atexit
+import copy
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+ENVOY = os.environ.get("RATELIMIT_ENVOY", str(VENV_BIN / "envoy"))
+VALKEY = os.environ.get("RATELIMIT_VALKEY", str(VENV_BIN / "valkey-server"))
+BRIDGE = os.environ.get("RATELIMIT_BRIDGE", str(ROOT / "dist" / "ratelimit-bridge"))
+WASM = os.environ.get("RATELIMIT_WASM", str(ROOT / "dist" / "ratelimit.wasm"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, ready, timeout=30.0, proc=None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = Path(log).read_text(errors="replace")[-3000:] if log else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{tail}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} not ready after {timeout}s")
+
+
+def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0):
+    """One HTTP/1.1 request on its own connection; `source` binds the client address
+    (any 127.x.y.z works on loopback). Returns (status, lower-case headers, body)."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=timeout,
+        source_address=(source, 0) if source else None)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        body = resp.read().decode(errors="replace")
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+    finally:
+        conn.close()
+
+
+class Process:
+    """A child process in its own session, with its output in a log file."""
+
+    def __init__(self, name, argv, workdir):
+        self.name, self.argv = name, argv
+        self.log = str(Path(workdir) / f"{name}.log")
+        self.proc = None
+
+    def start(self):
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+def envoy_config(plugin, listen_port, admin_port, bridge_port):
+    """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration."""
+    config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
+    config = copy.deepcopy(config)
+    config["admin"]["address"]["socket_address"]["port_value"] = admin_port
+    listener = config["static_resources"]["listeners"][0]
+    listener["address"]["socket_address"]["port_value"] = listen_port
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    wasm = hcm["http_filters"][0]["typed_config"]["config"]
+    wasm["vm_config"]["code"]["local"]["filename"] = WASM
+    wasm["configuration"]["value"] = json.dumps(plugin)
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] == "ratelimit_bridge":
+            endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+            endpoint["address"]["socket_address"]["port_value"] = bridge_port
+    return config
+
+
+def default_plugin():
+    """The plugin configuration written in envoy.yaml."""
+    config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    wasm = hcm["typed_config"]["http_filters"][0]["typed_config"]["config"]
+    return json.loads(wasm["configuration"]["value"])
+
+
+class Stack:
+    """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration."""
+
+    def __init__(self, plugin=None, gateways=2, workdir=None):
+        for path in (ENVOY, VALKEY, BRIDGE, WASM):
+            if not Path(path).exists():
+                raise RuntimeError(f"{path} is missing: run `make setup build` first")
+        self.plugin = plugin if plugin is not None else default_plugin()
+        self.own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="ratelimit-testbed-")
+        self.redis_port = free_port()
+        self.bridge_port = free_port()
+        self.valkey = Process("valkey", [
+            VALKEY, "--port", str(self.redis_port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no"], self.workdir)
+        self.bridge = Process("bridge", [
+            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}",
+            "--redis", f"redis://127.0.0.1:{self.redis_port}", "--threads", "1"], self.workdir)
+        self.envoys = []
+        self.ports = []
+        self.admin_ports = []
+        for i in range(gateways):
+            port, admin = free_port(), free_port()
+            path = Path(self.workdir) / f"envoy-{i}.json"
+            path.write_text(json.dumps(envoy_config(self.plugin, port, admin, self.bridge_port)))
+            self.envoys.append(Process(f"envoy-{i}", [
+                ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                "--log-level", "warn", "--component-log-level", "wasm:info"], self.workdir))
+            self.ports.append(port)
+            self.admin_ports.append(admin)
+        atexit.register(self.close)
+
+    def start(self):
+        try:
+            self.start_valkey()
+            self.start_bridge()
+            for envoy, port, admin in zip(self.envoys, self.ports, self.admin_ports):
+                envoy.start()
+                wait_for(envoy.name, lambda a=admin: request(a, "/ready", timeout=1)[0] == 200,
+                         timeout=60, proc=envoy.proc, log=envoy.log)
+                wait_for(envoy.name, lambda p=port: socket.create_connection(("127.0.0.1", p), 1).close() or True)
+        except Exception:
+            self.stop()  # the logs stay for the caller to read until close()
+            raise
+        return self
+
+    def start_valkey(self):
+        self.valkey.start()
+        wait_for("valkey", lambda: self.redis("PING") == "PONG", proc=self.valkey.proc, log=self.valkey.log)
+
+    def start_bridge(self):
+        self.bridge.start()
+        wait_for("bridge", lambda: request(self.bridge_port, "/healthz", timeout=1)[0] == 200,
+                 proc=self.bridge.proc, log=self.bridge.log)
+
+    def redis(self, *args):
+        """One command to Valkey in RESP, answer decoded for simple replies."""
+        with socket.create_connection(("127.0.0.1", self.redis_port), timeout=5) as s:
+            cmd = f"*{len(args)}\r\n" + "".join(f"${len(str(a).encode())}\r\n{a}\r\n" for a in args)
+            s.sendall(cmd.encode())
+            reply = s.recv(65536).decode(errors="replace")
+        return reply[1:].split("\r\n")[0] if reply[:1] in "+-:" else reply
+
+    def get(self, gateway=0, path="/", headers=None, **kw):
+        return request(self.ports[gateway], path, headers, **kw)
+
+    def logs(self, name):
+        proc = {"valkey": self.valkey, "bridge": self.bridge}.get(name) or \
+            self.envoys[int(name.split("-")[1])]
+        return Path(proc.log).read_text(errors="replace")
+
+    def stop(self):
+        for p in [*self.envoys, self.bridge, self.valkey]:
+            p.stop()
+
+    def close(self):
+        self.stop()
+        if self.own_workdir and os.environ.get("RATELIMIT_KEEP_LOGS") is None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def main():
+    stack = Stack(gateways=2).start()
+    print(f"valkey   redis://127.0.0.1:{stack.redis_port}")
+    print(f"bridge   http://127.0.0.1:{stack.bridge_port}  (GET /healthz)")
+    for i, (port, admin) in enumerate(zip(stack.ports, stack.admin_ports)):
+        print(f"gateway {i} http://127.0.0.1:{port}  (admin :{admin})")
+    print(f"logs in {stack.workdir}")
+    print(f"try: curl -i -H 'x-user-id: alice' http://127.0.0.1:{stack.ports[0]}/api/profile")
+    print("Ctrl-C stops everything.")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while all(p.proc.poll() is None for p in [stack.valkey, stack.bridge, *stack.envoys]):
+            time.sleep(0.5)
+        print("a process exited; stopping", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from stack import Stack  # noqa: E402
+
+
+@pytest.fixture
+def stack_of():
+    """Starts a stack with the given plugin configuration; stops it after the test."""
+    started = []
+
+    def make(plugin, gateways=1):
+        stack = Stack(plugin, gateways=gateways)
+        started.append(stack)
+        return stack.start()
+
+    yield make
+    for stack in started:
+        stack.close()

@@ -1,0 +1,210 @@
+"""End to end: the real ratelimit.wasm in real Envoy, the real bridge, a real Valkey."""
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from stack import Stack, request, wait_for
+
+IDENTITY = {
+    "user": {"header": "x-user-id"},
+    "api_key": {"header": "x-api-key"},
+    "ip": {"source": "peer"},
+    "tier": {"header": "x-tier"},
+}
+
+
+def plugin(*rules, failure_mode="closed", timeout_ms=1000, **extra):
+    return {
+        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": timeout_ms},
+        "failure_mode": failure_mode,
+        "identity": IDENTITY,
+        "rules": list(rules),
+        **extra,
+    }
+
+
+def rule(name, key, requests, per="1h", **extra):
+    return {"name": name, "key": key, "limit": {"requests": requests, "per": per}, **extra}
+
+
+def statuses(stack, n, gateway=0, path="/api/x", headers=None, **kw):
+    return [stack.get(gateway, path, headers, **kw)[0] for _ in range(n)]
+
+
+def test_a_user_gets_exactly_burst_requests_then_429_with_headers_and_body(stack_of):
+    stack = stack_of(plugin(rule("per-user", ["user"], 5)))
+    alice = {"x-user-id": "alice"}
+    for left in range(4, -1, -1):
+        status, headers, _ = stack.get(0, "/api/profile", alice)
+        assert status == 200
+        assert headers["x-ratelimit-limit"] == "5"
+        assert headers["x-ratelimit-remaining"] == str(left)
+    before = time.time()
+    status, headers, body = stack.get(0, "/api/profile", alice)
+    assert status == 429
+    assert headers["x-ratelimit-limit"] == "5"
+    assert headers["x-ratelimit-remaining"] == "0"
+    # Full again in one hour; one token back in 720 s.
+    assert before + 3500 < int(headers["x-ratelimit-reset"]) <= before + 3602
+    assert 700 < int(headers["retry-after"]) <= 720
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {
+        "error": "Rate limit exceeded",
+        "message": "You have exceeded the rate limit of 5 requests per hour. "
+                   f"Try again in {headers['retry-after']} seconds.",
+    }
+    # Someone else is not affected.
+    assert stack.get(0, "/api/profile", {"x-user-id": "bob"})[0] == 200
+
+
+def test_two_gateways_share_one_bucket(stack_of):
+    stack = stack_of(plugin(rule("per-user", ["user"], 20)), gateways=2)
+    admitted = [0, 0]
+    lock = threading.Lock()
+
+    def client(gateway):
+        for _ in range(30):
+            status = stack.get(gateway, "/api/feed", {"x-user-id": "shared"})[0]
+            assert status in (200, 429)
+            if status == 200:
+                with lock:
+                    admitted[gateway] += 1
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(client, [0, 1, 0, 1]))
+    print(f"admitted per gateway: {admitted}, total {sum(admitted)} of 120 sent, limit 20")
+    assert sum(admitted) == 20
+    assert all(a > 0 for a in admitted), "both gateways served the shared user"
+
+
+def test_per_endpoint_and_global_rules(stack_of):
+    stack = stack_of(plugin(
+        rule("search-per-ip", ["ip"], 3, match={"path_prefix": "/api/search", "methods": ["GET"]}),
+        rule("global", [], 8),
+    ))
+    assert statuses(stack, 3, path="/api/search?q=a") == [200] * 3
+    status, headers, _ = stack.get(0, "/api/search?q=b")
+    assert (status, headers["x-ratelimit-limit"]) == (429, "3")
+    # Other endpoints and methods only count against the global rule (3 used so far).
+    assert stack.get(0, "/api/search", method="POST")[0] == 200
+    assert statuses(stack, 4, path="/api/profile") == [200] * 4
+    status, headers, _ = stack.get(0, "/api/profile")
+    assert (status, headers["x-ratelimit-limit"]) == (429, "8")
+
+
+def test_the_most_restrictive_rule_decides(stack_of):
+    stack = stack_of(plugin(rule("per-user", ["user"], 100), rule("per-ip", ["ip"], 3)))
+    alice = {"x-user-id": "alice"}
+    status, headers, _ = stack.get(0, "/api/a", alice, source="127.0.0.5")
+    # Allowed: the rule with the fewest tokens left is shown.
+    assert (status, headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == (200, "3", "2")
+    assert statuses(stack, 2, headers=alice, source="127.0.0.5") == [200, 200]
+    # Alice has 97 of her 100 left, but her IP reached its 3: blocked.
+    status, headers, _ = stack.get(0, "/api/a", alice, source="127.0.0.5")
+    assert (status, headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == (429, "3", "0")
+    # The denied request took nothing from her user bucket (all-or-nothing).
+    status, headers, _ = stack.get(0, "/api/a", alice, source="127.0.0.6")
+    assert (status, headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == (200, "3", "2")
+    units, _ = stack.redis("GET", "rl:per-user:alice").split("\r\n")[1].split(" ")
+    assert int(units) // 36000 == 96  # 100 per hour: one token is 36000 units
+
+
+def test_api_key_rule_with_cost(stack_of):
+    stack = stack_of(plugin(rule("uploads", ["api_key"], 50, cost=5)))
+    key = {"x-api-key": "k-123"}
+    for left in range(45, -1, -5):
+        status, headers, _ = stack.get(0, "/upload", key)
+        assert (status, headers["x-ratelimit-remaining"]) == (200, str(left))
+    status, headers, _ = stack.get(0, "/upload", key)
+    assert status == 429
+    # 5 tokens at 50 per hour: 360 s.
+    assert 350 < int(headers["retry-after"]) <= 360
+    # Without the identity the rule does not apply.
+    assert stack.get(0, "/upload")[0] == 200
+
+
+def test_ip_rule_limits_each_address_separately(stack_of):
+    stack = stack_of(plugin(rule("per-ip", ["ip"], 2)))
+    assert statuses(stack, 3, source="127.0.0.2") == [200, 200, 429]
+    assert statuses(stack, 2, source="127.0.0.3") == [200, 200]
+    # A spoofed X-Forwarded-For does not move the peer address.
+    assert stack.get(0, "/", {"x-forwarded-for": "9.9.9.9"}, source="127.0.0.2")[0] == 429
+
+
+def test_premium_tier_gets_its_own_limit(stack_of):
+    stack = stack_of(plugin(rule("per-user", ["user"], 2, tiers={"premium": {"requests": 20, "per": "1h"}})))
+    assert statuses(stack, 3, headers={"x-user-id": "basic"}) == [200, 200, 429]
+    status, headers, _ = stack.get(0, "/", {"x-user-id": "rich", "x-tier": "premium"})
+    assert (status, headers["x-ratelimit-limit"]) == (200, "20")
+
+
+def test_a_bad_plugin_config_is_refused_naming_the_field():
+    bad = plugin(rule("per-user", ["user"], 5, per="soon"))
+    stack = Stack(bad, gateways=1)
+    try:
+        with pytest.raises(RuntimeError):
+            stack.start()
+        assert "rules[0].limit.per" in stack.logs("envoy-0")
+    finally:
+        stack.close()
+
+
+def blackhole(port):
+    """A TCP server on `port` that accepts and never answers: a Redis that hangs."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(64)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    return server, held
+
+
+@pytest.mark.parametrize("mode,expected", [("closed", 503), ("open", 200)])
+@pytest.mark.parametrize("fault", ["redis-stopped", "bridge-stopped", "redis-hangs"])
+def test_failure_mode_applies_without_hanging(stack_of, mode, expected, fault):
+    stack = stack_of(plugin(rule("per-user", ["user"], 100), failure_mode=mode, timeout_ms=300))
+    user = {"x-user-id": "u"}
+    assert stack.get(0, "/", user)[0] == 200
+    hole = None
+    if fault == "bridge-stopped":
+        stack.bridge.stop()
+    else:
+        stack.valkey.stop()
+        if fault == "redis-hangs":
+            hole = blackhole(stack.redis_port)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            status, headers, _ = stack.get(0, "/", user, timeout=10)
+            elapsed = time.monotonic() - started
+            assert status == expected, fault
+            assert elapsed < 3, f"request took {elapsed:.1f}s"
+            if mode == "closed":
+                assert headers["retry-after"] == "1"
+            else:
+                assert "x-ratelimit-limit" not in headers
+    finally:
+        if hole:
+            hole[0].close()
+            for conn in hole[1]:
+                conn.close()
+    # The backend comes back: limiting resumes by itself.
+    if fault == "bridge-stopped":
+        stack.start_bridge()
+    else:
+        stack.start_valkey()
+    wait_for("limiting to resume",
+             lambda: "x-ratelimit-limit" in stack.get(0, "/", user)[1], timeout=20)

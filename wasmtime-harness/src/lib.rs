@@ -1,0 +1,1 @@
+//! A native proxy-wasm host on wasmtime.
