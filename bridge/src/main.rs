@@ -17,16 +17,32 @@ use tokio::signal::unix::{signal, SignalKind};
 #[command(version)]
 struct Args {
     /// Address to listen on.
-    #[arg(long, env = "RATELIMIT_BRIDGE_LISTEN", default_value = "127.0.0.1:8081")]
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_LISTEN",
+        default_value = "127.0.0.1:8081"
+    )]
     listen: SocketAddr,
     /// Redis or Valkey URL (redis://[user:pass@]host:port[/db], rediss:// for TLS).
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     redis: String,
     /// Bound on connecting to Redis, in milliseconds.
-    #[arg(long, env = "RATELIMIT_BRIDGE_CONNECT_TIMEOUT_MS", default_value_t = 250)]
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_CONNECT_TIMEOUT_MS",
+        default_value_t = 250
+    )]
     connect_timeout_ms: u64,
     /// Bound on one Redis command, in milliseconds.
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_REDIS_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
     redis_timeout_ms: u64,
     /// Worker threads (0: one per core).
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
@@ -61,7 +77,8 @@ async fn serve(args: Args) -> Result<(), String> {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
     };
-    let store = Store::new(&args.redis, options).map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    let store =
+        Store::new(&args.redis, options).map_err(|e| format!("--redis {}: {e}", args.redis))?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;

@@ -49,7 +49,10 @@ pub async fn run(listener: TcpListener, store: Store, shutdown: impl Future<Outp
     }
     drop(listener);
     log::info!("shutting down: draining in-flight requests");
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
         log::warn!("drain timed out after {DRAIN_TIMEOUT:?}");
     }
 }
@@ -72,15 +75,25 @@ async fn handle(store: Store, req: Request<Incoming>) -> Result<Reply, hyper::Er
                 reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
             }
         }
-        (_, "/v1/check" | "/healthz") => reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        (_, "/v1/check" | "/healthz") => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
         _ => reply(StatusCode::NOT_FOUND, "not found\n"),
     })
 }
 
 async fn check(store: &Store, req: Request<Incoming>) -> Reply {
-    let body = match Limited::new(req.into_body(), wire::MAX_BODY).collect().await {
+    let body = match Limited::new(req.into_body(), wire::MAX_BODY)
+        .collect()
+        .await
+    {
         Ok(body) => body.to_bytes(),
-        Err(e) => return reply(StatusCode::PAYLOAD_TOO_LARGE, format!("unreadable body: {e}\n")),
+        Err(e) => {
+            return reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("unreadable body: {e}\n"),
+            )
+        }
     };
     let checks = match wire::parse_batch(&body) {
         Ok(checks) => checks,

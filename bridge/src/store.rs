@@ -69,7 +69,10 @@ impl Store {
     /// Whether Redis answers a `PING` now.
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();
-        redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .is_ok()
     }
 }
 
@@ -79,7 +82,10 @@ fn decode_script_reply(reply: &[i64], rules: usize) -> CheckOutcome {
         return Err("empty script reply".into());
     };
     if rest.len() != 4 * rules {
-        return Err(format!("script answered {} values for {rules} rules", rest.len()));
+        return Err(format!(
+            "script answered {} values for {rules} rules",
+            rest.len()
+        ));
     }
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| format!("negative value {v} from script"));
     let outcomes = rest
@@ -107,6 +113,14 @@ mod tests {
         assert!(decode_script_reply(&[1, 1, -2, 3, 4], 1).is_err());
         let (now, rules) = decode_script_reply(&[5, 0, 1, 2, 3], 1).unwrap();
         assert_eq!(now, 5);
-        assert_eq!(rules[0], RuleOutcome { allowed: false, remaining: 1, full_ms: 2, wait_ms: 3 });
+        assert_eq!(
+            rules[0],
+            RuleOutcome {
+                allowed: false,
+                remaining: 1,
+                full_ms: 2,
+                wait_ms: 3
+            }
+        );
     }
 }

@@ -113,7 +113,14 @@ pub fn render_reply(outcomes: &[CheckOutcome]) -> String {
             Ok((now_ms, rules)) => {
                 let _ = write!(out, "{now_ms}");
                 for r in rules {
-                    let _ = write!(out, " {},{},{},{}", u8::from(r.allowed), r.remaining, r.full_ms, r.wait_ms);
+                    let _ = write!(
+                        out,
+                        " {},{},{},{}",
+                        u8::from(r.allowed),
+                        r.remaining,
+                        r.full_ms,
+                        r.wait_ms
+                    );
                 }
             }
             // A reason must stay on its line.
@@ -137,14 +144,23 @@ mod tests {
         assert_eq!(checks.len(), 2);
         assert_eq!(
             checks[0][1],
-            RuleSpec { key: "rl:g".into(), burst: 5, num: 50, den: 1, cost: 2 }
+            RuleSpec {
+                key: "rl:g".into(),
+                burst: 5,
+                num: 50,
+                den: 1,
+                cost: 2
+            }
         );
     }
 
     #[test]
     fn invalid_input_is_refused_with_a_reason() {
         let long_key = format!("{},1,1,1,1", "k".repeat(MAX_KEY_LEN + 1));
-        let too_many_rules = (0..=MAX_RULES).map(|i| format!("k{i},1,1,1,1")).collect::<Vec<_>>().join(" ");
+        let too_many_rules = (0..=MAX_RULES)
+            .map(|i| format!("k{i},1,1,1,1"))
+            .collect::<Vec<_>>()
+            .join(" ");
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"".to_vec(), "no check"),
             (b"\n".to_vec(), "bad key"),
@@ -165,14 +181,28 @@ mod tests {
         ];
         for (body, expect) in cases {
             let e = parse_batch(&body).unwrap_err();
-            assert!(e.contains(expect), "{:?}: {e}", String::from_utf8_lossy(&body[..body.len().min(40)]));
+            assert!(
+                e.contains(expect),
+                "{:?}: {e}",
+                String::from_utf8_lossy(&body[..body.len().min(40)])
+            );
         }
     }
 
     #[test]
     fn replies_render_one_line_per_check() {
-        let ok = RuleOutcome { allowed: true, remaining: 9, full_ms: 600, wait_ms: 0 };
-        let no = RuleOutcome { allowed: false, remaining: 0, full_ms: 6000, wait_ms: 600 };
+        let ok = RuleOutcome {
+            allowed: true,
+            remaining: 9,
+            full_ms: 600,
+            wait_ms: 0,
+        };
+        let no = RuleOutcome {
+            allowed: false,
+            remaining: 0,
+            full_ms: 6000,
+            wait_ms: 600,
+        };
         let reply = render_reply(&[Ok((17, vec![ok, no])), Err("redis\ndown".into())]);
         assert_eq!(reply, "17 1,9,600,0 0,0,6000,600\n! redis down\n");
     }

@@ -1,6 +1,8 @@
 //! The token bucket script on a real Valkey: exact counts, refill, cost, all-or-nothing,
 //! expiry, concurrency, and agreement with the native model over random runs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
 mod common;
 
 use common::model::{self, Bucket};
@@ -18,7 +20,13 @@ fn store(valkey: &Valkey) -> Store {
 }
 
 fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
-    RuleSpec { key: key.into(), burst, num, den, cost }
+    RuleSpec {
+        key: key.into(),
+        burst,
+        num,
+        den,
+        cost,
+    }
 }
 
 async fn run(store: &Store, rules: &[RuleSpec]) -> (u64, Vec<RuleOutcome>) {
@@ -27,10 +35,16 @@ async fn run(store: &Store, rules: &[RuleSpec]) -> (u64, Vec<RuleOutcome>) {
 
 /// Reads a bucket's stored "<units> <ms>".
 fn stored(valkey: &Valkey, key: &str) -> Option<Bucket> {
-    let value: Option<String> = redis::cmd("GET").arg(key).query(&mut valkey.connection()).unwrap();
+    let value: Option<String> = redis::cmd("GET")
+        .arg(key)
+        .query(&mut valkey.connection())
+        .unwrap();
     let value = value?;
     let (units, at) = value.split_once(' ').unwrap();
-    Some(Bucket { units: units.parse().unwrap(), at: at.parse().unwrap() })
+    Some(Bucket {
+        units: units.parse().unwrap(),
+        at: at.parse().unwrap(),
+    })
 }
 
 /// Moves a bucket's last update `ms` into the past: the same as waiting `ms`. An expired
@@ -38,7 +52,12 @@ fn stored(valkey: &Valkey, key: &str) -> Option<Bucket> {
 fn age(valkey: &Valkey, key: &str, ms: u128) {
     let Some(b) = stored(valkey, key) else { return };
     let value = format!("{} {}", b.units, b.at - ms);
-    let _: () = redis::cmd("SET").arg(key).arg(value).arg("KEEPTTL").query(&mut valkey.connection()).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("KEEPTTL")
+        .query(&mut valkey.connection())
+        .unwrap();
 }
 
 #[tokio::test]
@@ -55,8 +74,16 @@ async fn a_burst_admits_exactly_capacity_then_denies() {
     let (_, out) = run(&store, &r).await;
     assert!(!out[0].allowed);
     assert_eq!(out[0].remaining, 0);
-    assert!(out[0].wait_ms > 3_500_000 && out[0].wait_ms <= 3_600_000, "{:?}", out[0]);
-    assert!(out[0].full_ms > 35_000_000 && out[0].full_ms <= 36_000_000, "{:?}", out[0]);
+    assert!(
+        out[0].wait_ms > 3_500_000 && out[0].wait_ms <= 3_600_000,
+        "{:?}",
+        out[0]
+    );
+    assert!(
+        out[0].full_ms > 35_000_000 && out[0].full_ms <= 36_000_000,
+        "{:?}",
+        out[0]
+    );
 }
 
 #[tokio::test]
@@ -103,7 +130,11 @@ async fn cost_takes_several_tokens_and_says_how_long_to_wait() {
     let (_, out) = run(&store, &r).await;
     assert!(!out[0].allowed);
     assert_eq!(out[0].remaining, 1);
-    assert!(out[0].wait_ms > 1_900 && out[0].wait_ms <= 2_000, "{:?}", out[0]);
+    assert!(
+        out[0].wait_ms > 1_900 && out[0].wait_ms <= 2_000,
+        "{:?}",
+        out[0]
+    );
 }
 
 #[tokio::test]
@@ -112,7 +143,11 @@ async fn a_denied_request_takes_no_token_from_any_rule() {
     let store = store(&valkey);
     let roomy = rule("roomy", 100, 1, 3_600_000, 1);
     let tight = rule("tight", 1, 1, 3_600_000, 1);
-    assert!(run(&store, &[roomy.clone(), tight.clone()]).await.1.iter().all(|o| o.allowed));
+    assert!(run(&store, &[roomy.clone(), tight.clone()])
+        .await
+        .1
+        .iter()
+        .all(|o| o.allowed));
     let before = stored(&valkey, "roomy");
     for _ in 0..5 {
         let (_, out) = run(&store, &[roomy.clone(), tight.clone()]).await;
@@ -130,14 +165,24 @@ async fn buckets_expire_no_later_than_when_full() {
     let store = store(&valkey);
     let r = [rule("e", 5, 1, 1000, 2)];
     let (_, out) = run(&store, &r).await;
-    let pttl: i64 = redis::cmd("PTTL").arg("e").query(&mut valkey.connection()).unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("e")
+        .query(&mut valkey.connection())
+        .unwrap();
     assert!(pttl > 0, "an expiry is set");
-    assert!(pttl as u64 <= out[0].full_ms && out[0].full_ms == 2_000, "pttl {pttl}, {:?}", out[0]);
+    assert!(
+        pttl as u64 <= out[0].full_ms && out[0].full_ms == 2_000,
+        "pttl {pttl}, {:?}",
+        out[0]
+    );
     // Once expired the bucket is full again.
     let r = [rule("short", 2, 1, 10, 1)];
     run(&store, &r).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let exists: i64 = redis::cmd("EXISTS").arg("short").query(&mut valkey.connection()).unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("short")
+        .query(&mut valkey.connection())
+        .unwrap();
     assert_eq!(exists, 0);
 }
 
@@ -162,7 +207,10 @@ async fn the_script_is_reloaded_after_a_script_flush() {
     let store = store(&valkey);
     let r = [rule("f", 5, 1, 1000, 1)];
     run(&store, &r).await;
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut valkey.connection()).unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut valkey.connection())
+        .unwrap();
     assert_eq!(run(&store, &r).await.1[0].remaining, 3);
 }
 
@@ -190,7 +238,13 @@ async fn the_script_agrees_with_the_model_over_random_runs() {
                 let per_ms = [1_000, 60_000, 3_600_000, 86_400_000][rng.below(4) as usize];
                 let requests = 1 + rng.below(500);
                 let g = gcd(requests, per_ms);
-                rule(&format!("m{run_no}:{i}"), burst, requests / g, per_ms / g, 1 + rng.below(burst))
+                rule(
+                    &format!("m{run_no}:{i}"),
+                    burst,
+                    requests / g,
+                    per_ms / g,
+                    1 + rng.below(burst),
+                )
             })
             .collect();
         let mut state: Vec<Option<Bucket>> = vec![None; rules.len()];
@@ -217,5 +271,9 @@ async fn the_script_agrees_with_the_model_over_random_runs() {
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }

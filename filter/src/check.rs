@@ -60,7 +60,10 @@ impl Check {
 
     /// Applies the failure mode: the limiter could not decide.
     pub fn fail(&mut self, config: &Config, reason: &str) -> Verdict {
-        log::warn!("check failed ({reason}); failure_mode {:?}", config.failure_mode);
+        log::warn!(
+            "check failed ({reason}); failure_mode {:?}",
+            config.failure_mode
+        );
         match config.failure_mode {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
@@ -76,7 +79,10 @@ impl Check {
             return self.fail(config, "no rule result");
         };
         let shown = Shown {
-            name: config.rules.get(planned.rule).map_or("", |r| r.name.as_str()),
+            name: config
+                .rules
+                .get(planned.rule)
+                .map_or("", |r| r.name.as_str()),
             limit: &planned.limit,
             result,
             now_ms,
@@ -93,7 +99,11 @@ impl Check {
 
 /// The rule the client is shown. Denied: the denying rule with the longest wait. Allowed:
 /// the rule with the fewest tokens left. Ties go to the smaller bucket.
-pub fn most_restrictive(planned: &[PlannedRule], results: &[RuleResult], denied: bool) -> Option<usize> {
+pub fn most_restrictive(
+    planned: &[PlannedRule],
+    results: &[RuleResult],
+    denied: bool,
+) -> Option<usize> {
     let candidates = planned
         .iter()
         .zip(results)

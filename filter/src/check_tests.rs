@@ -3,7 +3,10 @@ use crate::config::tests::EXAMPLE;
 use crate::identity::tests::FakeRequest;
 
 fn example(failure_mode: &str) -> Config {
-    let json = EXAMPLE.replace(r#""failure_mode": "closed""#, &format!(r#""failure_mode": "{failure_mode}""#));
+    let json = EXAMPLE.replace(
+        r#""failure_mode": "closed""#,
+        &format!(r#""failure_mode": "{failure_mode}""#),
+    );
     Config::parse(json.as_bytes()).unwrap()
 }
 
@@ -12,14 +15,19 @@ fn started(config: &Config) -> (Check, String) {
         .with(":method", "GET")
         .with(":path", "/api/search")
         .with("x-user-id", "alice")
-        .from_peer("198.51.100.4:1");
+        .peer_at("198.51.100.4:1");
     let mut check = Check::default();
     let body = check.start(config, &req).unwrap();
     (check, body)
 }
 
 fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
-    reply.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str()).unwrap()
+    reply
+        .headers
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap()
 }
 
 #[test]
@@ -72,22 +80,32 @@ fn denial_shows_the_denying_rule_with_the_longest_wait() {
     let (mut check, _) = started(&c);
     // Alice has tokens left; the IP rule and the global rule deny, the IP one for longer.
     let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 0,0,20,20\n";
-    let Verdict::Reply(r) = check.finish(&c, Some(200), reply) else { panic!("not denied") };
+    let Verdict::Reply(r) = check.finish(&c, Some(200), reply) else {
+        panic!("not denied")
+    };
     assert_eq!(r.status, 429);
     assert_eq!(header(&r, "x-ratelimit-limit"), "10");
     assert_eq!(header(&r, "x-ratelimit-remaining"), "0");
     assert_eq!(header(&r, "x-ratelimit-reset"), "1700000060");
     assert_eq!(header(&r, "retry-after"), "6");
-    assert!(r.body.contains("rate limit of 10 requests per minute. Try again in 6 seconds."));
+    assert!(r
+        .body
+        .contains("rate limit of 10 requests per minute. Try again in 6 seconds."));
     assert!(check.response_headers.is_empty());
 }
 
 #[test]
 fn headers_on_allowed_responses_can_be_turned_off() {
-    let json = EXAMPLE.replace(r#""key_prefix": "rl","#, r#""key_prefix": "rl", "headers": {"on_allowed": false},"#);
+    let json = EXAMPLE.replace(
+        r#""key_prefix": "rl","#,
+        r#""key_prefix": "rl", "headers": {"on_allowed": false},"#,
+    );
     let c = Config::parse(json.as_bytes()).unwrap();
     let (mut check, _) = started(&c);
-    assert_eq!(check.finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0"), Verdict::Resume);
+    assert_eq!(
+        check.finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0"),
+        Verdict::Resume
+    );
     assert!(check.response_headers.is_empty());
 }
 
@@ -103,7 +121,9 @@ fn failures_follow_the_failure_mode() {
     for &(status, body) in failures {
         let closed = example("closed");
         let (mut check, _) = started(&closed);
-        let Verdict::Reply(r) = check.finish(&closed, status, body) else { panic!("closed let it through") };
+        let Verdict::Reply(r) = check.finish(&closed, status, body) else {
+            panic!("closed let it through")
+        };
         assert_eq!(r.status, 503);
         assert_eq!(header(&r, "retry-after"), "1");
 

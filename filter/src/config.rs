@@ -262,7 +262,10 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
     {
-        return err(field, format!("{name:?} may only hold letters, digits, '-', '_' and '.'"));
+        return err(
+            field,
+            format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),
+        );
     }
     Ok(())
 }
@@ -309,7 +312,10 @@ impl RawConfig {
         for (i, raw) in self.rules.into_iter().enumerate() {
             let rule = raw.validate(&format!("rules[{i}]"), &config)?;
             if config.rules.iter().any(|r| r.name == rule.name) {
-                return err(format!("rules[{i}].name"), format!("{:?} is used twice", rule.name));
+                return err(
+                    format!("rules[{i}].name"),
+                    format!("{:?} is used twice", rule.name),
+                );
             }
             config.rules.push(rule);
         }
@@ -335,40 +341,42 @@ impl RawBackend {
 
 impl RawIdentity {
     fn validate(self, field: &str) -> Result<Source, ConfigError> {
-        let source = match (self.header, self.jwt, self.source) {
-            (Some(header), None, None) => {
-                Source::Header(check_header_name(&format!("{field}.header"), &header)?)
-            }
-            (None, Some(jwt), None) => {
-                if jwt.claim.is_empty() {
-                    return err(format!("{field}.jwt.claim"), "must name a claim");
+        let source =
+            match (self.header, self.jwt, self.source) {
+                (Some(header), None, None) => {
+                    Source::Header(check_header_name(&format!("{field}.header"), &header)?)
                 }
-                Source::Jwt {
-                    header: check_header_name(&format!("{field}.jwt.header"), &jwt.header)?,
-                    claim: jwt.claim,
-                    unverified: jwt.unverified,
+                (None, Some(jwt), None) => {
+                    if jwt.claim.is_empty() {
+                        return err(format!("{field}.jwt.claim"), "must name a claim");
+                    }
+                    Source::Jwt {
+                        header: check_header_name(&format!("{field}.jwt.header"), &jwt.header)?,
+                        claim: jwt.claim,
+                        unverified: jwt.unverified,
+                    }
                 }
-            }
-            (None, None, Some(IpSourceKind::Peer)) => Source::Peer,
-            (None, None, Some(IpSourceKind::Xff)) => {
-                let hops = self.trusted_hops.unwrap_or(1);
-                if hops == 0 {
-                    return err(
-                        format!("{field}.trusted_hops"),
-                        "must be at least 1 (0 would trust the client's own header)",
-                    );
+                (None, None, Some(IpSourceKind::Peer)) => Source::Peer,
+                (None, None, Some(IpSourceKind::Xff)) => {
+                    let hops = self.trusted_hops.unwrap_or(1);
+                    if hops == 0 {
+                        return err(
+                            format!("{field}.trusted_hops"),
+                            "must be at least 1 (0 would trust the client's own header)",
+                        );
+                    }
+                    return Ok(Source::ForwardedFor { hops });
                 }
-                return Ok(Source::ForwardedFor { hops });
-            }
-            _ => {
-                return err(
+                _ => return err(
                     field,
                     "needs exactly one of \"header\", \"jwt\" or \"source\" (\"peer\" or \"xff\")",
-                )
-            }
-        };
+                ),
+            };
         if self.trusted_hops.is_some() {
-            return err(format!("{field}.trusted_hops"), "only applies to \"source\": \"xff\"");
+            return err(
+                format!("{field}.trusted_hops"),
+                "only applies to \"source\": \"xff\"",
+            );
         }
         Ok(source)
     }
@@ -380,10 +388,16 @@ impl RawRule {
         let mut key = Vec::with_capacity(self.key.len());
         for (i, name) in self.key.iter().enumerate() {
             let Some(index) = config.identity_index(name) else {
-                return err(format!("{field}.key[{i}]"), format!("no identity named {name:?}"));
+                return err(
+                    format!("{field}.key[{i}]"),
+                    format!("no identity named {name:?}"),
+                );
             };
             if key.contains(&index) {
-                return err(format!("{field}.key[{i}]"), format!("{name:?} is listed twice"));
+                return err(
+                    format!("{field}.key[{i}]"),
+                    format!("{name:?} is listed twice"),
+                );
             }
             key.push(index);
         }
@@ -395,7 +409,10 @@ impl RawRule {
         let mut tiers = Vec::with_capacity(self.tiers.len());
         for (tier, raw) in self.tiers {
             check_name(&format!("{field}.tiers"), &tier)?;
-            tiers.push((tier.clone(), raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?));
+            tiers.push((
+                tier.clone(),
+                raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?,
+            ));
         }
         let tier_identity = if tiers.is_empty() {
             None
@@ -434,7 +451,10 @@ impl RawMatch {
         let mut methods = Vec::with_capacity(self.methods.len());
         for (i, m) in self.methods.iter().enumerate() {
             if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                return err(format!("{field}.methods[{i}]"), format!("{m:?} is not a method"));
+                return err(
+                    format!("{field}.methods[{i}]"),
+                    format!("{m:?} is not a method"),
+                );
             }
             methods.push(m.to_ascii_uppercase());
         }

@@ -57,8 +57,10 @@ fn the_documented_example_is_accepted() {
 
 #[test]
 fn defaults_apply_when_fields_are_omitted() {
-    let c = Config::parse(with_rule(r#"{"name": "r", "limit": {"requests": 1, "per": "1s"}}"#).as_bytes())
-        .unwrap();
+    let c = Config::parse(
+        with_rule(r#"{"name": "r", "limit": {"requests": 1, "per": "1s"}}"#).as_bytes(),
+    )
+    .unwrap();
     assert_eq!(c.failure_mode, FailureMode::Closed);
     assert_eq!(c.key_prefix, "rl");
     assert_eq!(c.backend.timeout_ms, 25);
@@ -87,8 +89,16 @@ fn every_identity_source_parses() {
         sources,
         [
             Source::Header("x-user-id".into()),
-            Source::Jwt { header: "x-jwt-payload".into(), claim: "sub".into(), unverified: false },
-            Source::Jwt { header: "authorization".into(), claim: "uid".into(), unverified: true },
+            Source::Jwt {
+                header: "x-jwt-payload".into(),
+                claim: "sub".into(),
+                unverified: false
+            },
+            Source::Jwt {
+                header: "authorization".into(),
+                claim: "uid".into(),
+                unverified: true
+            },
             Source::Peer,
             Source::ForwardedFor { hops: 2 },
             Source::ForwardedFor { hops: 1 },
@@ -177,7 +187,9 @@ fn bad_configs_are_refused_naming_the_field() {
     for (json, field) in cases {
         let e = refused(&json);
         assert!(
-            e.field == field || e.field.starts_with(&format!("{field}.")) || e.field.starts_with(&format!("{field}[")),
+            e.field == field
+                || e.field.starts_with(&format!("{field}."))
+                || e.field.starts_with(&format!("{field}[")),
             "{json}\n  expected field {field}, got {e}"
         );
         assert!(!e.problem.is_empty());
@@ -186,7 +198,9 @@ fn bad_configs_are_refused_naming_the_field() {
 
 #[test]
 fn errors_read_as_field_then_problem() {
-    let e = refused(&with_rule(r#"{"name": "r", "limit": {"requests": 1, "per": "soon"}}"#));
+    let e = refused(&with_rule(
+        r#"{"name": "r", "limit": {"requests": 1, "per": "soon"}}"#,
+    ));
     assert_eq!(
         e.to_string(),
         "rules[0].limit.per: \"soon\" is not a duration like 500ms, 10s, 1m, 1h or 1d"

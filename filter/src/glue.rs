@@ -75,7 +75,9 @@ impl RequestView for Host {
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
-        hostcalls::get_property(vec!["source", "address"]).ok().flatten()
+        hostcalls::get_property(vec!["source", "address"])
+            .ok()
+            .flatten()
     }
 }
 
@@ -93,14 +95,26 @@ impl Request {
 }
 
 fn send(reply: &LocalReply) {
-    let headers: Vec<(&str, &str)> = reply.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    if let Err(e) = hostcalls::send_http_response(reply.status, headers, Some(reply.body.as_bytes())) {
+    let headers: Vec<(&str, &str)> = reply
+        .headers
+        .iter()
+        .map(|(k, v)| (*k, v.as_str()))
+        .collect();
+    if let Err(e) =
+        hostcalls::send_http_response(reply.status, headers, Some(reply.body.as_bytes()))
+    {
         log::warn!("local reply failed: {e:?}");
     }
 }
 
 impl Context for Request {
-    fn on_http_call_response(&mut self, _token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
         let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten()
@@ -128,9 +142,18 @@ impl HttpContext for Request {
             ("content-type", "text/plain"),
         ];
         let timeout = Duration::from_millis(backend.timeout_ms);
-        match hostcalls::dispatch_http_call(&backend.cluster, headers, Some(body.as_bytes()), vec![], timeout) {
+        match hostcalls::dispatch_http_call(
+            &backend.cluster,
+            headers,
+            Some(body.as_bytes()),
+            vec![],
+            timeout,
+        ) {
             Ok(_) => Action::Pause,
-            Err(e) => match self.check.fail(&self.config, &format!("dispatch failed: {e:?}")) {
+            Err(e) => match self
+                .check
+                .fail(&self.config, &format!("dispatch failed: {e:?}"))
+            {
                 Verdict::Resume => Action::Continue,
                 Verdict::Reply(reply) => {
                     send(&reply);

@@ -14,7 +14,7 @@ impl FakeRequest {
         self
     }
 
-    pub fn from_peer(mut self, addr: &str) -> Self {
+    pub fn peer_at(mut self, addr: &str) -> Self {
         self.peer = Some(addr.as_bytes().to_vec());
         self
     }
@@ -37,17 +37,31 @@ fn header(name: &str) -> Source {
 #[test]
 fn header_values_are_trimmed_and_empty_means_missing() {
     let src = header("x-user-id");
-    assert_eq!(resolve(&src, &FakeRequest::default().with("x-user-id", " alice ")).as_deref(), Some("alice"));
-    assert_eq!(resolve(&src, &FakeRequest::default().with("x-user-id", "   ")), None);
+    assert_eq!(
+        resolve(&src, &FakeRequest::default().with("x-user-id", " alice ")).as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        resolve(&src, &FakeRequest::default().with("x-user-id", "   ")),
+        None
+    );
     assert_eq!(resolve(&src, &FakeRequest::default()), None);
 }
 
 #[test]
 fn hostile_header_values_cannot_forge_keys_or_hash_tags() {
     let src = header("x-user-id");
-    let value = resolve(&src, &FakeRequest::default().with("x-user-id", "a:b{c}d,e f\n%")).unwrap();
+    let value = resolve(
+        &src,
+        &FakeRequest::default().with("x-user-id", "a:b{c}d,e f\n%"),
+    )
+    .unwrap();
     assert_eq!(value, "a%3Ab%7Bc%7Dd%2Ce%20f%0A%25");
-    let binary = resolve(&src, &FakeRequest::default().with("x-user-id", b"\xff\x00ok")).unwrap();
+    let binary = resolve(
+        &src,
+        &FakeRequest::default().with("x-user-id", b"\xff\x00ok"),
+    )
+    .unwrap();
     assert_eq!(binary, "%FF%00ok");
 }
 
@@ -57,7 +71,11 @@ fn oversized_values_become_a_bounded_digest() {
     let long = "k".repeat(100_000);
     let a = resolve(&src, &FakeRequest::default().with("x-api-key", &long)).unwrap();
     assert!(a.starts_with('#') && a.len() == 17, "{a}");
-    let b = resolve(&src, &FakeRequest::default().with("x-api-key", format!("{long}x"))).unwrap();
+    let b = resolve(
+        &src,
+        &FakeRequest::default().with("x-api-key", format!("{long}x")),
+    )
+    .unwrap();
     assert_ne!(a, b, "different keys keep different buckets");
     let exact = "k".repeat(MAX_VALUE_LEN);
     assert_eq!(escape(exact.as_bytes()), exact);
@@ -65,11 +83,17 @@ fn oversized_values_become_a_bounded_digest() {
 
 #[test]
 fn peer_address_drops_the_port() {
-    let req = FakeRequest::default().from_peer("203.0.113.7:51234");
+    let req = FakeRequest::default().peer_at("203.0.113.7:51234");
     assert_eq!(resolve(&Source::Peer, &req).as_deref(), Some("203.0.113.7"));
-    let req = FakeRequest::default().from_peer("[2001:db8::1]:443");
-    assert_eq!(resolve(&Source::Peer, &req).as_deref(), Some("2001%3Adb8%3A%3A1"));
-    assert_eq!(resolve(&Source::Peer, &FakeRequest::default().from_peer("garbage")), None);
+    let req = FakeRequest::default().peer_at("[2001:db8::1]:443");
+    assert_eq!(
+        resolve(&Source::Peer, &req).as_deref(),
+        Some("2001%3Adb8%3A%3A1")
+    );
+    assert_eq!(
+        resolve(&Source::Peer, &FakeRequest::default().peer_at("garbage")),
+        None
+    );
     assert_eq!(resolve(&Source::Peer, &FakeRequest::default()), None);
 }
 
@@ -77,7 +101,7 @@ fn peer_address_drops_the_port() {
 fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
     let xff = |hops| Source::ForwardedFor { hops };
     let req = FakeRequest::default()
-        .from_peer("10.0.0.2:1000")
+        .peer_at("10.0.0.2:1000")
         .with("x-forwarded-for", "6.6.6.6, 198.51.100.9, 10.0.0.1");
     assert_eq!(resolve(&xff(1), &req).as_deref(), Some("10.0.0.1"));
     assert_eq!(resolve(&xff(2), &req).as_deref(), Some("198.51.100.9"));
@@ -89,10 +113,12 @@ fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
 fn spoofed_or_garbage_forwarded_for_falls_back_to_the_peer() {
     let src = Source::ForwardedFor { hops: 1 };
     for bad in ["", "not-an-ip", "1.2.3.4, ", "999.1.1.1", "1.2.3.4,evil"] {
-        let req = FakeRequest::default().from_peer("192.0.2.1:80").with("x-forwarded-for", bad);
+        let req = FakeRequest::default()
+            .peer_at("192.0.2.1:80")
+            .with("x-forwarded-for", bad);
         assert_eq!(resolve(&src, &req).as_deref(), Some("192.0.2.1"), "{bad:?}");
     }
-    let req = FakeRequest::default().from_peer("192.0.2.1:80");
+    let req = FakeRequest::default().peer_at("192.0.2.1:80");
     assert_eq!(resolve(&src, &req).as_deref(), Some("192.0.2.1"));
 }
 
@@ -100,18 +126,34 @@ fn spoofed_or_garbage_forwarded_for_falls_back_to_the_peer() {
 fn jwt_claims_are_read_and_malformed_tokens_are_missing() {
     // {"sub":"carol","tier":"premium"}
     let payload = "eyJzdWIiOiJjYXJvbCIsInRpZXIiOiJwcmVtaXVtIn0";
-    let verified = Source::Jwt { header: "x-jwt-payload".into(), claim: "sub".into(), unverified: false };
+    let verified = Source::Jwt {
+        header: "x-jwt-payload".into(),
+        claim: "sub".into(),
+        unverified: false,
+    };
     let req = FakeRequest::default().with("x-jwt-payload", payload);
     assert_eq!(resolve(&verified, &req).as_deref(), Some("carol"));
 
-    let bearer = Source::Jwt { header: "authorization".into(), claim: "tier".into(), unverified: true };
+    let bearer = Source::Jwt {
+        header: "authorization".into(),
+        claim: "tier".into(),
+        unverified: true,
+    };
     let req = FakeRequest::default().with("authorization", format!("Bearer x.{payload}.y"));
     assert_eq!(resolve(&bearer, &req).as_deref(), Some("premium"));
 
-    for bad in ["Bearer", "Bearer a.b", "Bearer !!.??.##", "Basic dXNlcjpwYXNz"] {
+    for bad in [
+        "Bearer",
+        "Bearer a.b",
+        "Bearer !!.??.##",
+        "Basic dXNlcjpwYXNz",
+    ] {
         let req = FakeRequest::default().with("authorization", bad);
         assert_eq!(resolve(&bearer, &req), None, "{bad}");
     }
     let huge = format!("Bearer x.{}.y", "A".repeat(20_000));
-    assert_eq!(resolve(&bearer, &FakeRequest::default().with("authorization", huge)), None);
+    assert_eq!(
+        resolve(&bearer, &FakeRequest::default().with("authorization", huge)),
+        None
+    );
 }

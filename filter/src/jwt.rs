@@ -88,7 +88,10 @@ mod tests {
     fn base64url_round_trips_every_length() {
         let data: Vec<u8> = (0..=255u8).collect();
         for len in 0..40 {
-            assert_eq!(base64url_decode(b64(&data[..len]).as_bytes()).unwrap(), &data[..len]);
+            assert_eq!(
+                base64url_decode(b64(&data[..len]).as_bytes()).unwrap(),
+                &data[..len]
+            );
         }
         assert_eq!(base64url_decode(b"aGk=").unwrap(), b"hi");
     }
@@ -103,8 +106,14 @@ mod tests {
     #[test]
     fn forwarded_payload_gives_string_and_number_claims() {
         let payload = b64(br#"{"sub":"alice","tier":"premium","uid":42,"admin":true}"#);
-        assert_eq!(claim(payload.as_bytes(), "sub", false).as_deref(), Some("alice"));
-        assert_eq!(claim(payload.as_bytes(), "uid", false).as_deref(), Some("42"));
+        assert_eq!(
+            claim(payload.as_bytes(), "sub", false).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            claim(payload.as_bytes(), "uid", false).as_deref(),
+            Some("42")
+        );
         assert_eq!(claim(payload.as_bytes(), "admin", false), None);
         assert_eq!(claim(payload.as_bytes(), "missing", false), None);
     }

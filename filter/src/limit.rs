@@ -69,7 +69,10 @@ impl RawLimit {
         let Some(per_ms) = parse_duration_ms(&self.per) else {
             return fail(
                 "per",
-                format!("{:?} is not a duration like 500ms, 10s, 1m, 1h or 1d", self.per),
+                format!(
+                    "{:?} is not a duration like 500ms, 10s, 1m, 1h or 1d",
+                    self.per
+                ),
             );
         };
         let burst = self.burst.unwrap_or(self.requests);
@@ -105,7 +108,12 @@ impl Limit {
     /// The period in words, for the 429 body: "minute", "30 seconds", "250 ms".
     pub fn period_phrase(&self) -> String {
         let ms = self.per_ms;
-        for (unit, size) in [("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1_000)] {
+        for (unit, size) in [
+            ("day", 86_400_000),
+            ("hour", 3_600_000),
+            ("minute", 60_000),
+            ("second", 1_000),
+        ] {
             if ms == size {
                 return unit.into();
             }
@@ -126,7 +134,12 @@ impl Limit {
 mod tests {
     use super::*;
 
-    fn limit(requests: u64, per: &str, burst: Option<u64>, cost: u64) -> Result<Limit, ConfigError> {
+    fn limit(
+        requests: u64,
+        per: &str,
+        burst: Option<u64>,
+        cost: u64,
+    ) -> Result<Limit, ConfigError> {
         RawLimit {
             requests,
             per: per.into(),
@@ -146,7 +159,17 @@ mod tests {
 
     #[test]
     fn bad_durations_are_refused() {
-        for bad in ["", "m", "10", "1w", "-1s", "0s", "1.5s", " 1s", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "m",
+            "10",
+            "1w",
+            "-1s",
+            "0s",
+            "1.5s",
+            " 1s",
+            "99999999999999999999d",
+        ] {
             assert_eq!(parse_duration_ms(bad), None, "{bad:?}");
         }
     }

@@ -140,7 +140,13 @@ mod tests {
     #[test]
     fn a_check_encodes_as_one_line_of_rules() {
         let mut body = String::new();
-        encode_check(&mut body, &[planned("rl:a:x", 10, 1, 6000, 1), planned("rl:g", 5, 50, 1, 2)]);
+        encode_check(
+            &mut body,
+            &[
+                planned("rl:a:x", 10, 1, 6000, 1),
+                planned("rl:g", 5, 50, 1, 2),
+            ],
+        );
         encode_check(&mut body, &[planned("rl:b", 1, 1, 1, 1)]);
         assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
     }
@@ -154,8 +160,18 @@ mod tests {
             CheckResult::Checked {
                 now_ms: 1_700_000_000_123,
                 rules: vec![
-                    RuleResult { allowed: true, remaining: 9, full_ms: 6000, wait_ms: 0 },
-                    RuleResult { allowed: false, remaining: 0, full_ms: 100, wait_ms: 40 },
+                    RuleResult {
+                        allowed: true,
+                        remaining: 9,
+                        full_ms: 6000,
+                        wait_ms: 0
+                    },
+                    RuleResult {
+                        allowed: false,
+                        remaining: 0,
+                        full_ms: 100,
+                        wait_ms: 40
+                    },
                 ],
             }
         );
@@ -178,7 +194,11 @@ mod tests {
             b"\xff\xfe 1,9,6000,0",
         ];
         for body in cases {
-            assert!(decode_reply(body, &[1]).is_err(), "{:?}", String::from_utf8_lossy(body));
+            assert!(
+                decode_reply(body, &[1]).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
         }
         assert!(decode_reply(&vec![b'1'; MAX_REPLY_LEN + 1], &[1]).is_err());
     }

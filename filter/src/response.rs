@@ -32,7 +32,10 @@ impl Shown<'_> {
 }
 
 /// `X-RateLimit-*` (and, if configured, the IETF draft fields) for the shown rule.
-pub fn rate_limit_headers(shown: &Shown<'_>, options: HeaderOptions) -> Vec<(&'static str, String)> {
+pub fn rate_limit_headers(
+    shown: &Shown<'_>,
+    options: HeaderOptions,
+) -> Vec<(&'static str, String)> {
     let reset_unix_s = (shown.now_ms + shown.result.full_ms).div_ceil(1000);
     let mut headers = vec![
         ("x-ratelimit-limit", shown.limit.burst.to_string()),
@@ -42,11 +45,21 @@ pub fn rate_limit_headers(shown: &Shown<'_>, options: HeaderOptions) -> Vec<(&'s
     if options.ietf_draft {
         headers.push((
             "ratelimit-policy",
-            format!("\"{}\";q={};w={}", shown.name, shown.limit.burst, shown.limit.window_s()),
+            format!(
+                "\"{}\";q={};w={}",
+                shown.name,
+                shown.limit.burst,
+                shown.limit.window_s()
+            ),
         ));
         headers.push((
             "ratelimit",
-            format!("\"{}\";r={};t={}", shown.name, shown.result.remaining, shown.reset_in_s()),
+            format!(
+                "\"{}\";r={};t={}",
+                shown.name,
+                shown.result.remaining,
+                shown.reset_in_s()
+            ),
         ));
     }
     headers
@@ -160,7 +173,10 @@ mod tests {
                 ietf_draft: true,
             },
         );
-        assert_eq!(draft[3], ("ratelimit-policy", "\"per-user\";q=100;w=60".to_string()));
+        assert_eq!(
+            draft[3],
+            ("ratelimit-policy", "\"per-user\";q=100;w=60".to_string())
+        );
         assert_eq!(draft[4], ("ratelimit", "\"per-user\";r=7;t=2".to_string()));
     }
 
@@ -175,7 +191,12 @@ mod tests {
         };
         for (wait_ms, expect) in [(0, 1), (1, 1), (1000, 1), (1001, 2), (60_000, 60)] {
             result.wait_ms = wait_ms;
-            let shown = Shown { name: "r", limit: &l, result: &result, now_ms: 0 };
+            let shown = Shown {
+                name: "r",
+                limit: &l,
+                result: &result,
+                now_ms: 0,
+            };
             assert_eq!(shown.retry_after_s(), expect, "{wait_ms}");
         }
     }

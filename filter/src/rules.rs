@@ -31,10 +31,7 @@ impl Matcher {
 pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
     let method = req.header(":method").unwrap_or_default();
     let full_path = req.header(":path").unwrap_or_default();
-    let path = full_path
-        .split(|&b| b == b'?')
-        .next()
-        .unwrap_or_default();
+    let path = full_path.split(|&b| b == b'?').next().unwrap_or_default();
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
     let mut value_of = |index: usize| -> Option<String> {

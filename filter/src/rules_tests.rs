@@ -10,21 +10,37 @@ fn request(method: &str, path: &str) -> FakeRequest {
     FakeRequest::default()
         .with(":method", method)
         .with(":path", path)
-        .from_peer("198.51.100.4:40000")
+        .peer_at("198.51.100.4:40000")
 }
 
 fn names(config: &Config, planned: &[PlannedRule]) -> Vec<String> {
-    planned.iter().map(|p| config.rules[p.rule].name.clone()).collect()
+    planned
+        .iter()
+        .map(|p| config.rules[p.rule].name.clone())
+        .collect()
 }
 
 #[test]
 fn every_applicable_rule_is_planned_with_its_key() {
     let c = example();
-    let req = request("GET", "/api/search?q=cats").with("x-user-id", "alice").with("x-api-key", "k1");
+    let req = request("GET", "/api/search?q=cats")
+        .with("x-user-id", "alice")
+        .with("x-api-key", "k1");
     let planned = plan(&c, &req);
-    assert_eq!(names(&c, &planned), ["per-user", "search-per-ip", "uploads", "global"]);
+    assert_eq!(
+        names(&c, &planned),
+        ["per-user", "search-per-ip", "uploads", "global"]
+    );
     let keys: Vec<_> = planned.iter().map(|p| p.key.as_str()).collect();
-    assert_eq!(keys, ["rl:per-user:alice", "rl:search-per-ip:198.51.100.4", "rl:uploads:k1", "rl:global"]);
+    assert_eq!(
+        keys,
+        [
+            "rl:per-user:alice",
+            "rl:search-per-ip:198.51.100.4",
+            "rl:uploads:k1",
+            "rl:global"
+        ]
+    );
     assert_eq!(planned[2].cost, 5);
 }
 
@@ -49,7 +65,10 @@ fn rules_whose_identity_is_missing_are_skipped() {
 
 #[test]
 fn exact_path_matches_only_that_path() {
-    let m = Matcher { path: Some("/login".into()), ..Matcher::default() };
+    let m = Matcher {
+        path: Some("/login".into()),
+        ..Matcher::default()
+    };
     assert!(m.matches(b"POST", b"/login"));
     assert!(!m.matches(b"POST", b"/login/x"));
 }
@@ -65,10 +84,23 @@ fn a_tier_selects_its_own_limit() {
     .unwrap();
     let basic = plan(&c, &request("GET", "/").with("x-user-id", "u"));
     assert_eq!(basic[0].limit.burst, 10);
-    let premium = plan(&c, &request("GET", "/").with("x-user-id", "u").with("x-tier", "premium"));
+    let premium = plan(
+        &c,
+        &request("GET", "/")
+            .with("x-user-id", "u")
+            .with("x-tier", "premium"),
+    );
     assert_eq!(premium[0].limit.burst, 100);
-    assert_eq!(premium[0].key, basic[0].key, "the tier changes the limit, not the bucket");
-    let unknown = plan(&c, &request("GET", "/").with("x-user-id", "u").with("x-tier", "gold"));
+    assert_eq!(
+        premium[0].key, basic[0].key,
+        "the tier changes the limit, not the bucket"
+    );
+    let unknown = plan(
+        &c,
+        &request("GET", "/")
+            .with("x-user-id", "u")
+            .with("x-tier", "gold"),
+    );
     assert_eq!(unknown[0].limit.burst, 10);
 }
 

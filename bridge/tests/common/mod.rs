@@ -2,6 +2,7 @@
 //! the native model of the token bucket the Lua script is held to.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
 
 pub mod model;
 
@@ -35,7 +36,11 @@ fn server_binary() -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (bound then released).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A Valkey server that lives as long as this value.
@@ -49,7 +54,16 @@ impl Valkey {
         for _ in 0..5 {
             let port = free_port();
             let child = Command::new(server_binary())
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -84,7 +98,10 @@ impl Valkey {
     }
 
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url()).unwrap().get_connection().unwrap()
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
     }
 }
 

@@ -17,7 +17,9 @@ pub fn check(state: &mut [Option<Bucket>], rules: &[RuleSpec], now: u128) -> Vec
         .zip(state.iter())
         .map(|(r, s)| {
             let cap = u128::from(r.burst) * u128::from(r.den);
-            s.map_or(cap, |b| cap.min(b.units + now.saturating_sub(b.at) * u128::from(r.num)))
+            s.map_or(cap, |b| {
+                cap.min(b.units + now.saturating_sub(b.at) * u128::from(r.num))
+            })
         })
         .collect();
     let need = |r: &RuleSpec| u128::from(r.cost) * u128::from(r.den);
@@ -32,7 +34,10 @@ pub fn check(state: &mut [Option<Bucket>], rules: &[RuleSpec], now: u128) -> Vec
             let mut wait = 0;
             if admitted {
                 level -= need(r);
-                *slot = Some(Bucket { units: level, at: now });
+                *slot = Some(Bucket {
+                    units: level,
+                    at: now,
+                });
             } else if level < need(r) {
                 wait = (need(r) - level).div_ceil(num);
             }
