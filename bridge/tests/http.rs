@@ -1,0 +1,145 @@
+//! The bridge as the filter sees it: HTTP/1.1 and h2c on one port, strict input
+//! validation, `/healthz` following Redis, graceful shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
+mod common;
+
+use bytes::Bytes;
+use common::Valkey;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use ratelimit_bridge::server;
+use ratelimit_bridge::store::{Store, StoreOptions};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+struct Bridge {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(redis_url: &str) -> Bridge {
+    let options = StoreOptions {
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_secs(2),
+    };
+    let store = Store::new(redis_url, options).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server::run(listener, store, async move {
+        let _ = stopped.await;
+    }));
+    Bridge {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+fn req(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "bridge")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+async fn http1(addr: SocketAddr, r: Request<Full<Bytes>>) -> (StatusCode, String) {
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let resp = sender.send_request(r).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+async fn h2c(addr: SocketAddr, r: Request<Full<Bytes>>) -> (StatusCode, String) {
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let resp = sender.send_request(r).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn checks_answer_over_http1_and_h2c() {
+    let valkey = Valkey::start();
+    let bridge = start(&valkey.url()).await;
+    let body = "k1,2,1,1000,1 k2,5,1,1000,1\nk1,2,1,1000,1\nk1,2,1,1000,1\n";
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<&str> = reply.lines().collect();
+    assert_eq!(lines.len(), 3, "{reply}");
+    // Three checks on a bucket of two: exactly two admitted, whatever the order.
+    let admitted = lines
+        .iter()
+        .filter(|l| l.split(' ').nth(1).unwrap().starts_with("1,"))
+        .count();
+    assert_eq!(admitted, 2, "{reply}");
+    let (status, reply) = h2c(
+        bridge.addr,
+        req(Method::POST, "/v1/check", "k3,1,1,1000,1\n"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let fields: Vec<&str> = reply.trim_end().split(' ').collect();
+    assert_eq!(fields[1], "1,0,1000,0", "{reply}");
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_a_reason() {
+    let valkey = Valkey::start();
+    let bridge = start(&valkey.url()).await;
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "k,1,1,1,9\n")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(reply.contains("cost"), "{reply}");
+    let huge = "x".repeat(ratelimit_bridge::wire::MAX_BODY + 1);
+    let (status, _) = http1(bridge.addr, req(Method::POST, "/v1/check", &huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let (status, _) = http1(bridge.addr, req(Method::GET, "/v1/check", "")).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = h2c(bridge.addr, req(Method::GET, "/nope", "")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn healthz_follows_redis_and_checks_fail_per_line_when_it_is_gone() {
+    let valkey = Valkey::start();
+    let bridge = start(&valkey.url()).await;
+    let (status, _) = http1(bridge.addr, req(Method::GET, "/healthz", "")).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(valkey);
+    let (status, _) = http1(bridge.addr, req(Method::GET, "/healthz", "")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "k,1,1,1,1\n")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(reply.starts_with("! "), "{reply}");
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting_and_returns() {
+    let valkey = Valkey::start();
+    let mut bridge = start(&valkey.url()).await;
+    assert_eq!(
+        http1(bridge.addr, req(Method::GET, "/healthz", "")).await.0,
+        StatusCode::OK
+    );
+    bridge.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), bridge.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(TcpStream::connect(bridge.addr).await.is_err());
+}
