@@ -188,6 +188,12 @@ class Stack:
     def get(self, gateway=0, path="/", headers=None, **kw):
         return request(self.ports[gateway], path, headers, **kw)
 
+    def stats(self, gateway=0):
+        """The filter's counters on one gateway: {"allowed": 3, "callouts": 3, ...}."""
+        body = request(self.admin_ports[gateway], "/stats?filter=wasmcustom.ratelimit")[2]
+        pairs = (line.split(": ") for line in body.splitlines() if ": " in line)
+        return {k.rsplit(".", 1)[1]: int(v) for k, v in pairs if v.isdigit()}
+
     def logs(self, name):
         proc = {"valkey": self.valkey, "bridge": self.bridge}.get(name) or \
             self.envoys[int(name.split("-")[1])]

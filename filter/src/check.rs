@@ -1,13 +1,36 @@
 //! One request's rate-limit check, from the rules that apply to the verdict.
 //!
-//! Host-independent: the proxy-wasm glue feeds it the request, sends the callout body it
-//! returns, and hands back the bridge's reply; everything it decides is testable natively.
+//! Host-independent: the proxy-wasm glue feeds it the request through `Host`, sends the
+//! callout body it returns, and hands back the bridge's reply; everything it decides is
+//! testable natively.
 
+use crate::breaker::Breaker;
 use crate::config::{Config, FailureMode};
 use crate::identity::RequestView;
+use crate::local::{self, SharedData};
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, Shown};
 use crate::rules::{self, PlannedRule};
+
+/// What the filter needs from its host besides the request: a clock and shared data.
+pub trait Host: RequestView + SharedData {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// State a worker keeps across its requests.
+#[derive(Debug)]
+pub struct Worker {
+    pub breaker: Breaker,
+}
+
+impl Worker {
+    pub fn new(config: &Config) -> Worker {
+        Worker {
+            breaker: Breaker::new(config.circuit_breaker, config.backend.timeout_ms),
+        }
+    }
+}
 
 /// What to do with the paused request once the check is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,65 +41,133 @@ pub enum Verdict {
     Reply(LocalReply),
 }
 
+/// How the request's check starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// No rule applies: let it through untouched.
+    Skip,
+    /// Ask the bridge; the string is the callout body.
+    Callout(String),
+    /// Decided without the bridge (the circuit breaker is open).
+    Decided(Verdict),
+}
+
+/// How a check ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    /// The backend failed; the failure mode decided.
+    BackendFailed,
+    /// The breaker was open; the failure mode decided without a callout.
+    ShortCircuited,
+}
+
 /// The state of one request between its headers and the bridge's reply.
 #[derive(Debug, Default)]
 pub struct Check {
     planned: Vec<PlannedRule>,
     /// Headers to add to the upstream's response when the request is allowed.
     pub response_headers: Vec<(&'static str, String)>,
+    /// Set once the check has ended.
+    pub outcome: Option<Outcome>,
 }
 
 impl Check {
-    /// Plans the check; returns the callout body, or `None` when no rule applies.
-    pub fn start(&mut self, config: &Config, req: &impl RequestView) -> Option<String> {
-        self.planned = rules::plan(config, req);
+    /// Plans the check and says how it proceeds.
+    pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Host) -> Start {
+        self.planned = rules::plan(config, host);
         if self.planned.is_empty() {
-            return None;
+            return Start::Skip;
+        }
+        if !worker.breaker.allow(host.now_ms()) {
+            self.outcome = Some(Outcome::ShortCircuited);
+            return Start::Decided(self.failure_mode(config, host));
         }
         let mut body = String::with_capacity(64 * self.planned.len());
         protocol::encode_check(&mut body, &self.planned);
-        Some(body)
+        Start::Callout(body)
     }
 
     /// Decides from the bridge's reply (`status` is the HTTP status, `None` when the
     /// callout failed or timed out).
-    pub fn finish(&mut self, config: &Config, status: Option<u32>, body: &[u8]) -> Verdict {
+    pub fn finish(
+        &mut self,
+        config: &Config,
+        worker: &mut Worker,
+        host: &impl Host,
+        status: Option<u32>,
+        body: &[u8],
+    ) -> Verdict {
         if status != Some(200) {
             let reason = match status {
                 Some(s) => format!("bridge answered HTTP {s}"),
                 None => "callout failed or timed out".to_string(),
             };
-            return self.fail(config, &reason);
+            return self.fail(config, worker, host, &reason);
         }
         match protocol::decode_reply(body, &[self.planned.len()]) {
             Ok(mut results) => match results.pop() {
-                Some(CheckResult::Checked { now_ms, rules }) => self.decide(config, now_ms, &rules),
-                Some(CheckResult::Failed(reason)) => self.fail(config, &reason),
-                None => self.fail(config, "empty reply"),
+                Some(CheckResult::Checked { now_ms, rules }) => {
+                    worker.breaker.record_success();
+                    let verdict = self.decide(config, now_ms, &rules);
+                    let denied = matches!(verdict, Verdict::Reply(_));
+                    self.outcome = Some(if denied {
+                        Outcome::Denied
+                    } else {
+                        Outcome::Allowed
+                    });
+                    verdict
+                }
+                Some(CheckResult::Failed(reason)) => self.fail(config, worker, host, &reason),
+                None => self.fail(config, worker, host, "empty reply"),
             },
-            Err(bad) => self.fail(config, bad.0),
+            Err(bad) => self.fail(config, worker, host, bad.0),
         }
     }
 
-    /// Applies the failure mode: the limiter could not decide.
-    pub fn fail(&mut self, config: &Config, reason: &str) -> Verdict {
+    /// The backend could not decide: count it against the breaker, apply the failure mode.
+    pub fn fail(
+        &mut self,
+        config: &Config,
+        worker: &mut Worker,
+        host: &impl Host,
+        reason: &str,
+    ) -> Verdict {
         log::warn!(
             "check failed ({reason}); failure_mode {:?}",
             config.failure_mode
         );
+        worker.breaker.record_failure(host.now_ms());
+        self.outcome = Some(Outcome::BackendFailed);
+        self.failure_mode(config, host)
+    }
+
+    fn failure_mode(&mut self, config: &Config, host: &impl Host) -> Verdict {
         match config.failure_mode {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
+            FailureMode::Local => {
+                let names: Vec<&str> = self
+                    .planned
+                    .iter()
+                    .map(|p| config.rules.get(p.rule).map_or("", |r| r.name.as_str()))
+                    .collect();
+                let now_ms = host.now_ms();
+                match local::check(host, &self.planned, &names, config.local_share, now_ms) {
+                    Some(results) => self.decide(config, now_ms, &results),
+                    None => Verdict::Reply(response::unavailable()),
+                }
+            }
         }
     }
 
     fn decide(&mut self, config: &Config, now_ms: u64, results: &[RuleResult]) -> Verdict {
         let denied = results.iter().any(|r| !r.allowed);
-        let Some(index) = most_restrictive(&self.planned, results, denied) else {
-            return self.fail(config, "no rule result");
-        };
-        let (Some(planned), Some(result)) = (self.planned.get(index), results.get(index)) else {
-            return self.fail(config, "no rule result");
+        let shown = most_restrictive(&self.planned, results, denied)
+            .and_then(|i| Some((self.planned.get(i)?, results.get(i)?)));
+        let Some((planned, result)) = shown else {
+            return Verdict::Reply(response::unavailable());
         };
         let shown = Shown {
             name: config

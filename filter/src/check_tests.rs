@@ -1,6 +1,53 @@
 use super::*;
 use crate::config::tests::EXAMPLE;
 use crate::identity::tests::FakeRequest;
+use crate::local::tests::FakeShared;
+use std::cell::Cell;
+
+/// A request plus the host's clock and shared data.
+pub(crate) struct FakeHost {
+    pub req: FakeRequest,
+    pub shared: FakeShared,
+    pub now: Cell<u64>,
+}
+
+impl RequestView for FakeHost {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.req.header(name)
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        self.req.source_address()
+    }
+}
+
+impl SharedData for FakeHost {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.shared.get(key)
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        self.shared.set(key, value, cas)
+    }
+}
+
+impl Host for FakeHost {
+    fn now_ms(&self) -> u64 {
+        self.now.get()
+    }
+}
+
+fn host() -> FakeHost {
+    FakeHost {
+        req: FakeRequest::default()
+            .with(":method", "GET")
+            .with(":path", "/api/search")
+            .with("x-user-id", "alice")
+            .peer_at("198.51.100.4:1"),
+        shared: FakeShared::default(),
+        now: Cell::new(1_000_000),
+    }
+}
 
 fn example(failure_mode: &str) -> Config {
     let json = EXAMPLE.replace(
@@ -10,15 +57,21 @@ fn example(failure_mode: &str) -> Config {
     Config::parse(json.as_bytes()).unwrap()
 }
 
-fn started(config: &Config) -> (Check, String) {
-    let req = FakeRequest::default()
-        .with(":method", "GET")
-        .with(":path", "/api/search")
-        .with("x-user-id", "alice")
-        .peer_at("198.51.100.4:1");
+/// A started check, its worker and the callout body.
+fn started(config: &Config, host: &FakeHost) -> (Check, Worker, String) {
+    let mut worker = Worker::new(config);
     let mut check = Check::default();
-    let body = check.start(config, &req).unwrap();
-    (check, body)
+    let Start::Callout(body) = check.start(config, &mut worker, host) else {
+        panic!("no callout")
+    };
+    (check, worker, body)
+}
+
+fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Check, Verdict) {
+    let host = host();
+    let (mut check, mut worker, _) = started(config, &host);
+    let verdict = check.finish(config, &mut worker, &host, status, body);
+    (check, verdict)
 }
 
 fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
@@ -32,7 +85,7 @@ fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
 
 #[test]
 fn one_callout_carries_every_applicable_rule() {
-    let (_, body) = started(&example("closed"));
+    let (_, _, body) = started(&example("closed"), &host());
     assert_eq!(
         body,
         "rl:per-user:alice,100,1,600,1 rl:search-per-ip:198.51.100.4,10,1,6000,1 rl:global,50000,50,1,1\n"
@@ -46,15 +99,24 @@ fn no_applicable_rule_means_no_callout() {
             "rules": [{"name": "r", "key": ["u"], "limit": {"requests": 1, "per": "1s"}}]}"#,
     )
     .unwrap();
-    assert_eq!(Check::default().start(&c, &FakeRequest::default()), None);
+    let mut host = host();
+    host.req = FakeRequest::default();
+    assert_eq!(
+        Check::default().start(&c, &mut Worker::new(&c), &host),
+        Start::Skip
+    );
 }
 
 #[test]
 fn allowed_request_shows_the_rule_with_fewest_tokens_left() {
     let c = example("closed");
-    let (mut check, _) = started(&c);
-    let reply = b"1700000000000 1,97,1800,0 1,3,42000,0 1,49999,1,0\n";
-    assert_eq!(check.finish(&c, Some(200), reply), Verdict::Resume);
+    let (check, verdict) = finish(
+        &c,
+        Some(200),
+        b"1700000000000 1,97,1800,0 1,3,42000,0 1,49999,1,0\n",
+    );
+    assert_eq!(verdict, Verdict::Resume);
+    assert_eq!(check.outcome, Some(Outcome::Allowed));
     assert_eq!(
         check.response_headers,
         vec![
@@ -67,20 +129,24 @@ fn allowed_request_shows_the_rule_with_fewest_tokens_left() {
 
 #[test]
 fn remaining_ties_go_to_the_smaller_bucket() {
-    let c = example("closed");
-    let (mut check, _) = started(&c);
-    let reply = b"1700000000000 1,5,1,0 1,5,1,0 1,9,1,0\n";
-    assert_eq!(check.finish(&c, Some(200), reply), Verdict::Resume);
+    let (check, verdict) = finish(
+        &example("closed"),
+        Some(200),
+        b"1700000000000 1,5,1,0 1,5,1,0 1,9,1,0\n",
+    );
+    assert_eq!(verdict, Verdict::Resume);
     assert_eq!(check.response_headers[0].1, "10");
 }
 
 #[test]
 fn denial_shows_the_denying_rule_with_the_longest_wait() {
-    let c = example("closed");
-    let (mut check, _) = started(&c);
     // Alice has tokens left; the IP rule and the global rule deny, the IP one for longer.
-    let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 0,0,20,20\n";
-    let Verdict::Reply(r) = check.finish(&c, Some(200), reply) else {
+    let (check, verdict) = finish(
+        &example("closed"),
+        Some(200),
+        b"1700000000000 1,50,30000,0 0,0,60000,6000 0,0,20,20\n",
+    );
+    let Verdict::Reply(r) = verdict else {
         panic!("not denied")
     };
     assert_eq!(r.status, 429);
@@ -92,6 +158,7 @@ fn denial_shows_the_denying_rule_with_the_longest_wait() {
         .body
         .contains("rate limit of 10 requests per minute. Try again in 6 seconds."));
     assert!(check.response_headers.is_empty());
+    assert_eq!(check.outcome, Some(Outcome::Denied));
 }
 
 #[test]
@@ -101,35 +168,95 @@ fn headers_on_allowed_responses_can_be_turned_off() {
         r#""key_prefix": "rl", "headers": {"on_allowed": false},"#,
     );
     let c = Config::parse(json.as_bytes()).unwrap();
-    let (mut check, _) = started(&c);
-    assert_eq!(
-        check.finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0"),
-        Verdict::Resume
-    );
+    let (check, verdict) = finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0");
+    assert_eq!(verdict, Verdict::Resume);
     assert!(check.response_headers.is_empty());
 }
 
+const FAILURES: &[(Option<u32>, &[u8])] = &[
+    (None, b""),
+    (Some(503), b"upstream connect error"),
+    (Some(200), b"garbage"),
+    (Some(200), b"1700000000000 1,97,1800,0"),
+    (Some(200), b"! redis unavailable\n"),
+];
+
 #[test]
 fn failures_follow_the_failure_mode() {
-    let failures: &[(Option<u32>, &[u8])] = &[
-        (None, b""),
-        (Some(503), b"upstream connect error"),
-        (Some(200), b"garbage"),
-        (Some(200), b"1700000000000 1,97,1800,0"),
-        (Some(200), b"! redis unavailable\n"),
-    ];
-    for &(status, body) in failures {
-        let closed = example("closed");
-        let (mut check, _) = started(&closed);
-        let Verdict::Reply(r) = check.finish(&closed, status, body) else {
+    for &(status, body) in FAILURES {
+        let (check, verdict) = finish(&example("closed"), status, body);
+        let Verdict::Reply(r) = verdict else {
             panic!("closed let it through")
         };
         assert_eq!(r.status, 503);
         assert_eq!(header(&r, "retry-after"), "1");
+        assert_eq!(check.outcome, Some(Outcome::BackendFailed));
 
-        let open = example("open");
-        let (mut check, _) = started(&open);
-        assert_eq!(check.finish(&open, status, body), Verdict::Resume);
+        let (check, verdict) = finish(&example("open"), status, body);
+        assert_eq!(verdict, Verdict::Resume);
         assert!(check.response_headers.is_empty());
     }
+}
+
+#[test]
+fn local_failure_mode_enforces_the_share_with_shared_buckets() {
+    let json = EXAMPLE.replace(
+        r#""failure_mode": "closed""#,
+        r#""failure_mode": "local", "local_share": 0.5"#,
+    );
+    let c = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let mut worker = Worker::new(&c);
+    let mut verdicts = Vec::new();
+    for _ in 0..8 {
+        let mut check = Check::default();
+        let verdict = match check.start(&c, &mut worker, &host) {
+            Start::Callout(_) => check.finish(&c, &mut worker, &host, None, b""),
+            Start::Decided(v) => v,
+            Start::Skip => panic!("rules apply"),
+        };
+        verdicts.push(verdict);
+    }
+    // search-per-ip has a burst of 10: half of it locally.
+    let allowed = verdicts.iter().filter(|v| **v == Verdict::Resume).count();
+    assert_eq!(allowed, 5);
+    let Verdict::Reply(r) = &verdicts[5] else {
+        panic!("sixth admitted")
+    };
+    assert_eq!((r.status, header(r, "x-ratelimit-limit")), (429, "10"));
+}
+
+#[test]
+fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
+    let c = example("closed");
+    let host = host();
+    let mut worker = Worker::new(&c);
+    for _ in 0..c.circuit_breaker.failures {
+        let mut check = Check::default();
+        assert!(matches!(
+            check.start(&c, &mut worker, &host),
+            Start::Callout(_)
+        ));
+        check.finish(&c, &mut worker, &host, None, b"");
+    }
+    let mut check = Check::default();
+    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
+        panic!("breaker not open")
+    };
+    assert_eq!(r.status, 503);
+    assert_eq!(check.outcome, Some(Outcome::ShortCircuited));
+    host.now.set(host.now.get() + c.circuit_breaker.open_ms);
+    let mut probe = Check::default();
+    assert!(matches!(
+        probe.start(&c, &mut worker, &host),
+        Start::Callout(_)
+    ));
+    probe.finish(
+        &c,
+        &mut worker,
+        &host,
+        Some(200),
+        b"1 1,1,1,0 1,1,1,0 1,1,1,0",
+    );
+    assert!(!worker.breaker.is_open());
 }

@@ -4,6 +4,7 @@
 //! error naming the offending field (`rules[2].limit.per: ...`), so a bad config is refused at
 //! load and never half-applied.
 
+use crate::breaker::BreakerConfig;
 use crate::limit::{Limit, RawLimit};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -46,6 +47,9 @@ struct RawConfig {
     rules: Vec<RawRule>,
     #[serde(default)]
     headers: HeaderOptions,
+    local_share: Option<f64>,
+    #[serde(default)]
+    circuit_breaker: BreakerConfig,
 }
 
 fn default_prefix() -> String {
@@ -138,6 +142,8 @@ pub enum FailureMode {
     Closed,
     /// Let the request through unchecked.
     Open,
+    /// Enforce `local_share` of each limit with this gateway's own buckets.
+    Local,
 }
 
 /// Which rate-limit headers the filter adds.
@@ -222,7 +228,7 @@ pub struct Rule {
 }
 
 /// The validated plugin configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub backend: Backend,
     pub failure_mode: FailureMode,
@@ -230,6 +236,9 @@ pub struct Config {
     pub identities: Vec<Identity>,
     pub rules: Vec<Rule>,
     pub headers: HeaderOptions,
+    /// Share of each global limit one gateway enforces in `FailureMode::Local`.
+    pub local_share: f64,
+    pub circuit_breaker: BreakerConfig,
 }
 
 impl Config {
@@ -286,6 +295,27 @@ impl RawConfig {
     fn validate(self) -> Result<Config, ConfigError> {
         let backend = self.backend.validate()?;
         check_name("key_prefix", &self.key_prefix)?;
+        let local_share = match (self.failure_mode, self.local_share) {
+            (FailureMode::Local, None) => 1.0,
+            (FailureMode::Local, Some(share)) if share > 0.0 && share <= 1.0 => share,
+            (FailureMode::Local, Some(_)) => {
+                return err(
+                    "local_share",
+                    "must be above 0 and at most 1 (e.g. 0.25 for four gateways)",
+                )
+            }
+            (_, Some(_)) => {
+                return err("local_share", "only applies to \"failure_mode\": \"local\"")
+            }
+            (_, None) => 1.0,
+        };
+        let breaker = self.circuit_breaker;
+        if breaker.failures > 0 && (breaker.open_ms == 0 || breaker.max_open_ms < breaker.open_ms) {
+            return err(
+                "circuit_breaker",
+                "needs open_ms >= 1 and max_open_ms >= open_ms",
+            );
+        }
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
@@ -302,6 +332,8 @@ impl RawConfig {
             identities,
             rules: Vec::new(),
             headers: self.headers,
+            local_share,
+            circuit_breaker: breaker,
         };
         if self.rules.is_empty() {
             return err("rules", "at least one rule is needed");

@@ -3,11 +3,13 @@
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
+pub mod breaker;
 pub mod check;
 pub mod config;
 pub mod identity;
 pub mod jwt;
 pub mod limit;
+pub mod local;
 pub mod protocol;
 pub mod response;
 pub mod rules;

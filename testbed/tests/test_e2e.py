@@ -208,3 +208,51 @@ def test_failure_mode_applies_without_hanging(stack_of, mode, expected, fault):
         stack.start_valkey()
     wait_for("limiting to resume",
              lambda: "x-ratelimit-limit" in stack.get(0, "/", user)[1], timeout=20)
+
+
+def test_local_failure_mode_keeps_each_gateway_within_its_share(stack_of):
+    breaker = {"failures": 3, "open_ms": 200, "max_open_ms": 1000}
+    stack = stack_of(plugin(rule("per-user", ["user"], 20), failure_mode="local", local_share=0.25,
+                            timeout_ms=300, circuit_breaker=breaker), gateways=2)
+    user = {"x-user-id": "carol"}
+    assert [stack.get(g, "/", user)[0] for g in (0, 1)] == [200, 200]
+    stack.valkey.stop()
+    # Redis is gone: each gateway admits its quarter of the burst of 20, no more.
+    admitted = [statuses(stack, 12, gateway=g, headers=user).count(200) for g in (0, 1)]
+    print(f"admitted per gateway while Redis was down: {admitted} (share 0.25 of 20)")
+    assert admitted == [5, 5]
+    stack.start_valkey()
+    # Redis is back (empty): global limiting resumes, 20 across both gateways for a new user.
+    fresh = {"x-user-id": "dave"}
+    # Each gateway's breaker closes on its own next probe.
+    for g in (0, 1):
+        probe = {"x-user-id": f"probe{g}"}
+        wait_for(f"gateway {g} to resume global limiting",
+                 lambda: stack.get(g, "/", probe)[1].get("x-ratelimit-remaining") == "19", timeout=20)
+    results = [stack.get(n % 2, "/", fresh)[0] for n in range(30)]
+    assert results.count(200) == 20
+
+
+def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
+    breaker = {"failures": 3, "open_ms": 60000, "max_open_ms": 60000}
+    stack = stack_of(plugin(rule("per-user", ["user"], 100), timeout_ms=1000, circuit_breaker=breaker))
+    user = {"x-user-id": "u"}
+    stack.valkey.stop()
+    hole = blackhole(stack.redis_port)
+    try:
+        for _ in range(3):  # each waits out the callout timeout
+            assert stack.get(0, "/", user)[0] == 503
+        before = stack.stats()
+        started = time.monotonic()
+        assert statuses(stack, 20, headers=user) == [503] * 20
+        elapsed = time.monotonic() - started
+        after = stack.stats()
+    finally:
+        hole[0].close()
+        for conn in hole[1]:
+            conn.close()
+    assert after["callouts"] == before["callouts"], "no callout while the breaker is open"
+    assert after["short_circuits"] - before["short_circuits"] == 20
+    assert before["backend_failures"] == 3
+    # 20 requests in less than the time of a single timed-out callout.
+    assert elapsed < 1.0, f"{elapsed:.2f}s"

@@ -1,0 +1,256 @@
+//! `failure_mode: "local"`: while the backend is unreachable each gateway enforces the rules
+//! itself, with token buckets in the host's shared data (shared by the worker threads of one
+//! gateway) sized to `local_share` of the global limit. Neither fail-open's flood nor
+//! fail-closed's outage.
+//!
+//! Approximate by design: buckets are float, and memory is bounded by hashing client keys
+//! into `SLOTS` buckets per rule (clients that collide share a bucket, which only makes the
+//! degraded mode stricter).
+
+use crate::protocol::RuleResult;
+use crate::rules::PlannedRule;
+
+/// Buckets per rule in shared data.
+pub const SLOTS: u64 = 1024;
+/// Compare-and-swap attempts before giving up on a contended bucket.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).
+pub trait SharedData {
+    /// The value and its version (CAS token), `None` if absent.
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
+    /// Stores `value` if the entry is still at version `cas` (0: unconditionally, as for an
+    /// absent entry); `false` on a version mismatch or any host error.
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
+}
+
+/// A bucket's stored state: tokens at `at_ms`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl Bucket {
+    fn decode(bytes: &[u8]) -> Option<Bucket> {
+        let tokens = f64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+        let at_ms = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+        tokens.is_finite().then_some(Bucket { tokens, at_ms })
+    }
+
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.tokens.to_le_bytes());
+        out[8..].copy_from_slice(&self.at_ms.to_le_bytes());
+        out
+    }
+}
+
+/// The local share of one rule's limit.
+struct Scaled {
+    capacity: f64,
+    per_ms: f64,
+    cost: f64,
+}
+
+fn scaled(rule: &PlannedRule, share: f64) -> Scaled {
+    let l = &rule.limit;
+    Scaled {
+        // Never below one request's cost, or a small share would lock everyone out.
+        capacity: (l.burst as f64 * share).max(rule.cost as f64),
+        per_ms: l.requests as f64 * share / l.per_ms as f64,
+        cost: rule.cost as f64,
+    }
+}
+
+fn slot_key(rule_name: &str, bucket_key: &str) -> String {
+    let h = bucket_key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("ratelimit.local.{rule_name}.{}", h % SLOTS)
+}
+
+fn level(store: &impl SharedData, key: &str, s: &Scaled, now_ms: u64) -> (f64, u32) {
+    match store.get(key) {
+        Some((bytes, cas)) => {
+            let tokens = Bucket::decode(&bytes).map_or(s.capacity, |b| {
+                let elapsed = now_ms.saturating_sub(b.at_ms) as f64;
+                (b.tokens + elapsed * s.per_ms).min(s.capacity)
+            });
+            (tokens, cas)
+        }
+        None => (s.capacity, 0),
+    }
+}
+
+/// Checks `planned` against this gateway's local buckets, charging them only if every rule
+/// admits; answers in the bridge's terms so the same decision and headers follow.
+/// `rule_names[i]` names `planned[i]`'s rule. `None` when the buckets stayed contended.
+pub fn check(
+    store: &impl SharedData,
+    planned: &[PlannedRule],
+    rule_names: &[&str],
+    share: f64,
+    now_ms: u64,
+) -> Option<Vec<RuleResult>> {
+    let keys: Vec<String> = planned
+        .iter()
+        .zip(rule_names)
+        .map(|(p, name)| slot_key(name, &p.key))
+        .collect();
+    let scales: Vec<Scaled> = planned.iter().map(|p| scaled(p, share)).collect();
+    let levels: Vec<f64> = keys
+        .iter()
+        .zip(&scales)
+        .map(|(k, s)| level(store, k, s, now_ms).0)
+        .collect();
+    let admitted = levels.iter().zip(&scales).all(|(l, s)| *l >= s.cost);
+    let mut results = Vec::with_capacity(planned.len());
+    for ((key, s), mut tokens) in keys.iter().zip(&scales).zip(levels) {
+        if admitted {
+            tokens = take(store, key, s, now_ms)?;
+        }
+        let wait = if admitted || tokens >= s.cost {
+            0.0
+        } else {
+            (s.cost - tokens) / s.per_ms
+        };
+        results.push(RuleResult {
+            allowed: wait == 0.0,
+            remaining: tokens.max(0.0) as u64,
+            full_ms: ((s.capacity - tokens).max(0.0) / s.per_ms).ceil() as u64,
+            wait_ms: wait.ceil() as u64,
+        });
+    }
+    Some(results)
+}
+
+/// Takes one request's cost from a bucket (CAS loop); returns the tokens left.
+fn take(store: &impl SharedData, key: &str, s: &Scaled, now_ms: u64) -> Option<f64> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (tokens, cas) = level(store, key, s, now_ms);
+        // Another worker may have drained it since the first look: then it admits less.
+        let left = (tokens - s.cost).max(0.0);
+        if store.set(
+            key,
+            &Bucket {
+                tokens: left,
+                at_ms: now_ms,
+            }
+            .encode(),
+            cas,
+        ) {
+            return Some(left);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::limit::Limit;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// Shared data as Envoy keeps it: a version per key, bumped on every write.
+    #[derive(Default)]
+    pub(crate) struct FakeShared(pub RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+    impl SharedData for FakeShared {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.0.borrow().get(key).cloned()
+        }
+
+        fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+            let mut map = self.0.borrow_mut();
+            let version = map.get(key).map_or(0, |(_, v)| *v);
+            if cas != 0 && cas != version {
+                return false;
+            }
+            map.insert(key.into(), (value.to_vec(), version + 1));
+            true
+        }
+    }
+
+    fn planned(key: &str, requests: u64, per_ms: u64, cost: u64) -> PlannedRule {
+        PlannedRule {
+            rule: 0,
+            key: key.into(),
+            limit: Limit {
+                requests,
+                per_ms,
+                burst: requests,
+                num: requests,
+                den: per_ms,
+            },
+            cost,
+        }
+    }
+
+    #[test]
+    fn admits_the_local_share_of_the_burst() {
+        let store = FakeShared::default();
+        let p = [planned("rl:u:a", 100, 60_000, 1)];
+        let admitted = (0..100)
+            .filter(|_| check(&store, &p, &["u"], 0.25, 0).unwrap()[0].allowed)
+            .count();
+        assert_eq!(admitted, 25);
+    }
+
+    #[test]
+    fn refills_at_the_local_share_of_the_rate() {
+        let store = FakeShared::default();
+        // 60 per minute, share 0.5: 30 now, then one every 2 s.
+        let p = [planned("k", 60, 60_000, 1)];
+        while check(&store, &p, &["r"], 0.5, 0).unwrap()[0].allowed {}
+        let denied = check(&store, &p, &["r"], 0.5, 0).unwrap();
+        assert_eq!(denied[0].wait_ms, 2_000);
+        assert!(!check(&store, &p, &["r"], 0.5, 1_999).unwrap()[0].allowed);
+        assert!(check(&store, &p, &["r"], 0.5, 2_000).unwrap()[0].allowed);
+    }
+
+    #[test]
+    fn a_denied_request_charges_no_rule() {
+        let store = FakeShared::default();
+        let roomy = planned("a", 100, 60_000, 1);
+        let tight = planned("b", 4, 60_000, 1);
+        let both = [roomy.clone(), tight];
+        for _ in 0..2 {
+            assert!(check(&store, &both, &["r1", "r2"], 0.5, 0)
+                .unwrap()
+                .iter()
+                .all(|r| r.allowed));
+        }
+        let out = check(&store, &both, &["r1", "r2"], 0.5, 0).unwrap();
+        assert!(!out[1].allowed && out[0].allowed);
+        assert_eq!(
+            check(&store, &[roomy], &["r1"], 0.5, 0).unwrap()[0].remaining,
+            47
+        );
+    }
+
+    #[test]
+    fn tiny_shares_still_admit_one_request() {
+        let store = FakeShared::default();
+        let p = [planned("k", 2, 60_000, 1)];
+        assert!(check(&store, &p, &["r"], 0.01, 0).unwrap()[0].allowed);
+        assert!(!check(&store, &p, &["r"], 0.01, 0).unwrap()[0].allowed);
+    }
+
+    #[test]
+    fn garbage_in_shared_data_reads_as_a_full_bucket() {
+        let store = FakeShared::default();
+        let p = [planned("k", 10, 60_000, 1)];
+        store.set(&slot_key("r", "k"), b"junk", 0);
+        assert_eq!(check(&store, &p, &["r"], 1.0, 0).unwrap()[0].remaining, 9);
+    }
+
+    #[test]
+    fn keys_map_to_a_bounded_set_of_slots() {
+        let distinct: std::collections::HashSet<String> = (0..10_000)
+            .map(|i| slot_key("r", &format!("rl:r:user{i}")))
+            .collect();
+        assert!(distinct.len() as u64 <= SLOTS);
+    }
+}
