@@ -2,7 +2,10 @@
 -- request atomically. All-or-nothing: a request denied by any rule takes no token at all.
 --
 -- KEYS[i]       the bucket of rule i
--- ARGV[4i-3..4i] burst, num, den, cost of rule i: the bucket holds `burst` tokens and
+-- ARGV[1]       'check': take `cost` from every bucket if all of them hold it;
+--               'refund': give `cost` back to every bucket (Redis Cluster: a request that
+--               another node denied returns what this node took)
+-- ARGV[4i-2..4i+1] burst, num, den, cost of rule i: the bucket holds `burst` tokens and
 --               refills `num` units per millisecond, one token being `den` units
 --               (`num / den` = requests per ms, reduced); the request takes `cost` tokens.
 -- Stored value  "<units> <ms>": the bucket's level in units at Redis time <ms>. A missing
@@ -33,10 +36,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS
 local stored = redis.call('MGET', unpack(KEYS))
 
+local refund = ARGV[1] == 'refund'
 local level, need, cap, num, den = {}, {}, {}, {}, {}
 local admitted = true
 for i = 1, n do
-  local a = 4 * (i - 1)
+  local a = 4 * (i - 1) + 1
   local burst = tonumber(ARGV[a + 1])
   num[i] = tonumber(ARGV[a + 2])
   den[i] = tonumber(ARGV[a + 3])
@@ -63,7 +67,10 @@ end
 local out = { now }
 for i = 1, n do
   local l, wait = level[i], 0
-  if admitted then
+  if refund then
+    l = math.min(cap[i], l + need[i])
+    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', math.max(1, ceil_div(cap[i] - l, num[i])))
+  elseif admitted then
     l = l - need[i]
     local full = ceil_div(cap[i] - l, num[i])
     redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', full)

@@ -39,6 +39,7 @@ def free_port():
 
 def wait_for(what, ready, timeout=30.0, proc=None, log=None):
     deadline = time.monotonic() + timeout
+    last_error = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             tail = Path(log).read_text(errors="replace")[-3000:] if log else ""
@@ -46,10 +47,10 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
         try:
             if ready():
                 return
-        except OSError:
-            pass
+        except Exception as e:  # noqa: BLE001 - not ready yet, whatever the client raised
+            last_error = e
         time.sleep(0.05)
-    raise RuntimeError(f"{what} not ready after {timeout}s")
+    raise RuntimeError(f"{what} not ready after {timeout}s (last error: {last_error})")
 
 
 def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0):
@@ -125,7 +126,7 @@ def default_plugin():
 class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration."""
 
-    def __init__(self, plugin=None, gateways=2, workdir=None):
+    def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -137,9 +138,14 @@ class Stack:
         self.valkey = Process("valkey", [
             VALKEY, "--port", str(self.redis_port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no"], self.workdir)
+        # With a `cluster` (testbed/cluster.py, started by the caller) the bridge uses it
+        # instead of a Valkey of the stack's own.
+        self.cluster = cluster
+        redis = ["--cluster", "--redis", cluster.seeds()] if cluster else \
+            ["--redis", f"redis://127.0.0.1:{self.redis_port}"]
         self.bridge = Process("bridge", [
-            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}",
-            "--redis", f"redis://127.0.0.1:{self.redis_port}", "--threads", "1"], self.workdir)
+            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}", *redis, "--threads", "1"],
+            self.workdir)
         self.envoys = []
         self.ports = []
         self.admin_ports = []
@@ -156,7 +162,8 @@ class Stack:
 
     def start(self):
         try:
-            self.start_valkey()
+            if self.cluster is None:
+                self.start_valkey()
             self.start_bridge()
             for envoy, port, admin in zip(self.envoys, self.ports, self.admin_ports):
                 envoy.start()

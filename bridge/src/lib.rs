@@ -2,5 +2,6 @@
 //! atomic Lua script call each on Redis or Valkey.
 
 pub mod server;
+pub mod slot;
 pub mod store;
 pub mod wire;

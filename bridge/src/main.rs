@@ -23,13 +23,17 @@ struct Args {
         default_value = "127.0.0.1:8081"
     )]
     listen: SocketAddr,
-    /// Redis or Valkey URL (redis://[user:pass@]host:port[/db], rediss:// for TLS).
+    /// Redis or Valkey URL (redis://[user:pass@]host:port[/db], rediss:// for TLS). With
+    /// --cluster: comma-separated seed nodes of the cluster (any reachable one suffices).
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_REDIS",
         default_value = "redis://127.0.0.1:6379"
     )]
     redis: String,
+    /// Treat --redis as a Redis Cluster: slot routing, MOVED/ASK, topology refresh.
+    #[arg(long, env = "RATELIMIT_BRIDGE_CLUSTER")]
+    cluster: bool,
     /// Bound on connecting to Redis, in milliseconds.
     #[arg(
         long,
@@ -77,8 +81,19 @@ async fn serve(args: Args) -> Result<(), String> {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
     };
-    let store =
-        Store::new(&args.redis, options).map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    let store = if args.cluster {
+        let seeds: Vec<String> = args
+            .redis
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        Store::cluster(&seeds, options)
+    } else if args.redis.contains(',') {
+        return Err("--redis: several URLs need --cluster".into());
+    } else {
+        Store::new(&args.redis, options)
+    }
+    .map_err(|e| format!("--redis {}: {e}", args.redis))?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
@@ -89,7 +104,8 @@ async fn serve(args: Args) -> Result<(), String> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    log::info!("listening on {} (redis {})", args.listen, args.redis);
+    let mode = if args.cluster { "cluster" } else { "single" };
+    log::info!("listening on {} (redis {mode} {})", args.listen, args.redis);
     server::run(listener, store, shutdown).await;
     Ok(())
 }

@@ -261,13 +261,27 @@ async fn the_script_agrees_with_the_model_over_random_runs() {
             let (now, got) = run(&store, &rules).await;
             let expected = model::check(&mut state, &rules, u128::from(now));
             assert_eq!(got, expected, "run {run_no}: {rules:?}");
-            for (r, s) in rules.iter().zip(&state) {
-                if got.iter().all(|o| o.allowed) {
-                    assert_eq!(stored(&valkey, &r.key), *s, "stored state of {}", r.key);
+            for ((r, s), o) in rules.iter().zip(&state).zip(&got) {
+                if !got.iter().all(|o| o.allowed) {
+                    continue;
+                }
+                match stored(&valkey, &r.key) {
+                    Some(bucket) => assert_eq!(Some(bucket), *s, "stored state of {}", r.key),
+                    // Gone already: only legitimate if it was due to expire by now.
+                    None => assert!(
+                        redis_now_ms(&valkey) >= now + o.full_ms,
+                        "{} expired early",
+                        r.key
+                    ),
                 }
             }
         }
     }
+}
+
+fn redis_now_ms(valkey: &Valkey) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut valkey.connection()).unwrap();
+    s * 1000 + us / 1000
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

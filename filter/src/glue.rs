@@ -211,18 +211,20 @@ impl Context for Request {
     fn on_http_call_response(
         &mut self,
         _token: u32,
-        _headers: usize,
+        num_headers: usize,
         body_size: usize,
         _trailers: usize,
     ) {
-        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
-            .ok()
-            .flatten()
+        // A reset callout comes back with no headers, and then Envoy has no reply map at
+        // all: reading it answers BadArgument, on which the SDK panics. Don't ask.
+        let status = (num_headers > 0)
+            .then(|| hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status"))
+            .and_then(|r| r.ok().flatten())
             .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
         let size = body_size.min(protocol::MAX_REPLY_LEN + 1);
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size)
-            .ok()
-            .flatten()
+        let body = (size > 0)
+            .then(|| hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size))
+            .and_then(|r| r.ok().flatten())
             .unwrap_or_default();
         let verdict = with_worker(&self.shared, |worker| {
             self.check

@@ -21,3 +21,18 @@ def stack_of():
     yield make
     for stack in started:
         stack.close()
+
+
+@pytest.fixture
+def stack_of_cluster():
+    """A one-gateway stack whose bridge uses a (started) ValkeyCluster."""
+    started = []
+
+    def make(plugin, cluster):
+        stack = Stack(plugin, gateways=1, cluster=cluster)
+        started.append(stack)
+        return stack.start()
+
+    yield make
+    for stack in started:
+        stack.close()

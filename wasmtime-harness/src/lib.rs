@@ -1,1 +1,26 @@
-//! A native proxy-wasm host on wasmtime.
+//! A native proxy-wasm host (ABI 0.2.1, plus Higress's redis call) on wasmtime, to drive
+//! the real `ratelimit.wasm` from `cargo test` without Envoy.
+//!
+//! All host state lives in the wasmtime `Store` of one [`Host`], so tests run in parallel;
+//! every callback's fuel is metered; a guest trap is an error carrying its last log lines.
+
+pub mod abi;
+pub mod callout;
+pub mod error;
+pub mod host;
+mod hostcalls;
+pub mod live;
+mod memory;
+pub mod redis;
+pub mod state;
+pub mod stream;
+pub mod wasm;
+
+pub use abi::{Action, LogLevel, MapType, Pair, Status};
+pub use callout::{CallResponse, Callout, CalloutState};
+pub use error::HarnessError;
+pub use host::Host;
+pub use hostcalls::wasi::ProcExit;
+pub use state::{Event, HostState, LocalReply, Stream};
+pub use stream::pairs;
+pub use wasm::Wasm;

@@ -1,0 +1,91 @@
+"""The limiter on a Valkey Cluster: buckets spread over every primary, exact counts,
+all-or-nothing across nodes, and recovery from the loss of a primary."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from cluster import ValkeyCluster
+from stack import Stack
+from test_e2e import plugin, rule
+
+
+@pytest.fixture
+def cluster_of():
+    started = []
+
+    def make(primaries, replicas=0):
+        cluster = ValkeyCluster(primaries, replicas)
+        started.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in started:
+        cluster.close()
+
+
+def test_buckets_spread_over_all_primaries_with_exact_counts(cluster_of, stack_of_cluster):
+    cluster = cluster_of(3)
+    stack = stack_of_cluster(plugin(rule("per-user", ["user"], 3)), cluster)
+    for n in range(30):
+        user = {"x-user-id": f"user{n}"}
+        got = [stack.get(0, "/", user)[0] for _ in range(5)]
+        assert got == [200, 200, 200, 429, 429], f"user{n}: {got}"
+    sizes = [p.cmd("DBSIZE") for p in cluster.primaries]
+    print(f"buckets per primary: {sizes}")
+    assert all(size > 0 for size in sizes)
+    assert sum(sizes) == 30
+
+
+def test_a_check_spanning_nodes_is_all_or_nothing(cluster_of, stack_of_cluster):
+    cluster = cluster_of(3)
+    stack = stack_of_cluster(plugin(rule("per-user", ["user"], 100), rule("per-ip", ["ip"], 2)), cluster)
+    ip_node = cluster.node_of("rl:per-ip:127.0.0.9")
+    user = next(f"u{n}" for n in range(1000) if cluster.node_of(f"rl:per-user:u{n}") is not ip_node)
+    headers = {"x-user-id": user}
+    assert [stack.get(0, "/", headers, source="127.0.0.9")[0] for _ in range(6)] == [200, 200] + [429] * 4
+    units = cluster.node_of(f"rl:per-user:{user}").cmd("GET", f"rl:per-user:{user}").split(" ")[0]
+    # 100 per hour: a token is 36000 units. The denied requests took nothing from the user.
+    assert int(units) // 36000 == 98
+
+
+def hard_kill(node):
+    os.killpg(node.process.proc.pid, signal.SIGKILL)
+    node.process.proc.wait()
+
+
+def test_the_limiter_recovers_by_itself_when_a_primary_dies(cluster_of, stack_of_cluster):
+    cluster = cluster_of(3, replicas=1)
+    breaker = {"failures": 5, "open_ms": 100, "max_open_ms": 500}
+    stack = stack_of_cluster(plugin(rule("per-user", ["user"], 1000), rule("per-key", ["api_key"], 5),
+                                    timeout_ms=500, circuit_breaker=breaker), cluster)
+    victim = cluster.primaries[0]
+    users = [f"v{n}" for n in range(2000) if cluster.node_of(f"rl:per-user:v{n}") is victim][:20]
+    for u in users:
+        assert stack.get(0, "/", {"x-user-id": u})[0] == 200
+    hard_kill(victim)
+    killed = time.monotonic()
+    failed, recovered_at, n = 0, None, 0
+    while time.monotonic() - killed < 60:
+        status = stack.get(0, "/", {"x-user-id": users[n % len(users)]})[0]
+        n += 1
+        assert status in (200, 503)
+        if status == 503:
+            failed, recovered_at = failed + 1, None
+        elif recovered_at is None:
+            recovered_at = time.monotonic()
+        elif time.monotonic() - recovered_at > 2:
+            break  # two seconds without a failure
+    assert recovered_at is not None, "never recovered"
+    recovery = recovered_at - killed
+    print(f"recovered {recovery:.1f}s after the primary died; {failed} of {n} requests "
+          "answered by failure_mode closed meanwhile")
+    assert recovery < 20
+    # Correct limiting on the promoted replica: a new client gets exactly its burst.
+    promoted = [r.port for r in cluster.replicas if r.alive()]
+    key = next(f"k{n}" for n in range(5000) if cluster.node_of(f"rl:per-key:k{n}").port in promoted
+               and cluster.node_of(f"rl:per-key:k{n}").cmd("ROLE")[0] == "master")
+    got = [stack.get(0, "/", {"x-api-key": key})[0] for _ in range(8)]
+    assert got == [200] * 5 + [429] * 3
