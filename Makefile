@@ -14,7 +14,7 @@ BRIDGE := dist/ratelimit-bridge
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 
-.PHONY: all build setup test test-unit test-e2e lint demo testbed clean
+.PHONY: all build setup test test-unit test-wasm test-e2e lint demo testbed clean
 
 all: build
 
@@ -40,11 +40,19 @@ build: .rust-target
 	cp target/release/ratelimit-bridge $(BRIDGE)
 	@ls -l $(WASM) $(BRIDGE)
 
-## test: every test: unit, Lua script on a real Valkey, end to end in real Envoy
-test: setup build lint test-unit test-e2e
+## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
+## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster)
+test: setup build lint test-unit test-wasm test-e2e
 
-test-unit: setup
+# The harness tests load dist/ratelimit.wasm, hence `build`.
+test-unit: setup build
 	$(CARGO) test --workspace
+
+# The filter's unit tests compiled to wasm32-wasip1, run by the harness's WASI runner.
+test-wasm: .rust-target
+	$(CARGO) build -p wasmtime-harness --bin wasi-run
+	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
+		$(CARGO) test -p ratelimit-filter --target $(WASM_TARGET)
 
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests
@@ -64,3 +72,18 @@ testbed: setup build
 
 clean:
 	rm -rf dist target $(VENV) .rust-target
+
+## bench: the performance report (bench/REPORT.md + bench/latency.svg), ~10 minutes
+## bench-smoke: the bench scripts for ~1 s per configuration, asserting sane output
+.PHONY: bench bench-smoke bench-build
+bench-build: setup build
+	$(CARGO) build --release -p ratelimit-bench
+	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-bench-noop
+	@# Fuel comes from the wasmtime harness; the bench reports it missing if it fails to build.
+	-$(CARGO) build -p ratelimit-bench-fuel || rm -f target/debug/wasm-fuel
+
+bench: bench-build
+	$(PY) bench/run.py
+
+bench-smoke: bench-build
+	$(PY) bench/run.py --smoke
