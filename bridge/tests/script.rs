@@ -6,7 +6,7 @@
 mod common;
 
 use common::model::{self, Bucket};
-use common::Valkey;
+use common::{Connect, Valkey};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use ratelimit_bridge::wire::{RuleOutcome, RuleSpec};
 use std::time::Duration;

@@ -253,3 +253,28 @@ fn guests_without_state_share_nothing() {
     assert_eq!(a.state().shared.len(), 1);
     assert!(b.state().shared.is_empty());
 }
+
+#[test]
+fn a_redis_call_runs_live_against_a_real_valkey() {
+    let valkey = test_support::Valkey::start();
+    let wasm = guest(
+        r#"(func (export "proxy_on_context_create") (param i32 i32))
+           (func (export "call")
+             (drop (call $redis_init (i32.const 64) (i32.const 5) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 500)))
+             (global.set 1 (call $redis_call (i32.const 64) (i32.const 5) (i32.const 80) (i32.const 14) (i32.const 200))))
+           (func (export "proxy_on_redis_call_response") (param i32 i32 i32 i32)
+             (global.set 1 (call $get_buffer (i32.const 9) (i32.const 0) (local.get 3) (i32.const 204) (i32.const 208))))"#,
+    );
+    let mut host = Host::new(&wasm).unwrap();
+    host.start(b"").unwrap();
+    host.call::<(), ()>("call", 1, ()).unwrap();
+    let token = host.state().redis.calls[0].token;
+    // The guest's RESP query (PING) went to the real server; its reply reached the guest.
+    assert_eq!(
+        host.forward_redis(token, valkey.addr()).unwrap(),
+        b"+PONG\r\n"
+    );
+    assert_eq!(status(&mut host), 0);
+    let ptr = u32::from_le_bytes(host.read_memory(204, 4).unwrap().try_into().unwrap());
+    assert_eq!(host.read_memory(ptr, 7).unwrap(), b"+PONG\r\n");
+}

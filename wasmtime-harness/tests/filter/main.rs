@@ -10,3 +10,4 @@ mod envoy;
 mod failures;
 mod identity;
 mod live;
+mod stack;

@@ -1,0 +1,174 @@
+//! Real servers for the Rust tests: a Valkey (or Redis) server and the built
+//! `ratelimit-bridge`, each on a free loopback port, stopped when dropped. Test-only code:
+//! it fails loudly, with how to fix the environment.
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A program given by `$var` (the Makefile sets it), else `default` under the repository,
+/// else `names` on the PATH.
+fn program(var: &str, default: &str, names: &[&str]) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        return path.into();
+    }
+    let local = repo_root().join(default);
+    if local.exists() {
+        return local;
+    }
+    for name in names {
+        let found = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.exists());
+        if let Some(found) = found {
+            return found;
+        }
+    }
+    panic!("no {default}: run `make setup build` (or set {var})");
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// A child process killed when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(child: &mut Child, ready: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false; // e.g. the port was taken after all
+        }
+        if ready() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Sends `request` and reads the answer until the peer closes or `done` says enough.
+fn exchange(addr: SocketAddr, request: &[u8], done: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    conn.write_all(request).ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !done(&reply) {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(reply)
+}
+
+/// A Valkey server that lives as long as this value.
+pub struct Valkey {
+    _child: Guard,
+    pub port: u16,
+}
+
+impl Valkey {
+    pub fn start() -> Valkey {
+        let binary = program(
+            "RATELIMIT_VALKEY",
+            ".venv/bin/valkey-server",
+            &["valkey-server", "redis-server"],
+        );
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start valkey-server");
+            let mut guard = Guard(child);
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let pong = || {
+                exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
+                    .is_some_and(|r| r.starts_with(b"+PONG"))
+            };
+            if wait_until(&mut guard.0, pong) {
+                return Valkey {
+                    _child: guard,
+                    port,
+                };
+            }
+        }
+        panic!("valkey-server did not start");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+/// The built `dist/ratelimit-bridge`, serving one Redis URL.
+pub struct Bridge {
+    _child: Guard,
+    pub addr: SocketAddr,
+}
+
+impl Bridge {
+    pub fn start(redis_url: &str) -> Bridge {
+        let binary = program(
+            "RATELIMIT_BRIDGE",
+            "dist/ratelimit-bridge",
+            &["ratelimit-bridge"],
+        );
+        for _ in 0..5 {
+            let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let child = Command::new(&binary)
+                .args(["--listen", &addr.to_string(), "--redis", redis_url])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start ratelimit-bridge");
+            let mut guard = Guard(child);
+            let healthy = || {
+                exchange(
+                    addr,
+                    b"GET /healthz HTTP/1.1\r\nhost: b\r\nconnection: close\r\n\r\n",
+                    |_| false,
+                )
+                .is_some_and(|r| r.starts_with(b"HTTP/1.1 200"))
+            };
+            if wait_until(&mut guard.0, healthy) {
+                return Bridge {
+                    _child: guard,
+                    addr,
+                };
+            }
+        }
+        panic!("ratelimit-bridge did not start");
+    }
+}
