@@ -1,26 +1,8 @@
 use super::*;
 
-/// The configuration of the core issue, exactly as users will write it.
-pub(crate) const EXAMPLE: &str = r#"{
-  "backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
-  "failure_mode": "closed",
-  "key_prefix": "rl",
-  "identity": {
-    "user":    {"header": "x-user-id"},
-    "api_key": {"header": "x-api-key"},
-    "ip":      {"source": "peer"}
-  },
-  "rules": [
-    {"name": "per-user", "key": ["user"], "match": {"path_prefix": "/api/"},
-     "limit": {"requests": 100, "per": "1m"}},
-    {"name": "search-per-ip", "key": ["ip"],
-     "match": {"path_prefix": "/api/search", "methods": ["GET"]},
-     "limit": {"requests": 10, "per": "1m", "burst": 10}},
-    {"name": "uploads", "key": ["api_key"], "cost": 5,
-     "limit": {"requests": 50, "per": "1h"}},
-    {"name": "global", "key": [], "limit": {"requests": 50000, "per": "1s"}}
-  ]
-}"#;
+/// The configuration of the core issue, exactly as users will write it (also used by the
+/// wasmtime harness's tests).
+pub(crate) const EXAMPLE: &str = include_str!("../example-config.json");
 
 fn refused(json: &str) -> ConfigError {
     match Config::parse(json.as_bytes()) {

@@ -213,17 +213,22 @@ fn a_trap_is_an_error_with_the_guest_log_and_unserved_imports_are_named() {
     );
 }
 
-#[test]
-fn redis_calls_are_captured_and_answered_on_the_root_context() {
-    let wasm = guest(
-        r#"(global $reply_status (mut i32) (i32.const -1))
-           (func (export "proxy_on_context_create") (param i32 i32))
+/// A guest whose `call` sends `PING` through the redis call and whose callback copies the
+/// reply (buffer 9) into its memory, leaving the pointer at 204.
+fn redis_guest() -> Wasm {
+    guest(
+        r#"(func (export "proxy_on_context_create") (param i32 i32))
            (func (export "call")
-             (drop (call $redis_init (i32.const 64) (i32.const 5) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 50)))
+             (drop (call $redis_init (i32.const 64) (i32.const 5) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 500)))
              (global.set 1 (call $redis_call (i32.const 64) (i32.const 5) (i32.const 80) (i32.const 14) (i32.const 200))))
            (func (export "proxy_on_redis_call_response") (param i32 i32 i32 i32)
              (global.set 1 (call $get_buffer (i32.const 9) (i32.const 0) (local.get 3) (i32.const 204) (i32.const 208))))"#,
-    );
+    )
+}
+
+#[test]
+fn redis_calls_are_captured_and_answered_on_the_root_context() {
+    let wasm = redis_guest();
     let mut host = Host::new(&wasm).unwrap();
     host.start(b"").unwrap();
     host.call::<(), ()>("call", 1, ()).unwrap();
@@ -257,14 +262,7 @@ fn guests_without_state_share_nothing() {
 #[test]
 fn a_redis_call_runs_live_against_a_real_valkey() {
     let valkey = test_support::Valkey::start();
-    let wasm = guest(
-        r#"(func (export "proxy_on_context_create") (param i32 i32))
-           (func (export "call")
-             (drop (call $redis_init (i32.const 64) (i32.const 5) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 500)))
-             (global.set 1 (call $redis_call (i32.const 64) (i32.const 5) (i32.const 80) (i32.const 14) (i32.const 200))))
-           (func (export "proxy_on_redis_call_response") (param i32 i32 i32 i32)
-             (global.set 1 (call $get_buffer (i32.const 9) (i32.const 0) (local.get 3) (i32.const 204) (i32.const 208))))"#,
-    );
+    let wasm = redis_guest();
     let mut host = Host::new(&wasm).unwrap();
     host.start(b"").unwrap();
     host.call::<(), ()>("call", 1, ()).unwrap();

@@ -15,25 +15,7 @@ pub fn wasm() -> &'static Wasm {
 
 /// The issue's example: per-user on /api/, search-per-ip on GET /api/search, uploads by
 /// api key with cost 5, and a global rule.
-pub const EXAMPLE: &str = r#"{
-  "backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
-  "failure_mode": "closed",
-  "identity": {
-    "user":    {"header": "x-user-id"},
-    "api_key": {"header": "x-api-key"},
-    "ip":      {"source": "peer"}
-  },
-  "rules": [
-    {"name": "per-user", "key": ["user"], "match": {"path_prefix": "/api/"},
-     "limit": {"requests": 100, "per": "1m"}},
-    {"name": "search-per-ip", "key": ["ip"],
-     "match": {"path_prefix": "/api/search", "methods": ["GET"]},
-     "limit": {"requests": 10, "per": "1m", "burst": 10}},
-    {"name": "uploads", "key": ["api_key"], "cost": 5,
-     "limit": {"requests": 50, "per": "1h"}},
-    {"name": "global", "key": [], "limit": {"requests": 50000, "per": "1s"}}
-  ]
-}"#;
+pub const EXAMPLE: &str = include_str!("../../../filter/example-config.json");
 
 /// One rule `r` (10 per minute) keyed on one identity `id` defined by `identity`.
 pub fn one_rule(identity: &str, failure_mode: &str) -> String {
