@@ -141,3 +141,36 @@ fn a_reset_callout_applies_the_failure_mode_without_trapping() {
         assert_failure_mode(&host, id, open_mode);
     }
 }
+
+#[test]
+fn an_open_breaker_makes_no_callout_until_its_probe() {
+    // Default breaker: five failures open it for one second.
+    let mut host = closed();
+    for _ in 0..5 {
+        let (_, token) = paused(&mut host, "GET", "/", &[("x-user-id", "u")]);
+        host.fail_callout(token).unwrap();
+    }
+    let before = host.callouts().len();
+    for _ in 0..20 {
+        let (id, action) = host.request("GET", "/", &[("x-user-id", "u")]).unwrap();
+        assert_eq!(action, Action::Pause, "answered locally");
+        assert_eq!(host.stream(id).unwrap().local_reply().unwrap().status, 503);
+    }
+    assert_eq!(
+        host.callouts().len(),
+        before,
+        "no callout while the breaker is open"
+    );
+    host.advance(std::time::Duration::from_secs(1)).unwrap();
+    let (id, token) = paused(&mut host, "GET", "/", &[("x-user-id", "u")]);
+    host.answer(token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
+        .unwrap();
+    assert!(host.stream(id).unwrap().resumed(), "the probe went through");
+    let (_, action) = host.request("GET", "/", &[("x-user-id", "u")]).unwrap();
+    assert_eq!(action, Action::Pause);
+    assert_eq!(
+        host.callouts().len(),
+        before + 2,
+        "closed again: calling out"
+    );
+}
