@@ -26,6 +26,30 @@ impl Default for BreakerConfig {
     }
 }
 
+/// What `allow` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit {
+    /// Call out as usual.
+    Call,
+    /// Call out: this request tests whether the backend is back.
+    Probe,
+    /// Don't call out: apply the failure mode now.
+    Deny,
+}
+
+/// What a failure did to the breaker, so the caller logs transitions, not every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The first failure after a success.
+    FirstOfRun,
+    /// Another failure of a run.
+    Counted,
+    /// The breaker opened for this many milliseconds.
+    Opened(u64),
+    /// A late failure while open: no change.
+    Ignored,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Calling out; `failures` consecutive ones so far.
@@ -54,10 +78,10 @@ impl Breaker {
         }
     }
 
-    /// Whether this request may call out now.
-    pub fn allow(&mut self, now_ms: u64) -> bool {
+    /// Whether this request may call out now, and whether it is the probe.
+    pub fn allow(&mut self, now_ms: u64) -> Permit {
         match self.state {
-            State::Closed { .. } => true,
+            State::Closed { .. } => Permit::Call,
             State::Open {
                 until_ms,
                 interval_ms,
@@ -66,8 +90,9 @@ impl Breaker {
                     since_ms: now_ms,
                     interval_ms,
                 };
-                true
+                Permit::Probe
             }
+            // The probe's request vanished (stream reset): send another.
             State::Probing {
                 since_ms,
                 interval_ms,
@@ -76,36 +101,55 @@ impl Breaker {
                     since_ms: now_ms,
                     interval_ms,
                 };
-                true
+                Permit::Probe
             }
-            State::Open { .. } | State::Probing { .. } => false,
+            State::Open { .. } | State::Probing { .. } => Permit::Deny,
         }
     }
 
-    pub fn record_success(&mut self) {
+    /// A callout was answered: the backend works. Returns whether the breaker was open.
+    pub fn record_success(&mut self) -> bool {
+        let was_open = self.is_open();
         self.state = State::Closed { failures: 0 };
+        was_open
     }
 
-    pub fn record_failure(&mut self, now_ms: u64) {
+    /// A callout failed. Only failures of calls made while closed, and of the probe, count:
+    /// the late failures of calls sent before the breaker opened say nothing new.
+    pub fn record_failure(&mut self, now_ms: u64, was_probe: bool) -> Failure {
         if self.config.failures == 0 {
-            return;
+            return Failure::Counted;
         }
-        self.state = match self.state {
-            State::Closed { failures } if failures + 1 < self.config.failures => State::Closed {
-                failures: failures + 1,
-            },
-            State::Closed { .. } => State::Open {
-                until_ms: now_ms.saturating_add(self.config.open_ms),
-                interval_ms: self.config.open_ms,
-            },
-            State::Probing { interval_ms, .. } | State::Open { interval_ms, .. } => {
+        let (state, failure) = match self.state {
+            State::Closed { failures } if failures + 1 < self.config.failures => (
+                State::Closed {
+                    failures: failures + 1,
+                },
+                if failures == 0 {
+                    Failure::FirstOfRun
+                } else {
+                    Failure::Counted
+                },
+            ),
+            State::Closed { .. } => (
+                self.open(now_ms, self.config.open_ms),
+                Failure::Opened(self.config.open_ms),
+            ),
+            State::Probing { interval_ms, .. } if was_probe => {
                 let interval_ms = interval_ms.saturating_mul(2).min(self.config.max_open_ms);
-                State::Open {
-                    until_ms: now_ms.saturating_add(interval_ms),
-                    interval_ms,
-                }
+                (self.open(now_ms, interval_ms), Failure::Opened(interval_ms))
             }
+            state @ (State::Open { .. } | State::Probing { .. }) => (state, Failure::Ignored),
         };
+        self.state = state;
+        failure
+    }
+
+    fn open(&self, now_ms: u64, interval_ms: u64) -> State {
+        State::Open {
+            until_ms: now_ms.saturating_add(interval_ms),
+            interval_ms,
+        }
     }
 
     /// Whether the breaker is keeping requests from calling out.
@@ -129,68 +173,96 @@ mod tests {
         )
     }
 
+    fn open(b: &mut Breaker) {
+        for _ in 0..3 {
+            b.record_failure(0, false);
+        }
+        assert!(b.is_open());
+    }
+
     #[test]
     fn opens_after_the_configured_run_of_failures() {
         let mut b = breaker();
-        for _ in 0..2 {
-            assert!(b.allow(0));
-            b.record_failure(0);
-        }
+        assert_eq!(b.record_failure(0, false), Failure::FirstOfRun);
+        assert_eq!(b.record_failure(0, false), Failure::Counted);
         assert!(!b.is_open());
-        b.record_failure(0);
-        assert!(b.is_open());
-        assert!(!b.allow(50));
+        assert_eq!(b.record_failure(0, false), Failure::Opened(100));
+        assert_eq!(b.allow(50), Permit::Deny);
     }
 
     #[test]
     fn a_success_resets_the_run() {
         let mut b = breaker();
-        b.record_failure(0);
-        b.record_failure(0);
-        b.record_success();
-        b.record_failure(0);
-        b.record_failure(0);
+        b.record_failure(0, false);
+        b.record_failure(0, false);
+        assert!(!b.record_success());
+        b.record_failure(0, false);
+        b.record_failure(0, false);
         assert!(!b.is_open());
     }
 
     #[test]
     fn one_probe_at_a_time_then_close_on_success() {
         let mut b = breaker();
-        (0..3).for_each(|_| b.record_failure(0));
-        assert!(b.allow(100), "the first request after the interval probes");
-        assert!(!b.allow(101), "others short-circuit while it is in flight");
-        b.record_success();
-        assert!(!b.is_open());
-        assert!(b.allow(102));
+        open(&mut b);
+        assert_eq!(
+            b.allow(100),
+            Permit::Probe,
+            "the first request after the interval"
+        );
+        assert_eq!(
+            b.allow(101),
+            Permit::Deny,
+            "others wait while it is in flight"
+        );
+        assert!(b.record_success(), "it was open");
+        assert_eq!(b.allow(102), Permit::Call);
+    }
+
+    #[test]
+    fn late_failures_of_earlier_calls_do_not_extend_the_interval() {
+        let mut b = breaker();
+        open(&mut b);
+        for _ in 0..50 {
+            assert_eq!(b.record_failure(10, false), Failure::Ignored);
+        }
+        assert_eq!(b.allow(100), Permit::Probe, "still the first interval");
+        assert_eq!(
+            b.record_failure(101, false),
+            Failure::Ignored,
+            "not the probe"
+        );
+        assert_eq!(b.allow(102), Permit::Deny, "the probe is still in flight");
     }
 
     #[test]
     fn failed_probes_double_the_interval_up_to_the_ceiling() {
         let mut b = breaker();
-        (0..3).for_each(|_| b.record_failure(0));
-        let mut now = 0;
+        open(&mut b);
+        let mut now = 100;
         for interval in [200, 350, 350] {
-            now += if now == 0 { 100 } else { 0 };
-            assert!(b.allow(now));
-            b.record_failure(now);
-            assert!(
-                !b.allow(now + interval - 1),
-                "still open just before {interval} ms"
+            assert_eq!(b.allow(now), Permit::Probe);
+            assert_eq!(b.record_failure(now, true), Failure::Opened(interval));
+            assert_eq!(
+                b.allow(now + interval - 1),
+                Permit::Deny,
+                "open just before {interval} ms"
             );
             now += interval;
         }
-        assert!(b.allow(now));
+        assert_eq!(b.allow(now), Permit::Probe);
     }
 
     #[test]
     fn a_vanished_probe_does_not_wedge_the_breaker() {
         let mut b = breaker();
-        (0..3).for_each(|_| b.record_failure(0));
-        assert!(b.allow(100));
-        assert!(!b.allow(120));
-        assert!(
+        open(&mut b);
+        assert_eq!(b.allow(100), Permit::Probe);
+        assert_eq!(b.allow(120), Permit::Deny);
+        assert_eq!(
             b.allow(150),
-            "probe given up after twice the callout timeout"
+            Permit::Probe,
+            "given up after twice the callout timeout"
         );
     }
 
@@ -203,7 +275,9 @@ mod tests {
             },
             25,
         );
-        (0..100).for_each(|_| b.record_failure(0));
-        assert!(b.allow(0));
+        (0..100).for_each(|_| {
+            b.record_failure(0, false);
+        });
+        assert_eq!(b.allow(0), Permit::Call);
     }
 }

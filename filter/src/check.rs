@@ -4,7 +4,7 @@
 //! callout body it returns, and hands back the bridge's reply; everything it decides is
 //! testable natively.
 
-use crate::breaker::Breaker;
+use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
 use crate::identity::RequestView;
 use crate::local::{self, SharedData};
@@ -71,6 +71,8 @@ pub struct Check {
     pub response_headers: Vec<(&'static str, String)>,
     /// Set once the check has ended.
     pub outcome: Option<Outcome>,
+    /// This request's callout tests whether the backend is back (breaker half-open).
+    probe: bool,
 }
 
 impl Check {
@@ -80,9 +82,13 @@ impl Check {
         if self.planned.is_empty() {
             return Start::Skip;
         }
-        if !worker.breaker.allow(host.now_ms()) {
-            self.outcome = Some(Outcome::ShortCircuited);
-            return Start::Decided(self.failure_mode(config, host));
+        match worker.breaker.allow(host.now_ms()) {
+            Permit::Call => {}
+            Permit::Probe => self.probe = true,
+            Permit::Deny => {
+                self.outcome = Some(Outcome::ShortCircuited);
+                return Start::Decided(self.failure_mode(config, host));
+            }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
         protocol::encode_check(&mut body, &self.planned);
@@ -109,7 +115,9 @@ impl Check {
         match protocol::decode_reply(body, &[self.planned.len()]) {
             Ok(mut results) => match results.pop() {
                 Some(CheckResult::Checked { now_ms, rules }) => {
-                    worker.breaker.record_success();
+                    if worker.breaker.record_success() {
+                        log::info!("backend answers again: circuit closed");
+                    }
                     let verdict = self.decide(config, now_ms, &rules);
                     let denied = matches!(verdict, Verdict::Reply(_));
                     self.outcome = Some(if denied {
@@ -134,11 +142,17 @@ impl Check {
         host: &impl Host,
         reason: &str,
     ) -> Verdict {
-        log::warn!(
-            "check failed ({reason}); failure_mode {:?}",
-            config.failure_mode
-        );
-        worker.breaker.record_failure(host.now_ms());
+        // Log the transitions, not every request of an outage.
+        let mode = config.failure_mode;
+        match worker.breaker.record_failure(host.now_ms(), self.probe) {
+            Failure::FirstOfRun => log::warn!("check failed ({reason}); failure_mode {mode:?}"),
+            Failure::Opened(ms) => {
+                log::warn!(
+                    "check failed ({reason}); circuit open for {ms} ms, failure_mode {mode:?}"
+                )
+            }
+            Failure::Counted | Failure::Ignored => log::debug!("check failed ({reason})"),
+        }
         self.outcome = Some(Outcome::BackendFailed);
         self.failure_mode(config, host)
     }
