@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""`make bench`: the performance report of ratelimit.wasm, side by side with its baselines.
+
+Starts Valkey and the bridge through testbed/stack.py, one Envoy (`--concurrency 1`) per
+configuration, drives them with bench's `loadgen`, measures Redis, the bridge and the
+accuracy of the limit, then writes REPORT.md, results.json and latency.svg to --out.
+`--smoke` runs everything for a second or so and asserts the output is sane (and writes
+to a temporary directory unless --out is given). Every process started here is a
+stack.Process, stopped in `finally` on success, failure, Ctrl-C or SIGTERM.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "testbed"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stack  # noqa: E402
+import envoys  # noqa: E402
+import measure  # noqa: E402
+import report  # noqa: E402
+import smoke  # noqa: E402
+
+
+def settings(args):
+    if args.smoke:
+        return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
+                    bridge_duration=1.0, accuracy_duration=2.0, fuel=False)
+    return dict(rounds=args.rounds, duration=args.duration, warmup=2.0, redis_checks=100_000,
+                bridge_duration=8.0, accuracy_duration=10.0, fuel=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="1 s per configuration, assert sanity")
+    parser.add_argument("--out", help="directory for REPORT.md, results.json, latency.svg")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over configurations 1-6")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per configuration run")
+    args = parser.parse_args()
+    for path in (envoys.LOADGEN, envoys.NOOP_WASM):
+        if not path.exists():
+            sys.exit(f"{path} is missing: run `make bench` (it builds the bench crates)")
+    # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (a background
+    # job of a script); SIGTERM and SIGHUP exit through `finally` too.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
+
+    temp_out = args.smoke and not args.out
+    out = Path(args.out or (tempfile.mkdtemp(prefix="ratelimit-bench-smoke-") if temp_out
+                            else Path(__file__).resolve().parent))
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="ratelimit-bench-")
+    conf = settings(args)
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    ok = False
+    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir)
+    try:
+        bench_stack.start()
+        results = measure.run_all(bench_stack, workdir, conf)
+        results["bench_seconds"] = time.monotonic() - started
+        results["machine"]["load"] = [load_before, os.getloadavg()[0]]
+        results["settings"] = conf
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        report.write(out, results, smoke=args.smoke)
+        if args.smoke:
+            smoke.check(results, out)
+        ok = True
+    finally:
+        bench_stack.close()
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"bench failed; logs kept in {workdir}", file=sys.stderr)
+    print(f"wrote {out / 'REPORT.md'} and {out / 'latency.svg'} "
+          f"in {time.monotonic() - started:.0f} s")
+    if args.smoke:
+        print("smoke: ok")
+    if temp_out:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

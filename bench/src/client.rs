@@ -1,0 +1,187 @@
+//! The load: a fixed number of workers, each sending one request at a time on its own
+//! keep-alive HTTP/1.1 connection (or on a shared h2c connection, where every worker is
+//! one in-flight stream), for a fixed duration, optionally paced to a fixed total rate.
+
+use crate::stats::Record;
+use crate::template::Template;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper::header::{HeaderName, HOST};
+use hyper::{Method, Request, Uri};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Where requests go: loopback only, by house rule.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    /// `host:port`, for the Host header and the h2 `:authority`.
+    pub authority: String,
+    pub path: String,
+}
+
+impl Target {
+    /// Parses `http://127.0.0.1:PORT/path`; any other host is refused.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("--url {url}: {e}"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(format!("--url {url}: only http:// is supported"));
+        }
+        let authority = uri
+            .authority()
+            .ok_or_else(|| format!("--url {url}: no host"))?;
+        if authority.host() != "127.0.0.1" {
+            return Err(format!("--url {url}: only 127.0.0.1 may be targeted"));
+        }
+        let port = authority
+            .port_u16()
+            .ok_or_else(|| format!("--url {url}: no port"))?;
+        Ok(Target {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            authority: authority.to_string(),
+            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
+        })
+    }
+}
+
+/// Everything the workers share.
+pub struct Plan {
+    pub targets: Vec<Target>,
+    pub method: Method,
+    pub headers: Vec<(HeaderName, Template)>,
+    pub body: Option<Template>,
+    /// Requests in flight at any time (one per worker).
+    pub concurrency: usize,
+    /// Speak h2c, with every worker a stream on one connection per target.
+    pub h2: bool,
+    /// Requests per second across all workers; `None` sends as fast as answers come.
+    pub rate: Option<f64>,
+    /// Results before `measure_from` are discarded (warm-up); nothing is sent after `until`.
+    pub measure_from: Instant,
+    pub until: Instant,
+    /// The run-wide request number that templates render.
+    pub counter: AtomicU64,
+}
+
+/// One worker's way to send.
+pub enum Conn {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// Opens a connection to `target` in the plan's protocol.
+pub async fn connect(target: &Target, h2: bool) -> Result<Conn, String> {
+    let stream = TcpStream::connect(target.addr)
+        .await
+        .map_err(|e| format!("connect {}: {e}", target.addr))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| format!("nodelay: {e}"))?;
+    let io = TokioIo::new(stream);
+    if h2 {
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| format!("h2 handshake {}: {e}", target.addr))?;
+        tokio::spawn(conn);
+        Ok(Conn::H2(sender))
+    } else {
+        let (sender, conn) = http1::handshake(io)
+            .await
+            .map_err(|e| format!("handshake {}: {e}", target.addr))?;
+        tokio::spawn(conn);
+        Ok(Conn::H1(sender))
+    }
+}
+
+/// Sends requests until the plan's end; `index` spreads workers over targets and paces.
+pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
+    let mut record = Record::default();
+    let target = &plan.targets[index % plan.targets.len()];
+    let interval = plan
+        .rate
+        .map(|r| Duration::from_secs_f64(plan.concurrency as f64 / r));
+    let mut next = plan.rate.map(|r| {
+        let start = plan.measure_from.min(Instant::now());
+        start + Duration::from_secs_f64(index as f64 / r)
+    });
+    loop {
+        if let (Some(at), Some(step)) = (next.as_mut(), interval) {
+            tokio::time::sleep_until((*at).into()).await;
+            *at += step;
+        }
+        let sent = Instant::now();
+        if sent >= plan.until {
+            break;
+        }
+        let n = plan.counter.fetch_add(1, Ordering::Relaxed);
+        let outcome = send(&plan, target, &mut conn, n).await;
+        let measured = sent >= plan.measure_from;
+        match outcome {
+            Ok(status) if measured => {
+                record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
+                *record.statuses.entry(status).or_default() += 1;
+                let at = sent.duration_since(plan.measure_from).as_secs_f64();
+                record.first_send.get_or_insert(at);
+                record.last_send = Some(at);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if measured {
+                    record.errors += 1;
+                }
+                if record.errors <= 3 {
+                    eprintln!("loadgen: worker {index}: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if let Conn::H1(_) = conn {
+                    if let Ok(fresh) = connect(target, false).await {
+                        conn = fresh;
+                    }
+                }
+            }
+        }
+    }
+    record
+}
+
+/// One request and its whole response; returns the status.
+async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u16, String> {
+    let uri = match conn {
+        Conn::H1(_) => target.path.clone(),
+        Conn::H2(_) => format!("http://{}{}", target.authority, target.path),
+    };
+    let mut builder = Request::builder().method(plan.method.clone()).uri(uri);
+    if let Conn::H1(_) = conn {
+        builder = builder.header(HOST, target.authority.as_str());
+    }
+    for (name, value) in &plan.headers {
+        builder = builder.header(name, value.render(n));
+    }
+    let body = plan
+        .body
+        .as_ref()
+        .map_or_else(Bytes::new, |t| Bytes::from(t.render(n)));
+    let request = builder
+        .body(Full::new(body))
+        .map_err(|e| format!("bad request: {e}"))?;
+    let response = match conn {
+        Conn::H1(sender) => {
+            sender.ready().await.map_err(|e| format!("h1: {e}"))?;
+            sender.send_request(request).await
+        }
+        Conn::H2(sender) => sender.send_request(request).await,
+    }
+    .map_err(|e| format!("request: {e}"))?;
+    let status = response.status().as_u16();
+    response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?;
+    Ok(status)
+}
