@@ -260,3 +260,18 @@ fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
     );
     assert!(!worker.breaker.is_open());
 }
+
+#[test]
+fn extreme_numbers_from_the_bridge_do_not_overflow() {
+    let max = u64::MAX;
+    let allowed = format!("{max} 1,{max},{max},0 1,{max},{max},0 1,{max},{max},0\n");
+    let (check, verdict) = finish(&example("closed"), Some(200), allowed.as_bytes());
+    assert_eq!(verdict, Verdict::Resume);
+    assert_eq!(check.response_headers[2].1, (max / 1000 + 1).to_string());
+    let denied = format!("{max} 0,0,{max},{max} 1,1,1,0 1,1,1,0\n");
+    let (_, verdict) = finish(&example("closed"), Some(200), denied.as_bytes());
+    let Verdict::Reply(r) = verdict else {
+        panic!("not denied")
+    };
+    assert_eq!(header(&r, "retry-after"), (max / 1000 + 1).to_string());
+}

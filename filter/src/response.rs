@@ -36,7 +36,11 @@ pub fn rate_limit_headers(
     shown: &Shown<'_>,
     options: HeaderOptions,
 ) -> Vec<(&'static str, String)> {
-    let reset_unix_s = (shown.now_ms + shown.result.full_ms).div_ceil(1000);
+    // Both come from the bridge: saturate rather than trust them not to overflow.
+    let reset_unix_s = shown
+        .now_ms
+        .saturating_add(shown.result.full_ms)
+        .div_ceil(1000);
     let mut headers = vec![
         ("x-ratelimit-limit", shown.limit.burst.to_string()),
         ("x-ratelimit-remaining", shown.result.remaining.to_string()),
