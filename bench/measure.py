@@ -1,5 +1,5 @@
 """The measurements of `make bench`, each returning plain dicts for results.json:
-configurations 1-6 through Envoy, Redis cost per check, bridge throughput, accuracy of
+configurations 1-7 through Envoy, Redis cost per check, bridge throughput, accuracy of
 the limit across two gateways, and the wasm artifacts. Every process is a stack.Process
 stopped in `finally`.
 """
@@ -26,10 +26,11 @@ USERS = 10_000
 TIMEOUT_MS = 250
 
 
-def plugin(*rules, identity=None):
+def plugin(*rules, identity=None, max_inflight=0):
     """A plugin configuration whose rules are keyed by the `x-user-id` header by default."""
     return {
-        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": TIMEOUT_MS},
+        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": TIMEOUT_MS,
+                    "max_inflight": max_inflight},
         "failure_mode": "closed",
         "key_prefix": "bench",
         "identity": {"user": {"header": "x-user-id"}, **(identity or {})},
@@ -57,6 +58,10 @@ CONFIGS = [
      [f"x-user-id: u{{n % {USERS}}}", "x-tier: t{n % 2}"]),
     (6, "ratelimit.wasm, 1 key, denied", "ratelimit",
      plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: bench"]),
+    # Configuration 4 with callout coalescing: past 4 callouts in flight, the checks of a
+    # millisecond share one callout.
+    (7, "as 4, coalescing (max_inflight 4)", "ratelimit",
+     plugin({"name": "coalesced", "limit": UNLIMITED}, max_inflight=4), ["x-user-id: bench"]),
 ]
 
 
@@ -88,7 +93,7 @@ def loadgen(workdir, name, urls, duration, concurrency=CONCURRENCY, warmup=0.0, 
 
 
 def configurations(bench, workdir, conf):
-    """Configurations 1-6, `rounds` times in turn; each run after a warm-up."""
+    """Configurations 1-7, `rounds` times in turn; each run after a warm-up."""
     gateways = []
     runs = {c[0]: [] for c in CONFIGS}
     counters = {}
@@ -290,7 +295,7 @@ def machine(bench):
 
 
 def run_all(bench, workdir, conf):
-    print("configurations 1-6", flush=True)
+    print("configurations 1-7", flush=True)
     results = {"configs": configurations(bench, workdir, conf)}
     print("overload", flush=True)
     results["overload"] = overload(bench, workdir, conf)

@@ -34,7 +34,7 @@ def headline(configs):
                     f"| {statuses(c['status'])}{errors} |")
     by_id = {c["id"]: c for c in configs}
     added = [f"- config {i}: **+{(by_id[i]['p99'] - by_id[2]['p99']) / 1000:.2f} ms** over the no-op wasm "
-             f"(+{(by_id[i]['p99'] - by_id[1]['p99']) / 1000:.2f} ms over no filter)" for i in (4, 5, 6)]
+             f"(+{(by_id[i]['p99'] - by_id[1]['p99']) / 1000:.2f} ms over no filter)" for i in (4, 5, 6, 7)]
     failures = [f"- config {c['id']}: {statuses(c['status']).split('503: ')[1].split(',')[0]} "
                 f"503s; the filter's counters over all rounds: {counters(c['counters'])}"
                 for c in configs if "503" in c["status"]]
@@ -138,10 +138,10 @@ Everything (load generator, Envoy, bridge, Valkey) shares these cores on loopbac
 absolute numbers drift with the machine and its neighbours: compare **ratios** across runs.
 1-minute load average before the run {m['load'][0]:.2f}, after it {m['load'][1]:.2f}{busy(m['load'])}.
 
-## Envoy configurations 1-6
+## Envoy configurations 1-7
 
 `loadgen` (bench/src, one thread) keeps {16} keep-alive HTTP/1.1 requests in flight for
-{s['duration']:g} s after a {s['warmup']:g} s warm-up, {s['rounds']} round(s) over the six
+{s['duration']:g} s after a {s['warmup']:g} s warm-up, {s['rounds']} round(s) over the seven
 configurations in turn; each number is the median over the rounds (req/s range in brackets).
 Configurations 4-6 go through the bridge (`--threads 1`) and Valkey; `timeout_ms` {TIMEOUT_MS},
 `failure_mode` closed, so a slow check shows up as a 503.

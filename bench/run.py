@@ -41,7 +41,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="1 s per configuration, assert sanity")
     parser.add_argument("--out", help="directory for REPORT.md, results.json, latency.svg")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over configurations 1-6")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over configurations 1-7")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per configuration run")
     args = parser.parse_args()
     for path in (envoys.LOADGEN, envoys.NOOP_WASM):

@@ -95,8 +95,8 @@ impl Check {
         Start::Callout(body)
     }
 
-    /// Decides from the bridge's reply (`status` is the HTTP status, `None` when the
-    /// callout failed or timed out).
+    /// Decides from the bridge's reply to this check alone (`status` is the HTTP status,
+    /// `None` when the callout failed or timed out).
     pub fn finish(
         &mut self,
         config: &Config,
@@ -105,32 +105,41 @@ impl Check {
         status: Option<u32>,
         body: &[u8],
     ) -> Verdict {
-        if status != Some(200) {
-            let reason = match status {
-                Some(s) => format!("bridge answered HTTP {s}"),
-                None => "callout failed or timed out".to_string(),
-            };
-            return self.fail(config, worker, host, &reason);
-        }
-        match protocol::decode_reply(body, &[self.planned.len()]) {
-            Ok(mut results) => match results.pop() {
-                Some(CheckResult::Checked { now_ms, rules }) => {
-                    if worker.breaker.record_success() {
-                        log::info!("backend answers again: circuit closed");
-                    }
-                    let verdict = self.decide(config, now_ms, &rules);
-                    let denied = matches!(verdict, Verdict::Reply(_));
-                    self.outcome = Some(if denied {
-                        Outcome::Denied
-                    } else {
-                        Outcome::Allowed
-                    });
-                    verdict
+        let result = decode_callout(status, body, &[self.planned.len()])
+            .and_then(|mut results| results.pop().ok_or_else(|| "empty reply".to_string()));
+        self.conclude(config, worker, host, result)
+    }
+
+    /// How many rules this check sent (its line of a batched reply must answer as many).
+    pub fn rule_count(&self) -> usize {
+        self.planned.len()
+    }
+
+    /// Decides from this check's result, or from why the backend could not give one.
+    pub fn conclude(
+        &mut self,
+        config: &Config,
+        worker: &mut Worker,
+        host: &impl Host,
+        result: Result<CheckResult, String>,
+    ) -> Verdict {
+        match result {
+            Ok(CheckResult::Checked { now_ms, rules }) => {
+                if worker.breaker.record_success() {
+                    log::info!("backend answers again: circuit closed");
                 }
-                Some(CheckResult::Failed(reason)) => self.fail(config, worker, host, &reason),
-                None => self.fail(config, worker, host, "empty reply"),
-            },
-            Err(bad) => self.fail(config, worker, host, bad.0),
+                let verdict = self.decide(config, now_ms, &rules);
+                let denied = matches!(verdict, Verdict::Reply(_));
+                self.outcome = Some(if denied {
+                    Outcome::Denied
+                } else {
+                    Outcome::Allowed
+                });
+                verdict
+            }
+            Ok(CheckResult::Failed(reason)) | Err(reason) => {
+                self.fail(config, worker, host, &reason)
+            }
         }
     }
 
@@ -199,6 +208,20 @@ impl Check {
             self.response_headers = response::rate_limit_headers(&shown, config.headers);
         }
         Verdict::Resume
+    }
+}
+
+/// Decodes a callout's reply to checks of `rule_counts` rules each; the error says why the
+/// whole callout is unusable.
+pub fn decode_callout(
+    status: Option<u32>,
+    body: &[u8],
+    rule_counts: &[usize],
+) -> Result<Vec<CheckResult>, String> {
+    match status {
+        Some(200) => protocol::decode_reply(body, rule_counts).map_err(|bad| bad.0.to_string()),
+        Some(s) => Err(format!("bridge answered HTTP {s}")),
+        None => Err("callout failed or timed out".to_string()),
     }
 }
 

@@ -63,6 +63,8 @@ struct RawBackend {
     #[serde(default = "default_timeout_ms")]
     timeout_ms: u64,
     authority: Option<String>,
+    #[serde(default)]
+    max_inflight: u32,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -174,6 +176,9 @@ pub struct Backend {
     pub authority: String,
     /// Past this the callout is abandoned and the failure mode applies.
     pub timeout_ms: u64,
+    /// Callouts a worker keeps in flight before coalescing further checks into one
+    /// callout per millisecond; 0 turns coalescing off.
+    pub max_inflight: u32,
 }
 
 /// Where an identity's value comes from.
@@ -367,6 +372,7 @@ impl RawBackend {
             authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
             cluster: self.cluster,
             timeout_ms: self.timeout_ms,
+            max_inflight: self.max_inflight,
         })
     }
 }

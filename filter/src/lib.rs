@@ -3,6 +3,7 @@
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
+pub mod batch;
 pub mod breaker;
 pub mod check;
 pub mod config;

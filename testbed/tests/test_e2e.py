@@ -256,3 +256,30 @@ def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
     assert before["backend_failures"] == 3
     # 20 requests in less than the time of a single timed-out callout.
     assert elapsed < 1.0, f"{elapsed:.2f}s"
+
+
+def test_coalesced_checks_stay_exact_across_two_gateways(stack_of):
+    """With max_inflight 1, checks that arrive while a callout is in flight share the next
+    callout: fewer callouts than checks, the same exact total."""
+    config = plugin(rule("per-user", ["user"], 40))
+    config["backend"]["max_inflight"] = 1
+    stack = stack_of(config, gateways=2)
+    results = []
+    lock = threading.Lock()
+
+    def client(gateway):
+        for _ in range(15):
+            status = stack.get(gateway, "/api/feed", {"x-user-id": "batched"})[0]
+            with lock:
+                results.append(status)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(client, [0, 1] * 8))
+    assert sorted(set(results)) == [200, 429]
+    assert results.count(200) == 40
+    stats = [stack.stats(g) for g in (0, 1)]
+    callouts = sum(s["callouts"] for s in stats)
+    checks = sum(s["allowed"] + s["denied"] for s in stats)
+    print(f"{checks} checks in {callouts} callouts")
+    assert checks == 240
+    assert callouts < checks

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
+mod coalescing;
 mod common;
 mod config;
 mod decisions;
