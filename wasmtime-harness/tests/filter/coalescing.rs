@@ -32,18 +32,34 @@ fn checks_past_the_limit_leave_together_and_are_answered_one_by_one() {
     host.advance(Duration::from_millis(1)).unwrap();
     assert_eq!(host.callouts().len(), 2);
     let batch = host.callouts()[1].clone();
-    assert_eq!(batch.body_text(), "rl:r:b,10,1,6000,1\nrl:r:c,10,1,6000,1\n");
-    host.answer(batch.token, bridge(&format!("{NOW_MS} 1,9,6000,0\n{NOW_MS} 0,0,6000,6000")))
-        .unwrap();
+    assert_eq!(
+        batch.body_text(),
+        "rl:r:b,10,1,6000,1\nrl:r:c,10,1,6000,1\n"
+    );
+    host.answer(
+        batch.token,
+        bridge(&format!("{NOW_MS} 1,9,6000,0\n{NOW_MS} 0,0,6000,6000")),
+    )
+    .unwrap();
     assert!(host.stream(b).unwrap().resumed(), "{}", host.log_text());
     let denied = host.stream(c).unwrap().local_reply().unwrap().clone();
-    assert_eq!((denied.status, denied.header("retry-after").as_deref()), (429, Some("6")));
+    assert_eq!(
+        (denied.status, denied.header("retry-after").as_deref()),
+        (429, Some("6"))
+    );
     // b's response carries its own numbers.
-    host.response_headers(b, &[(":status", "200")], true).unwrap();
+    host.response_headers(b, &[(":status", "200")], true)
+        .unwrap();
     let headers = &host.stream(b).unwrap().response_headers;
-    assert!(headers.iter().any(|(k, v)| k == b"x-ratelimit-remaining" && v == b"9"), "{headers:?}");
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == b"x-ratelimit-remaining" && v == b"9"),
+        "{headers:?}"
+    );
     // The first request's own callout is answered independently.
-    host.answer(first, bridge(&format!("{NOW_MS} 1,8,6000,0"))).unwrap();
+    host.answer(first, bridge(&format!("{NOW_MS} 1,8,6000,0")))
+        .unwrap();
     assert!(host.stream(a).unwrap().resumed());
     // Nothing in flight now: the next check calls out at once again.
     paused(&mut host, "GET", "/", &[("x-user-id", "d")]);
@@ -60,7 +76,8 @@ fn a_request_that_leaves_while_waiting_is_not_sent() {
     host.advance(Duration::from_millis(1)).unwrap();
     let batch = host.callouts().last().unwrap().clone();
     assert_eq!(batch.body_text(), "rl:r:stays,10,1,6000,1\n");
-    host.answer(batch.token, bridge(&format!("{NOW_MS} 1,9,6000,0"))).unwrap();
+    host.answer(batch.token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
+        .unwrap();
     assert!(host.stream(stays).unwrap().resumed());
 }
 
@@ -72,7 +89,8 @@ fn a_failed_batch_applies_the_failure_mode_to_every_member() {
         let members = [waiting(&mut host, "b"), waiting(&mut host, "c")];
         host.advance(Duration::from_millis(1)).unwrap();
         let batch = host.callouts().last().unwrap().clone();
-        host.answer(batch.token, CallResponse::new(200, "garbage")).unwrap();
+        host.answer(batch.token, CallResponse::new(200, "garbage"))
+            .unwrap();
         for id in members {
             let stream = host.stream(id).unwrap();
             assert_eq!(stream.local_reply().map(|r| r.status), expect, "{mode}");
