@@ -143,7 +143,7 @@ absolute numbers drift with the machine and its neighbours: compare **ratios** a
 `loadgen` (bench/src, one thread) keeps {16} keep-alive HTTP/1.1 requests in flight for
 {s['duration']:g} s after a {s['warmup']:g} s warm-up, {s['rounds']} round(s) over the seven
 configurations in turn; each number is the median over the rounds (req/s range in brackets).
-Configurations 4-6 go through the bridge (`--threads 1`) and Valkey; `timeout_ms` {TIMEOUT_MS},
+Configurations 4-7 go through the bridge (`--threads 1`) and Valkey; `timeout_ms` {TIMEOUT_MS},
 `failure_mode` closed, so a slow check shows up as a 503.
 
 {headline(configs)}
