@@ -225,7 +225,11 @@ def main():
     print(f"logs in {stack.workdir}")
     print(f"try: curl -i -H 'x-user-id: alice' http://127.0.0.1:{stack.ports[0]}/api/profile")
     print("Ctrl-C stops everything.")
+    # Ctrl-C even when started as a background job (which inherits SIGINT ignored);
+    # SIGTERM and SIGHUP leave through `finally` as well.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
     try:
         while all(p.proc.poll() is None for p in [stack.valkey, stack.bridge, *stack.envoys]):
             time.sleep(0.5)
