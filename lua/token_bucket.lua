@@ -17,17 +17,17 @@
 -- range in which Lua's doubles hold integers exactly. Time is Redis's own clock, so
 -- gateways with skewed clocks agree.
 
-local function ceil_div(a, b)
+-- Exact integer division for 0 <= a, b < 2^53: the double a / b is within one unit of the
+-- true quotient and can only round up across an integer, so one correction step suffices.
+local function floor_div(a, b)
   local q = math.floor(a / b)
-  while q * b < a do q = q + 1 end
-  while q > 0 and (q - 1) * b >= a do q = q - 1 end
+  if q * b > a then q = q - 1 end
   return q
 end
 
-local function floor_div(a, b)
+local function ceil_div(a, b)
   local q = math.floor(a / b)
-  while q * b > a do q = q - 1 end
-  while (q + 1) * b <= a do q = q + 1 end
+  if q * b < a then q = q + 1 end
   return q
 end
 
@@ -69,17 +69,18 @@ for i = 1, n do
   local l, wait = level[i], 0
   if refund then
     l = math.min(cap[i], l + need[i])
-    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', math.max(1, ceil_div(cap[i] - l, num[i])))
   elseif admitted then
     l = l - need[i]
-    local full = ceil_div(cap[i] - l, num[i])
-    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', full)
   elseif l < need[i] then
     wait = ceil_div(need[i] - l, num[i])
   end
+  local full = ceil_div(cap[i] - l, num[i])
+  if refund or admitted then
+    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', math.max(1, full))
+  end
   if wait == 0 then out[#out + 1] = 1 else out[#out + 1] = 0 end
   out[#out + 1] = floor_div(l, den[i])
-  out[#out + 1] = ceil_div(cap[i] - l, num[i])
+  out[#out + 1] = full
   out[#out + 1] = wait
 end
 return out
