@@ -36,8 +36,9 @@ build: .rust-target
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
 	$(CARGO) build --release -p ratelimit-bridge
 	@mkdir -p dist
-	cp target/$(WASM_TARGET)/release/ratelimit_filter.wasm $(WASM)
-	cp target/release/ratelimit-bridge $(BRIDGE)
+	@# Replace, not overwrite: a running bridge keeps its old file ("text file busy").
+	cp target/$(WASM_TARGET)/release/ratelimit_filter.wasm $(WASM).new && mv -f $(WASM).new $(WASM)
+	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
 	@ls -l $(WASM) $(BRIDGE)
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the

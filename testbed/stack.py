@@ -196,7 +196,10 @@ class Stack:
         return request(self.ports[gateway], path, headers, **kw)
 
     def stats(self, gateway=0):
-        """The filter's counters on one gateway: {"allowed": 3, "callouts": 3, ...}."""
+        """The filter's counters on one gateway: {"allowed": 3, "callouts": 3, ...}. The
+        filter counts in wasm memory and hands the counts to Envoy on its tick (at most
+        every 100 ms), so this first waits out three ticks."""
+        time.sleep(0.3)
         body = request(self.admin_ports[gateway], "/stats?filter=wasmcustom.ratelimit")[2]
         pairs = (line.split(": ") for line in body.splitlines() if ": " in line)
         return {k.rsplit(".", 1)[1]: int(v) for k, v in pairs if v.isdigit()}

@@ -1,6 +1,7 @@
-//! ratelimit-bridge: a stateless HTTP service that runs ratelimit.wasm's checks as one
-//! atomic Lua script call each on Redis or Valkey.
+//! ratelimit-bridge: a stateless service that runs ratelimit.wasm's checks as atomic Lua
+//! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
 
+pub mod grpc;
 pub mod server;
 pub mod slot;
 pub mod store;

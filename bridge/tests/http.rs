@@ -1,46 +1,19 @@
-//! The bridge as the filter sees it: HTTP/1.1 and h2c on one port, strict input
-//! validation, `/healthz` following Redis, graceful shutdown.
+//! The bridge as the filter's HTTP transport sees it: HTTP/1.1 and h2c on one port, strict
+//! input validation, `/healthz` following Redis, graceful shutdown.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
 use bytes::Bytes;
+use common::server::start;
 use common::Valkey;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ratelimit_bridge::server;
-use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-
-struct Bridge {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-async fn start(redis_url: &str) -> Bridge {
-    let options = StoreOptions {
-        connect_timeout: Duration::from_millis(500),
-        response_timeout: Duration::from_secs(2),
-    };
-    let store = Store::new(redis_url, options).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::run(listener, store, async move {
-        let _ = stopped.await;
-    }));
-    Bridge {
-        addr,
-        stop: Some(stop),
-        task,
-    }
-}
+use tokio::net::TcpStream;
 
 fn req(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
     Request::builder()
@@ -102,9 +75,19 @@ async fn checks_answer_over_http1_and_h2c() {
 async fn bad_requests_are_refused_with_a_reason() {
     let valkey = Valkey::start();
     let bridge = start(&valkey.url()).await;
-    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "k,1,1,1,9\n")).await;
+    // A bad line fails alone; a body that is no batch at all fails the exchange.
+    let body = "k,1,1,1,9\nj,1,1,1,1\n";
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<&str> = reply.lines().collect();
+    assert!(
+        lines[0].starts_with("! check 1: ") && lines[0].contains("cost"),
+        "{reply}"
+    );
+    assert!(lines[1].contains(" 1,0,"), "{reply}");
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(reply.contains("cost"), "{reply}");
+    assert!(reply.contains("no check"), "{reply}");
     let huge = "x".repeat(ratelimit_bridge::wire::MAX_BODY + 1);
     let (status, _) = http1(bridge.addr, req(Method::POST, "/v1/check", &huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);

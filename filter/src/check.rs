@@ -46,8 +46,8 @@ pub enum Verdict {
 pub enum Start {
     /// No rule applies: let it through untouched.
     Skip,
-    /// Ask the bridge; the string is the callout body.
-    Callout(String),
+    /// Ask the bridge; the string is this check's line of an exchange.
+    Ask(String),
     /// Decided without the bridge (the circuit breaker is open).
     Decided(Verdict),
 }
@@ -92,22 +92,7 @@ impl Check {
         }
         let mut body = String::with_capacity(64 * self.planned.len());
         protocol::encode_check(&mut body, &self.planned);
-        Start::Callout(body)
-    }
-
-    /// Decides from the bridge's reply to this check alone (`status` is the HTTP status,
-    /// `None` when the callout failed or timed out).
-    pub fn finish(
-        &mut self,
-        config: &Config,
-        worker: &mut Worker,
-        host: &impl Host,
-        status: Option<u32>,
-        body: &[u8],
-    ) -> Verdict {
-        let result = decode_callout(status, body, &[self.planned.len()])
-            .and_then(|mut results| results.pop().ok_or_else(|| "empty reply".to_string()));
-        self.conclude(config, worker, host, result)
+        Start::Ask(body)
     }
 
     /// How many rules this check sent (its line of a batched reply must answer as many).
@@ -115,19 +100,21 @@ impl Check {
         self.planned.len()
     }
 
-    /// Decides from this check's result, or from why the backend could not give one.
+    /// Whether this check tests if the backend is back (breaker half-open).
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+
+    /// Decides from this check's line of the reply, or from why there is none. The
+    /// exchange it travelled in has been counted in the breaker already (`record_exchange`).
     pub fn conclude(
         &mut self,
         config: &Config,
-        worker: &mut Worker,
         host: &impl Host,
         result: Result<CheckResult, String>,
     ) -> Verdict {
         match result {
             Ok(CheckResult::Checked { now_ms, rules }) => {
-                if worker.breaker.record_success() {
-                    log::info!("backend answers again: circuit closed");
-                }
                 let verdict = self.decide(config, now_ms, &rules);
                 let denied = matches!(verdict, Verdict::Reply(_));
                 self.outcome = Some(if denied {
@@ -138,32 +125,11 @@ impl Check {
                 verdict
             }
             Ok(CheckResult::Failed(reason)) | Err(reason) => {
-                self.fail(config, worker, host, &reason)
+                log::debug!("check failed ({reason})");
+                self.outcome = Some(Outcome::BackendFailed);
+                self.failure_mode(config, host)
             }
         }
-    }
-
-    /// The backend could not decide: count it against the breaker, apply the failure mode.
-    pub fn fail(
-        &mut self,
-        config: &Config,
-        worker: &mut Worker,
-        host: &impl Host,
-        reason: &str,
-    ) -> Verdict {
-        // Log the transitions, not every request of an outage.
-        let mode = config.failure_mode;
-        match worker.breaker.record_failure(host.now_ms(), self.probe) {
-            Failure::FirstOfRun => log::warn!("check failed ({reason}); failure_mode {mode:?}"),
-            Failure::Opened(ms) => {
-                log::warn!(
-                    "check failed ({reason}); circuit open for {ms} ms, failure_mode {mode:?}"
-                )
-            }
-            Failure::Counted | Failure::Ignored => log::debug!("check failed ({reason})"),
-        }
-        self.outcome = Some(Outcome::BackendFailed);
-        self.failure_mode(config, host)
     }
 
     fn failure_mode(&mut self, config: &Config, host: &impl Host) -> Verdict {
@@ -222,6 +188,78 @@ pub fn decode_callout(
         Some(200) => protocol::decode_reply(body, rule_counts).map_err(|bad| bad.0.to_string()),
         Some(s) => Err(format!("bridge answered HTTP {s}")),
         None => Err("callout failed or timed out".to_string()),
+    }
+}
+
+/// Ends the checks of one exchange from its reply (or why there is none): the breaker of
+/// `config`'s worker counts the exchange once, then each check is decided from its own
+/// line under the configuration it started with. `members[i]` is `None` for a check whose
+/// request went away; the verdicts come back in the same order.
+pub fn conclude_exchange<'a>(
+    config: &Config,
+    worker: &mut Worker,
+    host: &impl Host,
+    reply: Result<Vec<CheckResult>, String>,
+    mut members: Vec<Option<(&'a Config, &'a mut Check)>>,
+) -> Vec<Option<Verdict>> {
+    let probe = members.iter().flatten().any(|(_, check)| check.probe);
+    record_exchange(
+        config,
+        worker,
+        host.now_ms(),
+        probe,
+        exchange_failure(&reply),
+    );
+    let results: Vec<Result<CheckResult, String>> = match reply {
+        Ok(results) => results.into_iter().map(Ok).collect(),
+        Err(reason) => vec![Err(reason); members.len()],
+    };
+    members
+        .iter_mut()
+        .zip(results)
+        .map(|(member, result)| {
+            let (config, check) = member.as_mut()?;
+            Some(check.conclude(config, host, result))
+        })
+        .collect()
+}
+
+/// Why an exchange counts as a backend failure, if it does: no usable reply, or a check
+/// the bridge could not run.
+pub fn exchange_failure(reply: &Result<Vec<CheckResult>, String>) -> Option<&str> {
+    match reply {
+        Err(reason) => Some(reason),
+        Ok(results) => results.iter().find_map(|r| match r {
+            CheckResult::Failed(reason) => Some(reason.as_str()),
+            CheckResult::Checked { .. } => None,
+        }),
+    }
+}
+
+/// Counts one exchange in the breaker: one success or one failure however many checks it
+/// carried, so a failed batch weighs what a failed single check does. `probe`: the
+/// exchange carried the half-open breaker's probe.
+pub fn record_exchange(
+    config: &Config,
+    worker: &mut Worker,
+    now_ms: u64,
+    probe: bool,
+    failure: Option<&str>,
+) {
+    let Some(reason) = failure else {
+        if worker.breaker.record_success() {
+            log::info!("backend answers again: circuit closed");
+        }
+        return;
+    };
+    // Log the transitions, not every exchange of an outage.
+    let mode = config.failure_mode;
+    match worker.breaker.record_failure(now_ms, probe) {
+        Failure::FirstOfRun => log::warn!("check failed ({reason}); failure_mode {mode:?}"),
+        Failure::Opened(ms) => {
+            log::warn!("check failed ({reason}); circuit open for {ms} ms, failure_mode {mode:?}")
+        }
+        Failure::Counted | Failure::Ignored => log::debug!("check failed ({reason})"),
     }
 }
 

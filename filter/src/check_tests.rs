@@ -61,7 +61,7 @@ fn example(failure_mode: &str) -> Config {
 fn started(config: &Config, host: &FakeHost) -> (Check, Worker, String) {
     let mut worker = Worker::new(config);
     let mut check = Check::default();
-    let Start::Callout(body) = check.start(config, &mut worker, host) else {
+    let Start::Ask(body) = check.start(config, &mut worker, host) else {
         panic!("no callout")
     };
     (check, worker, body)
@@ -70,8 +70,22 @@ fn started(config: &Config, host: &FakeHost) -> (Check, Worker, String) {
 fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Check, Verdict) {
     let host = host();
     let (mut check, mut worker, _) = started(config, &host);
-    let verdict = check.finish(config, &mut worker, &host, status, body);
+    let verdict = conclude(config, &mut worker, &host, &mut check, status, body);
     (check, verdict)
+}
+
+/// Ends `check` as the only member of an exchange answered with `status` and `body`.
+fn conclude(
+    config: &Config,
+    worker: &mut Worker,
+    host: &FakeHost,
+    check: &mut Check,
+    status: Option<u32>,
+    body: &[u8],
+) -> Verdict {
+    let reply = decode_callout(status, body, &[check.rule_count()]);
+    let mut verdicts = conclude_exchange(config, worker, host, reply, vec![Some((config, check))]);
+    verdicts.pop().flatten().unwrap()
 }
 
 fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
@@ -211,7 +225,7 @@ fn local_failure_mode_enforces_the_share_with_shared_buckets() {
     for _ in 0..8 {
         let mut check = Check::default();
         let verdict = match check.start(&c, &mut worker, &host) {
-            Start::Callout(_) => check.finish(&c, &mut worker, &host, None, b""),
+            Start::Ask(_) => conclude(&c, &mut worker, &host, &mut check, None, b""),
             Start::Decided(v) => v,
             Start::Skip => panic!("rules apply"),
         };
@@ -233,11 +247,8 @@ fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
     let mut worker = Worker::new(&c);
     for _ in 0..c.circuit_breaker.failures {
         let mut check = Check::default();
-        assert!(matches!(
-            check.start(&c, &mut worker, &host),
-            Start::Callout(_)
-        ));
-        check.finish(&c, &mut worker, &host, None, b"");
+        assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
+        conclude(&c, &mut worker, &host, &mut check, None, b"");
     }
     let mut check = Check::default();
     let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
@@ -247,14 +258,12 @@ fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
     assert_eq!(check.outcome, Some(Outcome::ShortCircuited));
     host.now.set(host.now.get() + c.circuit_breaker.open_ms);
     let mut probe = Check::default();
-    assert!(matches!(
-        probe.start(&c, &mut worker, &host),
-        Start::Callout(_)
-    ));
-    probe.finish(
+    assert!(matches!(probe.start(&c, &mut worker, &host), Start::Ask(_)));
+    conclude(
         &c,
         &mut worker,
         &host,
+        &mut probe,
         Some(200),
         b"1 1,1,1,0 1,1,1,0 1,1,1,0",
     );

@@ -4,35 +4,17 @@
 //! error naming the offending field (`rules[2].limit.per: ...`), so a bad config is refused at
 //! load and never half-applied.
 
+use crate::backend::{Backend, RawBackend};
 use crate::breaker::BreakerConfig;
+use crate::config_error::err;
+pub use crate::config_error::ConfigError;
 use crate::limit::{Limit, RawLimit};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::fmt;
 
-/// Upper bound on rules per request, mirrored by the bridge's own bound on rules per check.
-pub const MAX_RULES: usize = 32;
+/// Upper bound on rules per request: what one check of the wire format may carry.
+pub use ratelimit_protocol::MAX_RULES;
 const MAX_NAME_LEN: usize = 64;
-
-/// A configuration error: the JSON path of the field at fault and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub field: String,
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.problem)
-    }
-}
-
-fn err<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError {
-        field: field.into(),
-        problem: problem.into(),
-    })
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,21 +36,6 @@ struct RawConfig {
 
 fn default_prefix() -> String {
     "rl".into()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawBackend {
-    cluster: String,
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
-    authority: Option<String>,
-    #[serde(default)]
-    max_inflight: u32,
-}
-
-fn default_timeout_ms() -> u64 {
-    25
 }
 
 #[derive(Deserialize)]
@@ -165,20 +132,6 @@ impl Default for HeaderOptions {
             ietf_draft: false,
         }
     }
-}
-
-/// Where the bridge lives and how long a check may take.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
-    /// Envoy cluster name (or `host:port` on Kong) the callout goes to.
-    pub cluster: String,
-    /// `:authority` of the callout; Envoy routes on the cluster, but HTTP/2 needs one.
-    pub authority: String,
-    /// Past this the callout is abandoned and the failure mode applies.
-    pub timeout_ms: u64,
-    /// Callouts a worker keeps in flight before coalescing further checks into one
-    /// callout per millisecond; 0 turns coalescing off.
-    pub max_inflight: u32,
 }
 
 /// Where an identity's value comes from.
@@ -357,23 +310,6 @@ impl RawConfig {
             config.rules.push(rule);
         }
         Ok(config)
-    }
-}
-
-impl RawBackend {
-    fn validate(self) -> Result<Backend, ConfigError> {
-        if self.cluster.is_empty() {
-            return err("backend.cluster", "must name the bridge's cluster");
-        }
-        if !(1..=60_000).contains(&self.timeout_ms) {
-            return err("backend.timeout_ms", "must be between 1 and 60000");
-        }
-        Ok(Backend {
-            authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
-            cluster: self.cluster,
-            timeout_ms: self.timeout_ms,
-            max_inflight: self.max_inflight,
-        })
     }
 }
 

@@ -3,10 +3,13 @@
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
-pub mod batch;
+pub mod backend;
 pub mod breaker;
 pub mod check;
 pub mod config;
+pub mod config_error;
+pub mod counters;
+pub mod exchange;
 pub mod identity;
 pub mod jwt;
 pub mod limit;

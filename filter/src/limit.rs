@@ -5,7 +5,7 @@
 //! millisecond, where `num / den` is `requests / per_ms` reduced. Config validation keeps
 //! every quantity the Lua script handles below 2^53, the exact-integer range of its doubles.
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 use serde::Deserialize;
 
 /// Largest integer a Lua (double) number holds exactly.

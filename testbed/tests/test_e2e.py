@@ -251,18 +251,21 @@ def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
         hole[0].close()
         for conn in hole[1]:
             conn.close()
-    assert after["callouts"] == before["callouts"], "no callout while the breaker is open"
+    sent = lambda s: s.get("callouts", 0) + s.get("stream_messages", 0)  # noqa: E731
+    assert sent(after) == sent(before), "nothing sent while the breaker is open"
     assert after["short_circuits"] - before["short_circuits"] == 20
     assert before["backend_failures"] == 3
     # 20 requests in less than the time of a single timed-out callout.
     assert elapsed < 1.0, f"{elapsed:.2f}s"
 
 
-def test_coalesced_checks_stay_exact_across_two_gateways(stack_of):
-    """With max_inflight 1, checks that arrive while a callout is in flight share the next
-    callout: fewer callouts than checks, the same exact total."""
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_group_commit_stays_exact_across_two_gateways(stack_of, transport):
+    """Group commit is on by default (max_inflight 2): checks that arrive while exchanges
+    are out leave together in the next one. Fewer exchanges than checks, the same exact
+    total, on the gRPC stream (the default) and over HTTP callouts."""
     config = plugin(rule("per-user", ["user"], 40))
-    config["backend"]["max_inflight"] = 1
+    config["backend"]["transport"] = transport
     stack = stack_of(config, gateways=2)
     results = []
     lock = threading.Lock()
@@ -278,8 +281,10 @@ def test_coalesced_checks_stay_exact_across_two_gateways(stack_of):
     assert sorted(set(results)) == [200, 429]
     assert results.count(200) == 40
     stats = [stack.stats(g) for g in (0, 1)]
-    callouts = sum(s["callouts"] for s in stats)
+    via = "callouts" if transport == "http" else "stream_messages"
+    exchanges = sum(s.get(via, 0) for s in stats)
     checks = sum(s["allowed"] + s["denied"] for s in stats)
-    print(f"{checks} checks in {callouts} callouts")
+    print(f"{checks} checks in {exchanges} {via}")
     assert checks == 240
-    assert callouts < checks
+    assert sum(s["checks_sent"] for s in stats) == 240
+    assert exchanges < checks

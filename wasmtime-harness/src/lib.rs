@@ -7,6 +7,7 @@
 pub mod abi;
 pub mod callout;
 pub mod error;
+pub mod grpc;
 pub mod host;
 mod hostcalls;
 pub mod live;
@@ -19,6 +20,7 @@ pub mod wasm;
 pub use abi::{Action, LogLevel, MapType, Pair, Status};
 pub use callout::{CallResponse, Callout, CalloutState};
 pub use error::HarnessError;
+pub use grpc::GrpcStream;
 pub use host::Host;
 pub use hostcalls::wasi::ProcExit;
 pub use state::{Event, HostState, LocalReply, Stream};

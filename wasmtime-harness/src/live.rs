@@ -3,14 +3,65 @@
 //!
 //! Failures map to what Envoy's router would hand the filter: 503 when the bridge cannot be
 //! reached or drops the connection, 504 when it does not answer within the callout timeout.
+//!
+//! A gRPC stream message carries the same batch behind an id line (`id\n` + the
+//! `/v1/check` body); it is forwarded as that HTTP request and answered as `id\n` + the
+//! reply body, so one bridge endpoint serves both transports here.
 
-use crate::callout::{CallResponse, Callout};
+use crate::callout::{CallResponse, Callout, CalloutState};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Longest reply read from a bridge; more is a broken bridge.
 const MAX_REPLY: usize = 1 << 20;
+
+/// The bridge's batch check, which a stream message's body is.
+pub const CHECK_PATH: &str = "/v1/check";
+
+/// How long a forwarded stream message may take. Envoy has no per-message timeout; a test
+/// must not hang on a stuck bridge.
+const STREAM_MESSAGE_TIMEOUT_MS: u32 = 2_000;
+
+/// Forwards one stream message (`id\n` + batch) to the bridge at `addr` as a `POST` of the
+/// batch; the reply message (`id\n` + reply body), or why the stream fails.
+pub fn forward_message(
+    addr: SocketAddr,
+    upstream: &str,
+    message: &[u8],
+) -> Result<Vec<u8>, String> {
+    let Some(newline) = message.iter().position(|&b| b == b'\n') else {
+        return Err("stream message without an id line".into());
+    };
+    let (id_line, batch) = message.split_at(newline + 1);
+    let callout = Callout {
+        token: 0,
+        context_id: 0,
+        upstream: upstream.to_owned(),
+        headers: crate::stream::pairs(&[
+            (":method", "POST"),
+            (":path", CHECK_PATH),
+            (":authority", upstream),
+            ("content-type", "text/plain"),
+        ]),
+        body: batch.to_vec(),
+        trailers: Vec::new(),
+        timeout_ms: STREAM_MESSAGE_TIMEOUT_MS,
+        dispatched_ns: 0,
+        state: CalloutState::Pending,
+    };
+    let reply = forward(addr, &callout);
+    if reply.status() != Some(200) {
+        return Err(format!(
+            "bridge answered {}: {}",
+            reply.status().unwrap_or(0),
+            String::from_utf8_lossy(&reply.body)
+        ));
+    }
+    let mut out = id_line.to_vec();
+    out.extend_from_slice(&reply.body);
+    Ok(out)
+}
 
 /// Sends `callout` to `addr` and returns the reply as Envoy would deliver it.
 pub fn forward(addr: SocketAddr, callout: &Callout) -> CallResponse {

@@ -3,6 +3,7 @@
 
 use crate::abi::{LogLevel, MapType, Pair};
 use crate::callout::{CallResponse, Callout};
+use crate::grpc::GrpcState;
 use crate::redis::RedisState;
 use std::collections::BTreeMap;
 use wasmtime::{Memory, TypedFunc};
@@ -180,6 +181,8 @@ pub struct HostState {
     /// Contexts that called `proxy_done`.
     pub done_called: Vec<u32>,
     pub redis: RedisState,
+    /// gRPC streams the guest opened, and what is being delivered on them.
+    pub grpc: GrpcState,
     /// Deterministic `random_get` (xorshift state).
     pub random_state: u64,
     /// Bytes the guest wrote to fd 1 and 2 (panic messages land here when no hook runs).
@@ -233,6 +236,7 @@ impl Default for HostState {
             last_status: (0, Vec::new()),
             done_called: Vec::new(),
             redis: RedisState::default(),
+            grpc: GrpcState::default(),
             random_state: 0x9e37_79b9_7f4a_7c15,
             stdout: Vec::new(),
             stderr: Vec::new(),

@@ -2,11 +2,13 @@
 //! exposes, and the host calls that carry out a verdict. Every host error is handled here.
 
 use crate::check::{Host, Outcome, Verdict};
+use crate::counters::{Counter, Counters};
 use crate::identity::RequestView;
 use crate::local::SharedData;
 use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType};
+use std::cell::RefCell;
 use std::time::UNIX_EPOCH;
 
 /// The current (effective) context's request, the clock and shared data.
@@ -88,45 +90,55 @@ pub fn carry_out(verdict: &Verdict) {
     }
 }
 
-/// Counters exposed by the host (Envoy: `wasmcustom.ratelimit.*` in `/stats`).
-#[derive(Default, Clone, Copy)]
+/// The counters' host metric ids and the counts not yet flushed to them.
 pub struct Metrics {
-    callouts: Option<u32>,
-    allowed: Option<u32>,
-    denied: Option<u32>,
-    backend_failures: Option<u32>,
-    short_circuits: Option<u32>,
+    ids: Vec<(Counter, Option<u32>)>,
+    pub counts: RefCell<Counters>,
 }
 
 impl Metrics {
     pub fn define() -> Metrics {
-        let counter = |name| hostcalls::define_metric(MetricType::Counter, name).ok();
+        let ids = Counter::ALL
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    hostcalls::define_metric(MetricType::Counter, c.name()).ok(),
+                )
+            })
+            .collect();
         Metrics {
-            callouts: counter("ratelimit.callouts"),
-            allowed: counter("ratelimit.allowed"),
-            denied: counter("ratelimit.denied"),
-            backend_failures: counter("ratelimit.backend_failures"),
-            short_circuits: counter("ratelimit.short_circuits"),
+            ids,
+            counts: RefCell::default(),
         }
-    }
-
-    fn bump(id: Option<u32>) {
-        if let Some(id) = id {
-            let _ = hostcalls::increment_metric(id, 1);
-        }
-    }
-
-    pub fn callout(&self) {
-        Metrics::bump(self.callouts);
     }
 
     pub fn count(&self, outcome: Option<Outcome>) {
-        Metrics::bump(match outcome {
-            Some(Outcome::Allowed) => self.allowed,
-            Some(Outcome::Denied) => self.denied,
-            Some(Outcome::BackendFailed) => self.backend_failures,
-            Some(Outcome::ShortCircuited) => self.short_circuits,
-            None => None,
-        });
+        if let (Some(outcome), Ok(mut counts)) = (outcome, self.counts.try_borrow_mut()) {
+            counts.add(Counter::of(outcome), 1);
+        }
+    }
+
+    pub fn exchange(&self, http: bool, checks: usize) {
+        if let Ok(mut counts) = self.counts.try_borrow_mut() {
+            counts.exchange(http, checks);
+        }
+    }
+
+    /// Hands the counts to the host.
+    pub fn flush(&self) {
+        let Ok(drained) = self.counts.try_borrow_mut().map(|mut c| c.drain()) else {
+            return;
+        };
+        for (counter, n) in drained {
+            let id = self
+                .ids
+                .iter()
+                .find(|(c, _)| *c == counter)
+                .and_then(|(_, id)| *id);
+            if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
+                let _ = hostcalls::increment_metric(id, n);
+            }
+        }
     }
 }

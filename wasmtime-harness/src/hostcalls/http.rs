@@ -162,6 +162,15 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
             if write_u32(&mut c, code_ptr, code).is_none() {
                 return Ok(Status::InvalidMemoryAccess.code());
             }
+            // Envoy hands an empty message over as a null pointer: the SDK reads `None`.
+            if message.is_empty() {
+                let nulls =
+                    write_u32(&mut c, msg_ptr, 0).and_then(|()| write_u32(&mut c, msg_size, 0));
+                return Ok(match nulls {
+                    Some(()) => Status::Ok.code(),
+                    None => Status::InvalidMemoryAccess.code(),
+                });
+            }
             Ok(hand_over(&mut c, &message, msg_ptr, msg_size)?.code())
         },
     )?;

@@ -12,6 +12,8 @@ fn map(state: &HostState, code: i32) -> Result<&Vec<Pair>, Status> {
     let found = match map {
         MapType::CallResponseHeaders => state.call_response.as_ref().map(|r| &r.headers),
         MapType::CallResponseTrailers => state.call_response.as_ref().map(|r| &r.trailers),
+        MapType::GrpcInitialMetadata => state.grpc.initial_metadata.as_ref(),
+        MapType::GrpcTrailingMetadata => state.grpc.trailing_metadata.as_ref(),
         other => state.stream().and_then(|s| s.map(other)),
     };
     found.ok_or(Status::BadArgument)
@@ -191,6 +193,7 @@ fn buffer(state: &HostState, code: i32) -> Result<&[u8], Status> {
         BufferType::VmConfiguration => Some(state.vm_config.as_slice()),
         BufferType::PluginConfiguration => Some(state.plugin_config.as_slice()),
         BufferType::RedisCallResponse => state.redis.reply.as_deref(),
+        BufferType::GrpcReceive => state.grpc.receive.as_deref(),
         _ => None,
     };
     found.ok_or(Status::NotFound)

@@ -1,6 +1,7 @@
 //! The host functions, one file per family, and the import check that names what the
 //! harness does not serve before the guest ever runs.
 
+mod grpc;
 mod http;
 mod maps;
 mod misc;
@@ -9,10 +10,12 @@ pub mod wasi;
 use crate::state::HostState;
 use wasmtime::{ExternType, Linker, Module, Store};
 
-/// Every host function the harness serves, proxy-wasm, WASI and redis-call.
+/// Every host function the harness serves, proxy-wasm (but gRPC calls, shared queues and
+/// foreign functions), WASI and redis-call.
 pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     maps::link(linker)?;
     http::link(linker)?;
+    grpc::link(linker)?;
     misc::link(linker)?;
     wasi::link(linker)?;
     crate::redis::link(linker)

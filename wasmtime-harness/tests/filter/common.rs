@@ -27,9 +27,23 @@ pub fn one_rule(identity: &str, failure_mode: &str) -> String {
     )
 }
 
-/// A host with `config` loaded; fails the test if the plugin refuses it.
+/// `config` speaking one HTTP callout per check, unless it chooses a transport itself: the
+/// suites that test decisions answer each request's callout on its own. `stream.rs` and
+/// `group_commit.rs` cover the default (a gRPC stream, group commit).
+pub fn http(config: &str) -> String {
+    if config.contains(r#""transport""#) {
+        return config.to_string();
+    }
+    config.replacen(
+        r#""backend": {"#,
+        r#""backend": {"transport": "http", "max_inflight": 0, "#,
+        1,
+    )
+}
+
+/// A host with `http(config)` loaded; fails the test if the plugin refuses it.
 pub fn boot(config: &str) -> Host {
-    let (host, accepted) = Host::boot(wasm(), config).unwrap();
+    let (host, accepted) = Host::boot(wasm(), &http(config)).unwrap();
     assert!(accepted, "config refused:\n{}", host.log_text());
     host
 }

@@ -71,7 +71,9 @@ fn a_refused_reconfiguration_keeps_the_previous_config() {
     assert!(accepted);
     assert!(!host.configure(b"{}").unwrap());
     let (_, action) = host.request("GET", "/anything", &[]).unwrap();
-    // The global rule of the first config still applies: the request waits on a callout.
+    // The global rule of the first config still applies: the request waits on its check,
+    // sent on the stream.
     assert_eq!(action, wasmtime_harness::Action::Pause);
-    assert!(host.callouts()[0].body_text().starts_with("rl:global,"));
+    let sent = host.grpc_streams()[0].messages_text();
+    assert!(sent[0].starts_with("1\nrl:global,"), "{sent:?}");
 }

@@ -1,7 +1,7 @@
 //! When the bridge cannot decide: error statuses, timeouts, resets, garbage and truncated
 //! replies, dispatch refused. Never a trap; the configured failure mode applies.
 
-use crate::common::{boot, bridge, one_rule, paused, wasm, NOW_MS};
+use crate::common::{boot, bridge, http, one_rule, paused, wasm, NOW_MS};
 use wasmtime_harness::{Action, CallResponse, Host, HostState};
 
 fn closed() -> Host {
@@ -115,7 +115,7 @@ fn a_refused_dispatch_applies_the_failure_mode_at_once() {
         let mut host = Host::with_state(wasm(), state).unwrap();
         assert!(host.start(b"").unwrap());
         assert!(host
-            .configure(one_rule(r#"{"header": "x-user-id"}"#, mode).as_bytes())
+            .configure(http(&one_rule(r#"{"header": "x-user-id"}"#, mode)).as_bytes())
             .unwrap());
         let (id, action) = host.request("GET", "/", &[("x-user-id", "u")]).unwrap();
         assert_eq!(action, expect, "{mode}");

@@ -3,12 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
-mod coalescing;
 mod common;
 mod config;
 mod decisions;
 mod envoy;
 mod failures;
+mod group_commit;
 mod identity;
 mod live;
 mod stack;
+mod stream;

@@ -1,0 +1,179 @@
+//! The stream transport: `POST /ratelimit.v1.Bridge/Check`, one long-lived gRPC bidi
+//! stream per gateway worker. A message on an open stream costs the gateway far less than a
+//! new HTTP callout (no new async-client stream, no header maps), which is why it is the
+//! filter's default.
+//!
+//! Only gRPC's framing is spoken here (a 5-byte prefix per message, `grpc-status` in the
+//! trailers); the messages are the protocol crate's text envelopes, so neither side needs
+//! protobuf. Messages are answered concurrently, each as soon as its checks are done; the
+//! id in the envelope pairs a reply with its exchange.
+
+use crate::store::Store;
+use crate::wire;
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderValue};
+use ratelimit_protocol::{split_message, stream_message, MAX_BODY, MAX_ID_LINE};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// Messages of one stream checked at the same time; past it the bridge stops reading the
+/// stream and HTTP/2 flow control makes the gateway wait.
+const MAX_CONCURRENT_MESSAGES: usize = 64;
+/// Largest message accepted: an envelope around the largest batch.
+const MAX_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
+
+/// gRPC status codes used here.
+const OK: u32 = 0;
+const INVALID_ARGUMENT: u32 = 3;
+const UNAVAILABLE: u32 = 14;
+
+/// Splits a byte stream into gRPC messages.
+#[derive(Default)]
+pub struct Deframer {
+    buf: BytesMut,
+}
+
+impl Deframer {
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete message, `Ok(None)` if more bytes are needed.
+    pub fn next_message(&mut self) -> Result<Option<Bytes>, String> {
+        let Some(header) = self.buf.get(..5) else {
+            return Ok(None);
+        };
+        if header[0] != 0 {
+            return Err("compressed messages are not supported".into());
+        }
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        if len > MAX_MESSAGE {
+            return Err(format!("message of {len} bytes exceeds {MAX_MESSAGE}"));
+        }
+        if self.buf.len() < 5 + len {
+            return Ok(None);
+        }
+        self.buf.advance(5);
+        Ok(Some(self.buf.split_to(len).freeze()))
+    }
+}
+
+/// `message` with gRPC's length prefix.
+pub fn prefixed(message: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + message.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.freeze()
+}
+
+fn trailers(status: u32, message: &str) -> Frame<Bytes> {
+    let mut map = HeaderMap::new();
+    map.insert("grpc-status", HeaderValue::from(status));
+    if let Ok(value) = HeaderValue::from_str(message) {
+        if !message.is_empty() {
+            map.insert("grpc-message", value);
+        }
+    }
+    Frame::trailers(map)
+}
+
+/// Serves one stream: reads messages from `body` until the gateway closes its side (or
+/// `shutdown` turns true), answers each on `out`, then ends with the trailers.
+pub async fn serve(
+    store: Store,
+    mut body: Incoming,
+    out: mpsc::Sender<Frame<Bytes>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut deframer = Deframer::default();
+    let mut answering = JoinSet::new();
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_MESSAGES));
+    let (status, why) = 'read: loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            _ = shutdown.wait_for(|stop| *stop) => break (UNAVAILABLE, "bridge shutting down".into()),
+        };
+        let data = match frame {
+            None => break (OK, String::new()),
+            Some(Err(e)) => break (UNAVAILABLE, format!("connection lost: {e}")),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue, // the gateway's trailers: nothing to answer
+            },
+        };
+        deframer.push(&data);
+        loop {
+            let message = match deframer.next_message() {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(e) => break 'read (INVALID_ARGUMENT, e),
+            };
+            let Some((id, _)) = split_message(&message) else {
+                break 'read (INVALID_ARGUMENT, "message without an exchange id".into());
+            };
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                break 'read (UNAVAILABLE, "bridge shutting down".into());
+            };
+            let (store, out) = (store.clone(), out.clone());
+            answering.spawn(async move {
+                let reply = answer(&store, id, &message).await;
+                let _ = out.send(Frame::data(prefixed(reply.as_bytes()))).await;
+                drop(permit);
+            });
+        }
+    };
+    // Every message read is answered before the stream ends.
+    while answering.join_next().await.is_some() {}
+    match status {
+        OK => {}
+        // The gateway went away (restart, scale-in): nothing to act on.
+        UNAVAILABLE => log::info!("gRPC stream ended: {why}"),
+        _ => log::warn!("gRPC stream ended: {why}"),
+    }
+    let _ = out.send(trailers(status, &why)).await;
+}
+
+/// The reply message to exchange `id`; a batch that cannot be read at all is answered with
+/// one failed line, which the filter cannot match to its checks and so fails the exchange.
+async fn answer(store: &Store, id: u32, message: &[u8]) -> String {
+    let body = split_message(message).map_or(&[][..], |(_, body)| body);
+    let mut reply = String::new();
+    if let Err(bad) = wire::answer(store, body, &mut reply).await {
+        log::warn!("exchange {id} refused: {bad}");
+        reply = format!("! {bad}\n");
+    }
+    stream_message(id, &reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_split_across_and_within_chunks() {
+        let mut d = Deframer::default();
+        let (a, b) = (prefixed(b"7\nk,1,1,1,1\n"), prefixed(b""));
+        let mut both = a.to_vec();
+        both.extend_from_slice(&b);
+        d.push(&both[..3]);
+        assert_eq!(d.next_message(), Ok(None));
+        d.push(&both[3..]);
+        assert_eq!(d.next_message().unwrap().unwrap(), &b"7\nk,1,1,1,1\n"[..]);
+        assert_eq!(d.next_message().unwrap().unwrap(), &b""[..]);
+        assert_eq!(d.next_message(), Ok(None));
+    }
+
+    #[test]
+    fn compressed_or_oversized_messages_are_refused() {
+        let mut d = Deframer::default();
+        d.push(&[1, 0, 0, 0, 1, b'x']);
+        assert!(d.next_message().is_err());
+        let mut d = Deframer::default();
+        d.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert!(d.next_message().unwrap_err().contains("exceeds"));
+    }
+}

@@ -1,0 +1,82 @@
+//! Where the bridge is and how checks travel to it: the `backend` section of the plugin
+//! configuration.
+
+use crate::config_error::{err, ConfigError};
+use serde::Deserialize;
+
+/// Most exchanges a worker may keep in flight.
+pub const MAX_INFLIGHT: u32 = 64;
+
+/// How checks reach the bridge.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// One long-lived gRPC stream per worker; a check is a message on it. The cheapest for
+    /// the gateway: no new upstream stream per exchange.
+    #[default]
+    Grpc,
+    /// One HTTP callout (`POST /v1/check`) per exchange, for hosts without gRPC streams
+    /// (Kong's ngx_wasm_module dispatches HTTP/1.1 only).
+    Http,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBackend {
+    cluster: String,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    authority: Option<String>,
+    #[serde(default)]
+    transport: Transport,
+    #[serde(default = "default_max_inflight")]
+    max_inflight: u32,
+}
+
+fn default_timeout_ms() -> u64 {
+    25
+}
+
+fn default_max_inflight() -> u32 {
+    2
+}
+
+/// Where the bridge lives, how checks get there and how long one may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// Envoy cluster name (or `host:port` on Kong) of the bridge.
+    pub cluster: String,
+    /// `:authority` of HTTP callouts; Envoy routes on the cluster, but HTTP/2 needs one.
+    pub authority: String,
+    /// Past this an exchange is abandoned and the failure mode applies to its checks.
+    pub timeout_ms: u64,
+    pub transport: Transport,
+    /// Group commit: exchanges a worker keeps in flight. Checks that arrive while that
+    /// many are out wait and leave together, in one exchange, the moment one comes back.
+    /// 0: no limit, every check is its own exchange.
+    pub max_inflight: u32,
+}
+
+impl RawBackend {
+    pub(crate) fn validate(self) -> Result<Backend, ConfigError> {
+        if self.cluster.is_empty() {
+            return err("backend.cluster", "must name the bridge's cluster");
+        }
+        if !(1..=60_000).contains(&self.timeout_ms) {
+            return err("backend.timeout_ms", "must be between 1 and 60000");
+        }
+        if self.max_inflight > MAX_INFLIGHT {
+            return err(
+                "backend.max_inflight",
+                format!("must be between 0 and {MAX_INFLIGHT}"),
+            );
+        }
+        Ok(Backend {
+            authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
+            cluster: self.cluster,
+            timeout_ms: self.timeout_ms,
+            transport: self.transport,
+            max_inflight: self.max_inflight,
+        })
+    }
+}

@@ -1,0 +1,260 @@
+//! Group commit: a worker keeps at most `max_inflight` exchanges with the bridge in flight;
+//! the checks that arrive meanwhile wait, and leave together in one exchange the moment an
+//! exchange comes back. No timer: the batch size follows the load by itself (1 when idle,
+//! many under load), and every check is still decided exactly and answered on its own.
+//!
+//! Plain bookkeeping, host-independent: the glue sends what `take` returns and reports
+//! what came back with `complete`.
+
+use ratelimit_protocol::{MAX_BODY, MAX_CHECKS};
+use std::collections::{HashMap, VecDeque};
+
+/// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
+/// enough that one slow batch never holds many requests.
+pub const MAX_BATCH: usize = 256;
+const _: () = assert!(MAX_BATCH <= MAX_CHECKS);
+
+/// A check of an exchange: its request and how many rules its line carries, which its
+/// line of the reply must answer even if the request has gone meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub context_id: u32,
+    pub rules: usize,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    member: Member,
+    line: String,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    members: Vec<Member>,
+    sent_ms: u64,
+}
+
+/// One worker's exchanges in flight and checks waiting.
+#[derive(Debug, Default)]
+pub struct Exchanges {
+    max_inflight: u32,
+    next_id: u32,
+    inflight: HashMap<u32, InFlight>,
+    queue: VecDeque<Waiting>,
+}
+
+impl Exchanges {
+    pub fn new(max_inflight: u32) -> Exchanges {
+        Exchanges {
+            max_inflight,
+            ..Exchanges::default()
+        }
+    }
+
+    /// A new configuration's limit; what is in flight or waiting stays.
+    pub fn set_max_inflight(&mut self, max_inflight: u32) {
+        self.max_inflight = max_inflight;
+    }
+
+    /// Queues a check's line (see `protocol`) until `take` sends it.
+    pub fn enqueue(&mut self, context_id: u32, rules: usize, line: String) {
+        let member = Member { context_id, rules };
+        self.queue.push_back(Waiting { member, line });
+    }
+
+    /// Whether another exchange may leave now.
+    pub fn has_room(&self) -> bool {
+        self.max_inflight == 0 || self.inflight.len() < self.max_inflight as usize
+    }
+
+    pub fn is_waiting(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Whether the only check waiting is this request's own.
+    pub fn only_waiting(&self, context_id: u32) -> bool {
+        self.queue.len() == 1 && self.queue.front().map(|w| w.member.context_id) == Some(context_id)
+    }
+
+    /// The next exchange to send, if there is room and something waits: its id and body,
+    /// the waiting checks in order, bounded by `MAX_BATCH` and the bridge's `MAX_BODY`.
+    pub fn take(&mut self, now_ms: u64) -> Option<(u32, String)> {
+        if !self.has_room() || self.queue.is_empty() {
+            return None;
+        }
+        let mut members = Vec::new();
+        let mut body = String::new();
+        while let Some(next) = self.queue.front() {
+            let full = members.len() == MAX_BATCH || body.len() + next.line.len() > MAX_BODY;
+            if full && !members.is_empty() {
+                break;
+            }
+            let Some(waiting) = self.queue.pop_front() else {
+                break;
+            };
+            members.push(waiting.member);
+            body.push_str(&waiting.line);
+        }
+        let id = self.fresh_id();
+        self.inflight.insert(
+            id,
+            InFlight {
+                members,
+                sent_ms: now_ms,
+            },
+        );
+        Some((id, body))
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        loop {
+            self.next_id = self.next_id.wrapping_add(1);
+            if !self.inflight.contains_key(&self.next_id) {
+                return self.next_id;
+            }
+        }
+    }
+
+    /// Exchange `id` came back (or failed): its members, in body order; `None` for an
+    /// exchange already given up (a late reply).
+    pub fn complete(&mut self, id: u32) -> Option<Vec<Member>> {
+        self.inflight.remove(&id).map(|e| e.members)
+    }
+
+    /// Forgets the waiting check of a request that went away.
+    pub fn forget(&mut self, context_id: u32) {
+        self.queue.retain(|w| w.member.context_id != context_id);
+    }
+
+    /// Gives up the exchanges sent `timeout_ms` or more before `now_ms`.
+    pub fn expire(&mut self, now_ms: u64, timeout_ms: u64) -> Vec<Vec<Member>> {
+        let late: Vec<u32> = self
+            .inflight
+            .iter()
+            .filter(|(_, e)| now_ms.saturating_sub(e.sent_ms) >= timeout_ms)
+            .map(|(&id, _)| id)
+            .collect();
+        late.into_iter()
+            .filter_map(|id| self.complete(id))
+            .collect()
+    }
+
+    /// Gives up everything in flight (the transport broke).
+    pub fn abandon_all(&mut self) -> Vec<Vec<Member>> {
+        self.inflight.drain().map(|(_, e)| e.members).collect()
+    }
+
+    /// Takes every waiting check out of the queue.
+    pub fn drain_waiting(&mut self) -> Vec<Member> {
+        self.queue.drain(..).map(|w| w.member).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(members: &[Member]) -> Vec<u32> {
+        members.iter().map(|m| m.context_id).collect()
+    }
+
+    #[test]
+    fn an_idle_worker_sends_each_check_at_once() {
+        let mut x = Exchanges::new(2);
+        x.enqueue(1, 1, "a\n".into());
+        let (id, body) = x.take(0).unwrap();
+        assert_eq!(body, "a\n");
+        assert_eq!(ids(&x.complete(id).unwrap()), [1]);
+        assert!(x.complete(id).is_none(), "answered once");
+    }
+
+    #[test]
+    fn checks_wait_while_the_limit_is_out_and_leave_together_when_one_returns() {
+        let mut x = Exchanges::new(2);
+        let mut sent = Vec::new();
+        for ctx in 1..=2 {
+            x.enqueue(ctx, 1, format!("c{ctx}\n"));
+            sent.push(x.take(0).unwrap().0);
+        }
+        for ctx in 3..=5 {
+            x.enqueue(ctx, 2, format!("c{ctx}\n"));
+            assert!(x.take(0).is_none(), "no room");
+        }
+        assert!(!x.has_room() && x.is_waiting());
+        assert_eq!(ids(&x.complete(sent[0]).unwrap()), [1]);
+        let (batch, body) = x.take(0).unwrap();
+        assert_eq!(body, "c3\nc4\nc5\n");
+        let members = x.complete(batch).unwrap();
+        assert_eq!(ids(&members), [3, 4, 5]);
+        assert!(members.iter().all(|m| m.rules == 2));
+    }
+
+    #[test]
+    fn without_a_limit_every_check_is_its_own_exchange() {
+        let mut x = Exchanges::new(0);
+        for ctx in 0..1000 {
+            x.enqueue(ctx, 1, "k\n".into());
+            assert!(x.take(0).is_some());
+        }
+    }
+
+    #[test]
+    fn a_departed_request_leaves_the_queue_with_its_line() {
+        let mut x = Exchanges::new(1);
+        x.enqueue(1, 1, "a\n".into());
+        let first = x.take(0).unwrap().0;
+        x.enqueue(2, 1, "b\n".into());
+        x.enqueue(3, 1, "c\n".into());
+        x.forget(2);
+        x.complete(first);
+        let (id, body) = x.take(0).unwrap();
+        assert_eq!(body, "c\n", "line and member leave together");
+        assert_eq!(ids(&x.complete(id).unwrap()), [3]);
+    }
+
+    #[test]
+    fn batches_are_bounded_in_checks_and_bytes() {
+        let mut x = Exchanges::new(1);
+        for ctx in 0..(MAX_BATCH as u32 + 10) {
+            x.enqueue(ctx, 1, "k\n".into());
+        }
+        let (a, _) = x.take(0).unwrap();
+        assert_eq!(x.complete(a).unwrap().len(), MAX_BATCH);
+        let (b, _) = x.take(0).unwrap();
+        assert_eq!(x.complete(b).unwrap().len(), 10);
+
+        let line = format!("{}\n", "k".repeat(MAX_BODY / 3));
+        for ctx in 0..4 {
+            x.enqueue(ctx, 1, line.clone());
+        }
+        let (c, body) = x.take(0).unwrap();
+        assert!(body.len() <= MAX_BODY);
+        assert_eq!(x.complete(c).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn late_exchanges_expire_and_a_broken_transport_abandons_all() {
+        let mut x = Exchanges::new(0);
+        x.enqueue(1, 1, "a\n".into());
+        let old = x.take(100).unwrap().0;
+        x.enqueue(2, 1, "b\n".into());
+        x.take(120).unwrap();
+        let expired = x.expire(125, 25);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(ids(&expired[0]), [1]);
+        assert!(x.complete(old).is_none(), "a late reply is ignored");
+        x.enqueue(3, 1, "c\n".into());
+        assert_eq!(ids(&x.abandon_all().concat()), [2]);
+        assert_eq!(ids(&x.drain_waiting()), [3]);
+        assert!(x.has_room() && !x.is_waiting());
+    }
+
+    #[test]
+    fn only_waiting_tells_a_request_it_may_carry_its_own_check() {
+        let mut x = Exchanges::new(1);
+        x.enqueue(7, 1, "a\n".into());
+        assert!(x.only_waiting(7) && !x.only_waiting(8));
+        x.enqueue(8, 1, "b\n".into());
+        assert!(!x.only_waiting(7));
+    }
+}

@@ -1,0 +1,42 @@
+//! The wire format between ratelimit.wasm and ratelimit-bridge, written once for both.
+//!
+//! An *exchange* carries a batch of one or more *checks* (one per paused request), each
+//! with its rules; the reply answers every check on its own line, in order. Two transports
+//! carry the same batch:
+//!
+//! - **HTTP** (`POST /v1/check`, HTTP/1.1 or h2c): the body is the batch, the reply body
+//!   the answer. For hosts without gRPC streams (Kong dispatches HTTP/1.1 only).
+//! - **gRPC stream** (`/ratelimit.v1.Bridge/Check`, one long-lived bidi stream per
+//!   worker): each message is the exchange id, `\n`, then the batch; each reply message is
+//!   the same id, `\n`, then the answer. Replies may come in any order.
+//!
+//! Request, one line per check, each rule `key,burst,num,den,cost`, rules separated by one
+//! space:
+//! ```text
+//! rl:per-user:alice,100,1,600,1 rl:global,50000,50,1,1
+//! ```
+//! Reply, one line per check: the Redis time in ms, then per rule
+//! `allowed,remaining,full_ms,wait_ms`; or `!` and a reason for a check the bridge could not
+//! run (that check alone fails):
+//! ```text
+//! 1767225600000 1,99,600,0 1,49999,1,0
+//! ! redis unavailable
+//! ```
+//! A check is all-or-nothing: either every rule was allowed and charged, or none was.
+//! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
+
+mod limits;
+mod reply;
+mod request;
+mod stream;
+
+pub use limits::*;
+pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
+pub use request::{encode_rule, end_check, parse_batch, BadBatch, RuleSpec};
+pub use stream::{split_message, stream_message};
+
+/// The path of the HTTP transport.
+pub const PATH: &str = "/v1/check";
+/// The gRPC service and method of the stream transport (path `/SERVICE/METHOD`).
+pub const GRPC_SERVICE: &str = "ratelimit.v1.Bridge";
+pub const GRPC_METHOD: &str = "Check";

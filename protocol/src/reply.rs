@@ -1,0 +1,207 @@
+//! The reply side: the bridge renders one line per check, the filter decodes them
+//! strictly, checking that the reply answers exactly the checks and rules it sent.
+
+use crate::limits::{MAX_REASON_LEN, MAX_REPLY_LEN};
+use std::fmt::Write;
+
+/// The outcome of one rule of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleResult {
+    pub allowed: bool,
+    /// Whole tokens left.
+    pub remaining: u64,
+    /// Milliseconds until the bucket is full again.
+    pub full_ms: u64,
+    /// Milliseconds until the request's cost is available; 0 if it was admitted.
+    pub wait_ms: u64,
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckResult {
+    /// Redis's clock at the check (ms since the epoch) and one result per rule.
+    Checked { now_ms: u64, rules: Vec<RuleResult> },
+    /// The bridge could not run this check.
+    Failed(String),
+}
+
+/// Renders one reply line per check, in order. Reasons are cut to `MAX_REASON_LEN` and
+/// kept on their line, so the reply always fits `MAX_REPLY_LEN`.
+pub fn render_reply(out: &mut String, results: &[CheckResult]) {
+    out.reserve(results.len() * 48);
+    for result in results {
+        match result {
+            CheckResult::Checked { now_ms, rules } => {
+                let _ = write!(out, "{now_ms}");
+                for r in rules {
+                    let allowed = u8::from(r.allowed);
+                    let _ = write!(
+                        out,
+                        " {allowed},{},{},{}",
+                        r.remaining, r.full_ms, r.wait_ms
+                    );
+                }
+            }
+            CheckResult::Failed(reason) => {
+                out.push_str("! ");
+                out.extend(
+                    reason
+                        .chars()
+                        .map(|c| if c.is_control() { ' ' } else { c })
+                        .scan(0, |len, c| {
+                            *len += c.len_utf8();
+                            (*len <= MAX_REASON_LEN).then_some(c)
+                        }),
+                );
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// Why a reply could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadReply(pub &'static str);
+
+/// Parses a reply that must answer checks of `rules_per_check[i]` rules each.
+pub fn decode_reply(body: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckResult>, BadReply> {
+    if body.len() > MAX_REPLY_LEN {
+        return Err(BadReply("reply too long"));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| BadReply("reply is not UTF-8"))?;
+    let mut lines = text.lines();
+    let mut results = Vec::with_capacity(rules_per_check.len());
+    for &expected in rules_per_check {
+        let line = lines.next().ok_or(BadReply("reply has too few lines"))?;
+        results.push(decode_line(line, expected)?);
+    }
+    if lines.next().is_some() {
+        return Err(BadReply("reply has too many lines"));
+    }
+    Ok(results)
+}
+
+fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
+    if let Some(reason) = line.strip_prefix('!') {
+        return Ok(CheckResult::Failed(reason.trim().to_string()));
+    }
+    let mut fields = line.split(' ');
+    let now_ms = number(fields.next())?;
+    let mut rules = Vec::with_capacity(expected);
+    for field in fields {
+        let mut parts = field.split(',');
+        let allowed = match parts.next() {
+            Some("1") => true,
+            Some("0") => false,
+            _ => return Err(BadReply("rule result lacks an allowed flag")),
+        };
+        let result = RuleResult {
+            allowed,
+            remaining: number(parts.next())?,
+            full_ms: number(parts.next())?,
+            wait_ms: number(parts.next())?,
+        };
+        if parts.next().is_some() {
+            return Err(BadReply("rule result has extra fields"));
+        }
+        rules.push(result);
+    }
+    if rules.len() != expected {
+        return Err(BadReply("reply answers a different number of rules"));
+    }
+    Ok(CheckResult::Checked { now_ms, rules })
+}
+
+fn number(field: Option<&str>) -> Result<u64, BadReply> {
+    field
+        .filter(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|f| f.parse().ok())
+        .ok_or(BadReply("malformed number in reply"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{MAX_CHECKS, MAX_RULES};
+
+    const OK: RuleResult = RuleResult {
+        allowed: true,
+        remaining: 9,
+        full_ms: 6000,
+        wait_ms: 0,
+    };
+    const NO: RuleResult = RuleResult {
+        allowed: false,
+        remaining: 0,
+        full_ms: 100,
+        wait_ms: 40,
+    };
+
+    #[test]
+    fn what_the_bridge_renders_the_filter_decodes() {
+        let results = vec![
+            CheckResult::Checked {
+                now_ms: 1_700_000_000_123,
+                rules: vec![OK, NO],
+            },
+            CheckResult::Failed("redis\ndown".into()),
+        ];
+        let mut body = String::new();
+        render_reply(&mut body, &results);
+        assert_eq!(body, "1700000000123 1,9,6000,0 0,0,100,40\n! redis down\n");
+        let decoded = decode_reply(body.as_bytes(), &[2, 1]).unwrap();
+        assert_eq!(decoded[0], results[0]);
+        assert_eq!(decoded[1], CheckResult::Failed("redis down".into()));
+    }
+
+    #[test]
+    fn garbage_and_truncated_replies_are_refused() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b"1700000000123",
+            b"1700000000123 1,9,6000",
+            b"1700000000123 1,9,6000,0,7",
+            b"1700000000123 2,9,6000,0",
+            b"1700000000123 1,-9,6000,0",
+            b"1700000000123 1,99999999999999999999999,1,0",
+            b"1700000000123 1,9,6000,0 1,9,6000,0",
+            b"1700000000123 1,9,6000,0\nextra\n",
+            b"<html>502 Bad Gateway</html>",
+            b"\xff\xfe 1,9,6000,0",
+        ];
+        for body in cases {
+            assert!(
+                decode_reply(body, &[1]).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(decode_reply(&vec![b'1'; MAX_REPLY_LEN + 1], &[1]).is_err());
+    }
+
+    #[test]
+    fn the_largest_possible_reply_fits_and_decodes() {
+        let max = RuleResult {
+            allowed: true,
+            remaining: u64::MAX,
+            full_ms: u64::MAX,
+            wait_ms: u64::MAX,
+        };
+        let full = CheckResult::Checked {
+            now_ms: u64::MAX,
+            rules: vec![max; MAX_RULES],
+        };
+        let mut results = vec![full; MAX_CHECKS];
+        results[0] = CheckResult::Failed("x".repeat(10 * MAX_REASON_LEN));
+        let mut body = String::new();
+        render_reply(&mut body, &results);
+        assert!(
+            body.len() <= MAX_REPLY_LEN,
+            "{} > {MAX_REPLY_LEN}",
+            body.len()
+        );
+        let decoded = decode_reply(body.as_bytes(), &[MAX_RULES; MAX_CHECKS]).unwrap();
+        assert_eq!(decoded.len(), MAX_CHECKS);
+        assert_eq!(decoded[0], CheckResult::Failed("x".repeat(MAX_REASON_LEN)));
+    }
+}

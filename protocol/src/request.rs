@@ -1,0 +1,208 @@
+//! The request side: the filter encodes one line per check, the bridge parses them
+//! strictly. A bad line fails only its own check; only a body that cannot be read as a
+//! batch at all fails the exchange.
+
+use crate::limits::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
+use std::fmt::{self, Write};
+
+/// One rule of a check: the bucket and how it fills and drains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub key: String,
+    /// Capacity in tokens.
+    pub burst: u64,
+    /// Refill: `num` units per millisecond, one token being `den` units.
+    pub num: u64,
+    pub den: u64,
+    /// Tokens this request takes.
+    pub cost: u64,
+}
+
+/// Appends one rule to the current check's line; rules of a line are separated by a space.
+pub fn encode_rule(body: &mut String, first: bool, rule: (&str, u64, u64, u64, u64)) {
+    let (key, burst, num, den, cost) = rule;
+    if !first {
+        body.push(' ');
+    }
+    let _ = write!(body, "{key},{burst},{num},{den},{cost}");
+}
+
+/// Ends the current check's line.
+pub fn end_check(body: &mut String) {
+    body.push('\n');
+}
+
+/// Why a body cannot be read as a batch at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadBatch(pub String);
+
+impl fmt::Display for BadBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Parses a batch: one entry per line, each the check's rules or why that line is refused.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Vec<RuleSpec>, String>>, BadBatch> {
+    if body.len() > MAX_BODY {
+        return Err(BadBatch(format!("body over {MAX_BODY} bytes")));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| BadBatch("body is not UTF-8".into()))?;
+    let mut checks = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if checks.len() == MAX_CHECKS {
+            return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
+        }
+        checks.push(parse_check(line).map_err(|e| format!("check {}: {e}", n + 1)));
+    }
+    if checks.is_empty() {
+        return Err(BadBatch("no check in body".into()));
+    }
+    Ok(checks)
+}
+
+fn parse_check(line: &str) -> Result<Vec<RuleSpec>, String> {
+    let mut rules: Vec<RuleSpec> = Vec::new();
+    for field in line.split(' ') {
+        if rules.len() == MAX_RULES {
+            return Err(format!("more than {MAX_RULES} rules"));
+        }
+        let rule = parse_rule(field)?;
+        if rules.iter().any(|r| r.key == rule.key) {
+            return Err(format!("key {:?} appears twice", rule.key));
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
+}
+
+fn parse_rule(field: &str) -> Result<RuleSpec, String> {
+    let mut parts = field.split(',');
+    let key = parts.next().unwrap_or_default();
+    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        let shown: String = key.chars().take(64).collect();
+        return Err(format!("bad key {shown:?}"));
+    }
+    let mut number = |name: &str| -> Result<u64, String> {
+        parts
+            .next()
+            .and_then(|p| p.parse::<u64>().ok())
+            .filter(|&n| (1..MAX_EXACT).contains(&n))
+            .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
+    };
+    let rule = RuleSpec {
+        key: key.to_string(),
+        burst: number("burst")?,
+        num: number("num")?,
+        den: number("den")?,
+        cost: number("cost")?,
+    };
+    if parts.next().is_some() {
+        return Err(format!("rule {key:?} has extra fields"));
+    }
+    if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
+        return Err(format!("burst x den of {key:?} must stay below 2^53"));
+    }
+    if rule.cost > rule.burst {
+        return Err(format!("cost of {key:?} exceeds its burst"));
+    }
+    Ok(rule)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(checks: &[&[(&str, u64, u64, u64, u64)]]) -> String {
+        let mut body = String::new();
+        for check in checks {
+            for (i, rule) in check.iter().enumerate() {
+                encode_rule(&mut body, i == 0, *rule);
+            }
+            end_check(&mut body);
+        }
+        body
+    }
+
+    #[test]
+    fn what_the_filter_encodes_the_bridge_parses() {
+        let body = encode(&[
+            &[("rl:a:x", 10, 1, 6000, 1), ("rl:g", 5, 50, 1, 2)],
+            &[("rl:b", 1, 1, 1, 1)],
+        ]);
+        assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
+        let checks = parse_batch(body.as_bytes()).unwrap();
+        assert_eq!(checks.len(), 2);
+        assert_eq!(
+            checks[0].as_ref().unwrap()[1],
+            RuleSpec {
+                key: "rl:g".into(),
+                burst: 5,
+                num: 50,
+                den: 1,
+                cost: 2
+            }
+        );
+        assert_eq!(checks[1].as_ref().unwrap()[0].key, "rl:b");
+    }
+
+    #[test]
+    fn a_bad_line_fails_alone_with_a_reason() {
+        let long_key = format!("{},1,1,1,1", "k".repeat(MAX_KEY_LEN + 1));
+        let too_many_rules = (0..=MAX_RULES)
+            .map(|i| format!("k{i},1,1,1,1"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let cases: Vec<(String, &str)> = vec![
+            (String::new(), "bad key"),
+            ("k,1,1,1".into(), "cost"),
+            ("k,1,1,1,1,1".into(), "extra"),
+            ("k,0,1,1,1".into(), "burst"),
+            ("k,1,1,1,2".into(), "exceeds"),
+            ("k,1,x,1,1".into(), "num"),
+            ("k,100000000,1,100000000,1".into(), "2^53"),
+            ("k,9007199254740992,1,1,1".into(), "burst"),
+            ("k,1,1,1,1 k,1,1,1,1".into(), "twice"),
+            ("k,1,1,1,1  j,1,1,1,1".into(), "bad key"),
+            (long_key, "bad key"),
+            (too_many_rules, "rules"),
+        ];
+        for (line, expect) in cases {
+            let body = format!("ok,1,1,1,1\n{line}\nok2,1,1,1,1\n");
+            let checks = parse_batch(body.as_bytes()).unwrap();
+            assert_eq!(checks.len(), 3, "{line:?}");
+            assert!(checks[0].is_ok() && checks[2].is_ok(), "{line:?}");
+            let e = checks[1].as_ref().unwrap_err();
+            assert!(
+                e.starts_with("check 2: ") && e.contains(expect),
+                "{line:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_body_fails_the_exchange() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"".to_vec(), "no check"),
+            (b"\xff,1,1,1,1".to_vec(), "UTF-8"),
+            ("k,1,1,1,1\n".repeat(MAX_CHECKS + 1).into_bytes(), "checks"),
+            (vec![b'k'; MAX_BODY + 1], "body over"),
+        ];
+        for (body, expect) in cases {
+            let e = parse_batch(&body).unwrap_err();
+            assert!(e.0.contains(expect), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_longest_legal_check_fits_a_body_many_times() {
+        let rule = ("k".repeat(MAX_KEY_LEN), MAX_EXACT - 1, MAX_EXACT - 1, 1, 1);
+        let mut body = String::new();
+        for i in 0..MAX_RULES {
+            let r = &rule;
+            encode_rule(&mut body, i == 0, (&r.0, r.1, r.2, r.3, r.4));
+        }
+        end_check(&mut body);
+        assert!(body.len() * 8 < MAX_BODY, "{}", body.len());
+    }
+}
