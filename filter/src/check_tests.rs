@@ -284,3 +284,37 @@ fn extreme_numbers_from_the_bridge_do_not_overflow() {
     };
     assert_eq!(header(&r, "retry-after"), (max / 1000 + 1).to_string());
 }
+
+#[test]
+fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried() {
+    let c = example("closed");
+    let host = host();
+    let mut worker = Worker::new(&c);
+    let mut checks: Vec<Check> = (0..2 * c.circuit_breaker.failures)
+        .map(|_| started(&c, &host).0)
+        .collect();
+    let members = checks.iter_mut().map(|check| Some((&c, check))).collect();
+    let verdicts = conclude_exchange(&c, &mut worker, &host, Err("reset".into()), members);
+    assert!(verdicts
+        .iter()
+        .all(|v| matches!(v, Some(Verdict::Reply(r)) if r.status == 503)));
+    assert!(
+        !worker.breaker.is_open(),
+        "one failure, not {}",
+        checks.len()
+    );
+    // A line the bridge could not run fails its own check only; a departed member gets
+    // no verdict.
+    let (mut ok, mut failed) = (started(&c, &host).0, started(&c, &host).0);
+    let body = b"1 1,1,1,0 1,1,1,0 1,1,1,0\n! redis down\n1 1,1,1,0 1,1,1,0 1,1,1,0\n";
+    let reply = decode_callout(Some(200), body, &[3, 3, 3]);
+    let members = vec![Some((&c, &mut ok)), Some((&c, &mut failed)), None];
+    let verdicts = conclude_exchange(&c, &mut worker, &host, reply, members);
+    assert_eq!(verdicts[0], Some(Verdict::Resume));
+    assert!(matches!(&verdicts[1], Some(Verdict::Reply(r)) if r.status == 503));
+    assert_eq!(verdicts[2], None);
+    assert_eq!(
+        (ok.outcome, failed.outcome),
+        (Some(Outcome::Allowed), Some(Outcome::BackendFailed))
+    );
+}

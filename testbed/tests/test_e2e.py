@@ -288,3 +288,24 @@ def test_group_commit_stays_exact_across_two_gateways(stack_of, transport):
     assert checks == 240
     assert sum(s["checks_sent"] for s in stats) == 240
     assert exchanges < checks
+
+
+def test_a_bridge_restart_fails_only_what_was_out_and_the_stream_comes_back(stack_of):
+    """The stream dies with the bridge: checks sent meanwhile get the failure mode at once
+    (no hang until a timeout), and the worker reopens the stream by itself once the bridge
+    is back, with the buckets (in Valkey) intact."""
+    stack = stack_of(plugin(rule("per-user", ["user"], 5), failure_mode="open",
+                            circuit_breaker={"failures": 0}))
+    bob = {"x-user-id": "bob"}
+    assert statuses(stack, 3, headers=bob) == [200] * 3
+    stack.bridge.stop()
+    started = time.monotonic()
+    # failure_mode open: admitted without limit while the bridge is away, quickly.
+    assert statuses(stack, 10, headers=bob) == [200] * 10
+    assert time.monotonic() - started < 5
+    stack.start_bridge()
+    # Reopened with backoff (at most 5 s between tries); then exact again: 2 of 5 left.
+    wait_for("limiting to resume", lambda: stack.get(0, "/api/x", bob)[1].get(
+        "x-ratelimit-remaining") is not None, timeout=20)
+    assert statuses(stack, 5, headers=bob) == [200] * 1 + [429] * 4
+    assert stack.stats()["backend_failures"] >= 10  # and the probes of wait_for
