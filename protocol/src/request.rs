@@ -18,8 +18,11 @@ pub struct RuleSpec {
     pub cost: u64,
 }
 
+/// A rule as the filter encodes it: key, burst, num, den, cost (see `RuleSpec`).
+pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64);
+
 /// Appends one rule to the current check's line; rules of a line are separated by a space.
-pub fn encode_rule(body: &mut String, first: bool, rule: (&str, u64, u64, u64, u64)) {
+pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
     let (key, burst, num, den, cost) = rule;
     if !first {
         body.push(' ');
@@ -113,7 +116,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
 mod tests {
     use super::*;
 
-    fn encode(checks: &[&[(&str, u64, u64, u64, u64)]]) -> String {
+    fn encode(checks: &[&[RuleFields<'_>]]) -> String {
         let mut body = String::new();
         for check in checks {
             for (i, rule) in check.iter().enumerate() {
