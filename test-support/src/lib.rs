@@ -172,3 +172,30 @@ impl Bridge {
         panic!("ratelimit-bridge did not start");
     }
 }
+
+/// A scripted HTTP/1.1 server on a free loopback port: answers one connection per entry of
+/// `replies` (raw bytes, status line included) after reading its request, and returns the
+/// requests it read, so a test checks exactly what went on the wire.
+pub fn scripted_http(replies: Vec<Vec<u8>>) -> (SocketAddr, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    let handle = std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for reply in replies {
+            let (mut conn, _) = listener.accept().expect("a connection");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") || !request.ends_with(b"\n") {
+                let n = conn.read(&mut buf).expect("read the request");
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(&reply).expect("write the reply");
+            requests.push(request);
+        }
+        requests
+    });
+    (addr, handle)
+}

@@ -138,13 +138,16 @@ impl Host {
             .find(|s| s.context_id == context_id)
     }
 
-    /// The stream the upstream may still send on, or a usage error.
-    fn readable(&mut self, token: u32) -> Result<&mut GrpcStream, HarnessError> {
-        let stream = self
-            .state_mut()
+    fn grpc_stream_mut(&mut self, token: u32) -> Result<&mut GrpcStream, HarnessError> {
+        self.state_mut()
             .grpc
             .get_mut(token)
-            .ok_or_else(|| HarnessError::Usage(format!("no gRPC stream {token}")))?;
+            .ok_or_else(|| HarnessError::Usage(format!("no gRPC stream {token}")))
+    }
+
+    /// The stream the upstream may still send on, or a usage error.
+    fn readable(&mut self, token: u32) -> Result<&mut GrpcStream, HarnessError> {
+        let stream = self.grpc_stream_mut(token)?;
         if !stream.readable() {
             return Err(HarnessError::Usage(format!(
                 "gRPC stream {token} cannot receive: cancelled {}, remote close {:?}",
@@ -270,11 +273,7 @@ impl Host {
     pub fn forward_grpc(&mut self, token: u32, addr: SocketAddr) -> Result<usize, HarnessError> {
         let mut replies = 0;
         loop {
-            let stream = self
-                .state_mut()
-                .grpc
-                .get_mut(token)
-                .ok_or_else(|| HarnessError::Usage(format!("no gRPC stream {token}")))?;
+            let stream = self.grpc_stream_mut(token)?;
             if !stream.readable() {
                 return Ok(replies);
             }

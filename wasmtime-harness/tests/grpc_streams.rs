@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
 use wasmtime_harness::abi::decode_pairs;
@@ -331,27 +330,15 @@ fn a_cancel_in_a_callback_stops_delivery_and_a_trap_in_one_fails_the_vm() {
 
 /// Answers one HTTP/1.1 request per reply in `replies`, returning the requests.
 fn bridge(replies: Vec<Vec<u8>>) -> (SocketAddr, JoinHandle<Vec<String>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = std::thread::spawn(move || {
-        let mut requests = Vec::new();
-        for reply in replies {
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") || !request.ends_with(b"\n") {
-                let n = conn.read(&mut buf).unwrap();
-                if n == 0 {
-                    break;
-                }
-                request.extend_from_slice(&buf[..n]);
-            }
-            conn.write_all(&reply).unwrap();
-            requests.push(String::from_utf8(request).unwrap());
-        }
+    let (addr, requests) = test_support::scripted_http(replies);
+    let text = std::thread::spawn(move || {
+        let requests = requests.join().unwrap();
         requests
+            .into_iter()
+            .map(|r| String::from_utf8(r).unwrap())
+            .collect()
     });
-    (addr, handle)
+    (addr, text)
 }
 
 fn http_reply(status: &str, body: &str) -> Vec<u8> {

@@ -2,29 +2,14 @@
 //! here is a scripted HTTP/1.1 responder, so the test checks exactly what went on the wire.
 
 use crate::common::{boot, one_rule, paused, NOW_MS};
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
 
 /// Accepts one connection, reads one request, answers `reply` (raw), returns the request.
 fn responder(reply: Vec<u8>) -> (SocketAddr, JoinHandle<Vec<u8>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().unwrap();
-        let mut request = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !request.windows(4).any(|w| w == b"\r\n\r\n") || !request.ends_with(b"\n") {
-            let n = conn.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            request.extend_from_slice(&buf[..n]);
-        }
-        conn.write_all(&reply).unwrap();
-        request
-    });
-    (addr, handle)
+    let (addr, requests) = test_support::scripted_http(vec![reply]);
+    let first = std::thread::spawn(move || requests.join().unwrap().remove(0));
+    (addr, first)
 }
 
 #[test]

@@ -107,7 +107,11 @@ fn a_stream_that_closes_fails_its_checks_is_closed_and_reopened() {
     host.grpc_remote_close(fresh, 14, "").unwrap();
     assert_eq!(host.grpc_streams().len(), 2);
     host.advance(Duration::from_millis(150)).unwrap();
-    assert_eq!(host.grpc_streams().len(), 2, "the backoff doubled to 200 ms");
+    assert_eq!(
+        host.grpc_streams().len(),
+        2,
+        "the backoff doubled to 200 ms"
+    );
     host.advance(Duration::from_millis(60)).unwrap();
     assert_eq!(host.grpc_streams().len(), 3, "{}", host.log_text());
     let third = host.grpc_streams()[2].token;
