@@ -1,22 +1,34 @@
 """Redis cost per rate-limit check, without Envoy: our token-bucket script against the
 patterns of the incumbents, each run on the same Valkey over the same keys.
 
-  script    lua/token_bucket.lua by EVALSHA (what the bridge runs): one call per check
+  script    lua/token_bucket.lua by EVALSHA as the bridge runs it: one call per batch,
+            here batches of 1, 8 and 32 checks of one rule each (the rules share their
+            parameters, so they are sent once per call as one shape)
   incrby    envoyproxy/ratelimit's fixed window: INCRBY + EXPIRE, pipelined
   getincr   a GET / INCR / EXPIRE / TTL fixed-window script (Higress's pattern)
   naive     HMGET, then MULTI / HSET / EXPIRE / EXEC (the design study's naive bucket:
             two round trips, not atomic across them)
 
-For each: server time of the commands the client sent (INFO commandstats, `usec`), Redis
-CPU (INFO cpu, used_cpu_sys + used_cpu_user) normalised to 100k checks, and MEMORY USAGE
-of one bucket. The scripts below are written for this bench from the patterns' public
-descriptions.
+For each: server time of the commands the client sent (INFO commandstats, `usec`) per
+rule-check, Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) normalised to 100k checks,
+and MEMORY USAGE of one bucket. The scripts below are written for this bench from the
+patterns' public descriptions.
+
+Standalone: `python3 bench/redis_cost.py --port 6379 [--checks N] [--previous FILE]`, where
+FILE is an older token_bucket.lua taking one check per call (e.g. from `git show`), run
+first for comparison.
 """
 
+import argparse
+import functools
 import socket
+import sys
 import time
+from pathlib import Path
 
-from stack import ROOT
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "testbed"))
+
+from stack import ROOT  # noqa: E402
 
 KEYS = 10_000
 BATCH = 100
@@ -98,18 +110,33 @@ def commandstats(r):
     return stats
 
 
-def script_mode(text):
-    """The leading arguments of the script: newer versions take a mode ('check' or
-    'refund') in ARGV[1] before the rules."""
-    return ["check"] if "'check'" in text else []
+# One rule of every check: 100 requests per minute, cost 1 (burst, num, den, cost).
+RULE = (100, 1, 600, 1)
 
 
-def run_script(r, checks, prefix):
-    text = (ROOT / "lua" / "token_bucket.lua").read_text()
-    sha, mode = r.call("SCRIPT", "LOAD", text), script_mode(text)
+def run_script(r, checks, prefix, batch=1):
+    """The bridge's calls: `batch` checks per EVALSHA, KEYS = their rules' keys, ARGV =
+    mode, the rule shapes (one here), then a byte string holding per check its rule count
+    and its rules' shapes (here 1, 1 for each check)."""
+    sha = r.call("SCRIPT", "LOAD", (ROOT / "lua" / "token_bucket.lua").read_text())
+    per_round = max(batch, BATCH // batch * batch)
+    for start in range(0, checks, per_round):
+        calls = []
+        for first in range(start, min(checks, start + per_round), batch):
+            n = min(batch, checks - first)
+            keys = [f"{prefix}:u{i % KEYS}" for i in range(first, first + n)]
+            calls.append(("EVALSHA", sha, n, *keys, "check", 1, *RULE, b"\x01\x01" * n))
+        r.pipeline(calls)
+    return ["evalsha"]
+
+
+def run_previous(r, checks, prefix, text):
+    """An older script taking one check per call: KEYS[1], then [mode,] burst, num, den,
+    cost (newer of those versions took a mode first)."""
+    sha = r.call("SCRIPT", "LOAD", text)
+    mode = ["check"] if "'check'" in text else []
     for start in range(0, checks, BATCH):
-        # 100 requests per minute per key, cost 1: (key, burst, num, den, cost).
-        r.pipeline([("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, 100, 1, 600, 1)
+        r.pipeline([("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE)
                     for i in range(start, min(checks, start + BATCH))])
     return ["evalsha"]
 
@@ -150,20 +177,33 @@ def run_naive(r, checks, prefix):
     return ["hmget", "multi", "exec"]
 
 
+BATCH_SIZES = (1, 8, 32)
+
 PATTERNS = [
-    ("script", "ours: token_bucket.lua (EVALSHA; TIME, MGET, SET inside)", run_script),
+    (f"script{'' if n == 1 else n}",
+     f"ours: token_bucket.lua, {n} check{'s' if n > 1 else ''} per call "
+     "(EVALSHA; TIME, MGET, SET or MSETEX inside)",
+     functools.partial(run_script, batch=n))
+    for n in BATCH_SIZES
+] + [
     ("incrby", "envoyproxy/ratelimit: INCRBY + EXPIRE pipeline (fixed window)", run_incrby),
     ("getincr", "Higress: GET/INCR/EXPIRE/TTL script (fixed window)", run_getincr),
     ("naive", "naive: HMGET, then MULTI/HSET/EXPIRE/EXEC", run_naive),
 ]
 
 
-def measure(port, checks):
-    """Runs every pattern for `checks` checks; returns one result dict per pattern."""
+def measure(port, checks, previous=None):
+    """Runs every pattern for `checks` checks; returns one result dict per pattern
+    (`usec_per_check` is per rule-check: each check here has one rule). `previous`: the
+    text of an older one-check-per-call script, measured first."""
+    patterns = list(PATTERNS)
+    if previous is not None:
+        patterns.insert(0, ("previous", "previous token_bucket.lua, 1 check per call",
+                            functools.partial(run_previous, text=previous)))
     r = Resp(port)
     results = []
     try:
-        for name, label, run in PATTERNS:
+        for name, label, run in patterns:
             prefix = f"cost:{name}"
             r.call("CONFIG", "RESETSTAT")
             cpu0 = cpu_seconds(r.info("cpu"))
@@ -173,6 +213,7 @@ def measure(port, checks):
             cpu = cpu_seconds(r.info("cpu")) - cpu0
             stats = commandstats(r)
             usec = sum(stats.get(c, (0, 0))[1] for c in top_level)
+            calls = sum(stats.get(c, (0, 0))[0] for c in top_level)
             sample = r.call("SCAN", 0, "MATCH", f"{prefix}:*", "COUNT", 1000)[1][:50]
             sizes = [r.call("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
             results.append({
@@ -181,9 +222,25 @@ def measure(port, checks):
                 "cpu_s_per_100k": cpu * 100_000 / checks,
                 "bytes_per_bucket": sum(sizes) / len(sizes) if sizes else 0,
                 "client_checks_per_s": checks / wall,
-                "top_level_commands": top_level,
+                "top_level_commands": top_level, "top_level_calls": calls,
                 "commandstats": {k: {"calls": c, "usec": u} for k, (c, u) in stats.items()},
             })
     finally:
         r.close()
     return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True, help="a Valkey on 127.0.0.1")
+    parser.add_argument("--checks", type=int, default=100_000)
+    parser.add_argument("--previous", type=Path, help="an older one-check-per-call script")
+    args = parser.parse_args()
+    previous = args.previous.read_text() if args.previous else None
+    for row in measure(args.port, args.checks, previous):
+        print(f"{row['usec_per_check']:7.2f} µs/rule-check  {row['cpu_s_per_100k']:5.2f} CPU s/100k  "
+              f"{row['bytes_per_bucket']:4.0f} B  {row['label']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,86 +1,166 @@
--- Token bucket check for ratelimit.wasm: refills, tests and consumes every bucket of one
--- request atomically. All-or-nothing: a request denied by any rule takes no token at all.
+-- Token bucket checks for ratelimit.wasm, a batch per call: refills, tests and consumes
+-- the buckets of every check, in order, atomically. Each check is all-or-nothing: a check
+-- denied by any of its rules takes no token at all. A key that appears in several checks
+-- of the batch is read once, and later checks see what earlier ones took.
 --
--- KEYS[i]       the bucket of rule i
--- ARGV[1]       'check': take `cost` from every bucket if all of them hold it;
---               'refund': give `cost` back to every bucket (Redis Cluster: a request that
---               another node denied returns what this node took)
--- ARGV[4i-2..4i+1] burst, num, den, cost of rule i: the bucket holds `burst` tokens and
---               refills `num` units per millisecond, one token being `den` units
---               (`num / den` = requests per ms, reduced); the request takes `cost` tokens.
--- Stored value  "<units> <ms>": the bucket's level in units at Redis time <ms>. A missing
---               key is a full bucket, so each key expires when its bucket would be full.
--- Returns       { now_ms, then per rule: allowed (1/0), whole tokens remaining,
---                 ms until full, ms until the cost is available (0 if admitted) }
+-- KEYS             the bucket of every rule of every check, in order
+-- ARGV[1]          'check': each check takes `cost` from every bucket of its rules if all
+--                  of them hold it; 'refund': each check gives `cost` back to every bucket
+--                  (Redis Cluster: what a check that another slot denied took here)
+-- ARGV[2]          S (at most 255), the number of rule shapes that follow
+-- ARGV[3..2+4S]    burst, num, den, cost of shape s (a rule's parameters, sent once per
+--                  call however many rules share them): the bucket holds `burst` tokens and
+--                  refills `num` units per millisecond, one token being `den` units (`num /
+--                  den` = requests per ms, reduced); a check takes `cost` tokens
+-- ARGV[3+4S]       the checks, one byte per number: for each check its number of rules n
+--                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
+--                  arguments: an argument costs the server an allocation to parse and a
+--                  Lua string to pass.
+-- Stored value     struct.pack('<Bdd', 1, units, ms): tag 1, then the bucket's level in
+--                  units at Redis time <ms>, as two doubles (exact below 2^53; one unpack
+--                  call instead of string surgery). A missing key is a full bucket, so each
+--                  key expires when its bucket would be full. The older text "<units> <ms>"
+--                  is still read, so buckets survive an upgrade.
+-- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
+--                    the cost is available (0: this rule admits; a check is admitted when
+--                    all its rules say 0) }
 --
--- Integer units keep the math exact: callers keep burst * den and num below 2^53, the
--- range in which Lua's doubles hold integers exactly. Time is Redis's own clock, so
--- gateways with skewed clocks agree.
+-- Integer units keep the math exact: callers keep burst * den and num below 2^53 and cost
+-- at most burst, so every level fits the range in which Lua's doubles hold integers
+-- exactly. Time is Redis's own clock (one TIME per call), so gateways with skewed clocks
+-- agree.
 
--- Exact integer division for 0 <= a, b < 2^53: the double a / b is within one unit of the
--- true quotient and can only round up across an integer, so one correction step suffices.
-local function floor_div(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  return q
-end
+-- Globals cost a table lookup per use: the loops use locals only. Tables are few and
+-- flat, as each one costs an allocation (noticeable per call at small batches).
+local KEYS, ARGV, call, tonumber, type = KEYS, ARGV, redis.call, tonumber, type
+local floor, byte, find, sub = math.floor, string.byte, string.find, string.sub
+local pack, unpack_bucket = struct.pack, struct.unpack
 
-local function ceil_div(a, b)
-  local q = math.floor(a / b)
-  if q * b < a then q = q + 1 end
-  return q
-end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = #KEYS
-local stored = redis.call('MGET', unpack(KEYS))
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+local nkeys = #KEYS
+local stored = nkeys > 0 and call('MGET', unpack(KEYS)) or {}
 
 local refund = ARGV[1] == 'refund'
-local level, need, cap, num, den = {}, {}, {}, {}, {}
-local admitted = true
-for i = 1, n do
-  local a = 4 * (i - 1) + 1
-  local burst = tonumber(ARGV[a + 1])
-  num[i] = tonumber(ARGV[a + 2])
-  den[i] = tonumber(ARGV[a + 3])
-  need[i] = tonumber(ARGV[a + 4]) * den[i]
-  cap[i] = burst * den[i]
-  local l = cap[i]
-  local s = stored[i]
-  if s then
-    local sp = string.find(s, ' ', 1, true)
-    local units = sp and tonumber(string.sub(s, 1, sp - 1))
-    local at = sp and tonumber(string.sub(s, sp + 1))
-    if units and at then
-      local elapsed = now - at
-      -- A clock that went back (failover to a skewed replica) refills nothing.
-      if elapsed < 0 then elapsed = 0 end
-      -- Products past 2^53 are far above cap: the clamp makes them exact again.
-      l = math.min(cap[i], units + elapsed * num[i])
-    end
-  end
-  level[i] = l
-  if l < need[i] then admitted = false end
+-- Shape s is sh[4s-3 .. 4s]: capacity in units, num, den, and the cost in units.
+local nshapes = tonumber(ARGV[2])
+local sh = {}
+for s = 1, nshapes do
+  local a, den = 4 * s - 1, tonumber(ARGV[4 * s + 1])
+  sh[4 * s - 3], sh[4 * s - 2] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1])
+  sh[4 * s - 1], sh[4 * s] = den, tonumber(ARGV[a + 3]) * den
 end
 
-local out = { now }
-for i = 1, n do
-  local l, wait = level[i], 0
-  if refund then
-    l = math.min(cap[i], l + need[i])
-  elseif admitted then
-    l = l - need[i]
-  elseif l < need[i] then
-    wait = ceil_div(need[i] - l, num[i])
+-- A bucket's state as this call left it so far, kept at the position f of its key's
+-- first appearance (first[key] = f): level st[3f-2] in units at time st[3f-1], and st[3f]
+-- the Redis time it will be full, when its key expires (nil: unchanged, not written). A
+-- missing key reads as infinitely many units, which every rule clamps to its capacity.
+local first, st = {}, {}
+local out, o = { now }, 1
+local layout = { byte(ARGV[3 + 4 * nshapes] or '', 1, -1) }
+local r, a, nlayout = 0, 1, #layout
+while a <= nlayout do
+  local n = layout[a]
+  local admitted = true
+  -- First pass: every rule's level now, parked in its three output slots.
+  for i = 1, n do
+    local key = KEYS[r + i]
+    local f = first[key]
+    if f == nil then
+      f = r + i
+      first[key] = f
+      local u, when = 1 / 0, now
+      local v = stored[f]
+      if v then
+        if #v == 17 and byte(v) == 1 then
+          local _, su, sa = unpack_bucket('<Bdd', v)
+          u, when = su, sa
+        else
+          local sp = find(v, ' ', 1, true)
+          local su = sp and tonumber(sub(v, 1, sp - 1))
+          local sa = sp and tonumber(sub(v, sp + 1))
+          if su and sa then u, when = su, sa end
+        end
+      end
+      st[3 * f - 2], st[3 * f - 1] = u, when
+    end
+    local s4 = 4 * layout[a + i]
+    local elapsed = now - st[3 * f - 1]
+    -- A clock that went back (failover to a skewed replica) refills nothing.
+    if elapsed < 0 then elapsed = 0 end
+    -- Products past 2^53 are far above cap: the clamp makes them exact again.
+    local l, c = st[3 * f - 2] + elapsed * sh[s4 - 2], sh[s4 - 3]
+    if l > c then l = c end
+    if l < sh[s4] then admitted = false end
+    local slot = o + 3 * i
+    out[slot - 2], out[slot - 1], out[slot] = s4, l, f
   end
-  local full = ceil_div(cap[i] - l, num[i])
-  if refund or admitted then
-    redis.call('SET', KEYS[i], string.format('%d %d', l, now), 'PX', math.max(1, full))
+  -- Second pass: take (or give back) and answer.
+  for i = 1, n do
+    local slot = o + 3 * i
+    local s4, l, f = out[slot - 2], out[slot - 1], out[slot]
+    local c, rate, d, need = sh[s4 - 3], sh[s4 - 2], sh[s4 - 1], sh[s4]
+    local wait = 0
+    if refund then
+      l = l + need
+      if l > c then l = c end
+    elseif admitted then
+      l = l - need
+    elseif l < need then
+      -- Exact ceil((need - l) / rate) below 2^53: the double quotient is off by at most
+      -- one across an integer, so one correction step suffices (likewise below).
+      wait = floor((need - l) / rate)
+      if wait * rate < need - l then wait = wait + 1 end
+    end
+    local full = floor((c - l) / rate)
+    if full * rate < c - l then full = full + 1 end
+    if refund or admitted then
+      st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + (full < 1 and 1 or full)
+    end
+    local whole = floor(l / d)
+    if whole * d > l then whole = whole - 1 end
+    out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
   end
-  if wait == 0 then out[#out + 1] = 1 else out[#out + 1] = 0 end
-  out[#out + 1] = floor_div(l, den[i])
-  out[#out + 1] = full
-  out[#out + 1] = wait
+  o, r, a = o + 3 * n, r + n, a + n + 1
+end
+if r ~= nkeys then
+  return redis.error_reply('token_bucket: ' .. nkeys .. ' keys for ' .. r .. ' rules')
+end
+
+-- Writes, once per changed key, each expiring at the Redis time its bucket is full (PXAT
+-- from the same clock as the levels: PX would count from the command's start, up to a
+-- millisecond earlier). Keys that share that time (fresh buckets of one limit,
+-- typically) go together in one MSETEX where the server has it (Valkey 9.1, Redis 8.4):
+-- a command call costs about as much as all the rest of a rule's work.
+local shared
+local valkey, redis_version = redis.VALKEY_VERSION_NUM or 0, redis.REDIS_VERSION_NUM or 0
+if valkey >= 0x090100 or redis_version >= 0x080400 then
+  -- Expiry -> how many keys share it, then the MSETEX arguments being gathered.
+  shared = {}
+  for f = 1, nkeys do
+    local expires = st[3 * f]
+    if expires then shared[expires] = (shared[expires] or 0) + 1 end
+  end
+end
+for f = 1, nkeys do
+  local expires = st[3 * f]
+  if expires then
+    local value = pack('<Bdd', 1, st[3 * f - 2], now)
+    local g = shared and shared[expires]
+    if g == nil or g == 1 then
+      call('SET', KEYS[f], value, 'PXAT', expires)
+    else
+      if type(g) == 'number' then
+        g = { 'MSETEX', g }
+        shared[expires] = g
+      end
+      local size = #g
+      g[size + 1], g[size + 2] = KEYS[f], value
+      if size + 2 == 2 + 2 * g[2] then
+        g[size + 3], g[size + 4] = 'PXAT', expires
+        call(unpack(g))
+      end
+    end
+  end
 end
 return out

@@ -15,12 +15,14 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import valkey
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +68,15 @@ def request(port, path="/", headers=None, method="GET", source=None, timeout=10.
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
     finally:
         conn.close()
+
+
+def bucket_units(port, key):
+    """A bucket's level in units, read from the Valkey on `port` as lua/token_bucket.lua
+    stores it: struct '<Bdd' (tag 1, units, Redis ms)."""
+    raw = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=5).get(key)
+    tag, units, _ = struct.unpack("<Bdd", raw)
+    assert tag == 1, raw
+    return int(units)
 
 
 class Process:

@@ -2,23 +2,20 @@
 //! to a Redis Cluster, and the token bucket script, run with `EVALSHA` and reloaded when a
 //! server answers `NOSCRIPT` (in a cluster, `SCRIPT LOAD` goes to every primary).
 //!
-//! In a cluster a check's rules usually hash to different slots: the bridge runs one script
-//! call per slot, all in parallel, and keeps the check all-or-nothing by refunding what the
-//! admitting slots took when another slot denied.
+//! A batch of checks costs one script call per server, or per hash slot in a cluster
+//! (`batch` plans the calls and keeps multi-slot checks all-or-nothing with refunds), so
+//! Redis pays a script call's fixed cost once per batch rather than once per check.
 
-use crate::slot::slot;
-use crate::wire::{Check, CheckOutcome, RuleOutcome, RuleSpec};
+use crate::batch::{self, Call, Tally};
+use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
+use crate::wire::{Check, CheckOutcome};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
-
-/// The token bucket script, the single source of truth for the algorithm.
-pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
 
 /// How patiently the bridge talks to Redis.
 #[derive(Debug, Clone, Copy)]
@@ -46,13 +43,6 @@ enum Backend {
 pub struct Store {
     backend: Backend,
     script: redis::Script,
-}
-
-/// What a script call does to its buckets.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Check,
-    Refund,
 }
 
 impl Store {
@@ -87,89 +77,51 @@ impl Store {
         })
     }
 
-    /// Runs every check of a batch concurrently.
+    /// Runs a batch: one script call for all of it on a single server (a few for a very
+    /// large batch), one per hash slot in a cluster, all in parallel. Checks are applied in
+    /// order and each stays all-or-nothing; in a cluster, by refunding the slots that
+    /// admitted a check another slot denied. One outcome per check, in order.
     pub async fn check_all(&self, checks: &[Check]) -> Vec<CheckOutcome> {
-        join_all(checks.iter().map(|c| self.check(c))).await
-    }
-
-    /// Runs one check atomically: one script call, or in a cluster one per slot.
-    pub async fn check(&self, check: &Check) -> CheckOutcome {
-        if matches!(self.backend, Backend::Single(_)) {
-            return self.call(Mode::Check, check.iter()).await;
-        }
-        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, rule) in check.iter().enumerate() {
-            groups.entry(slot(rule.key.as_bytes())).or_default().push(i);
-        }
-        let groups: Vec<Vec<usize>> = groups.into_values().collect();
+        let clustered = matches!(self.backend, Backend::Cluster { .. });
+        let calls = batch::plan(checks, clustered);
         let replies = join_all(
-            groups
+            calls
                 .iter()
-                .map(|g| self.call(Mode::Check, g.iter().map(|&i| &check[i]))),
+                .map(|call| self.call(Mode::Check, checks, call)),
         )
         .await;
-        let mut now = 0;
-        let mut results: Vec<Option<RuleOutcome>> = vec![None; check.len()];
-        let mut failure = None;
-        let mut admitted_groups = Vec::new();
-        for (group, reply) in groups.iter().zip(replies) {
-            match reply {
-                Ok((t, outcomes)) => {
-                    now = now.max(t);
-                    if outcomes.iter().all(|o| o.allowed) {
-                        admitted_groups.push(group);
-                    }
-                    for (&i, o) in group.iter().zip(outcomes) {
-                        results[i] = Some(o);
-                    }
-                }
-                Err(e) => failure = Some(e),
+        let mut tally = Tally::new(checks);
+        for (call, reply) in calls.iter().zip(replies) {
+            tally.checked(call, reply);
+        }
+        let refunds = tally.refunds();
+        if !refunds.is_empty() {
+            let calls = batch::group(checks, refunds, clustered);
+            let replies = join_all(
+                calls
+                    .iter()
+                    .map(|call| self.call(Mode::Refund, checks, call)),
+            )
+            .await;
+            for (call, reply) in calls.iter().zip(replies) {
+                tally.refunded(call, reply);
             }
         }
-        if admitted_groups.len() < groups.len() {
-            // Someone denied (or failed): give back what the admitting slots took.
-            for group in admitted_groups {
-                match self
-                    .call(Mode::Refund, group.iter().map(|&i| &check[i]))
-                    .await
-                {
-                    Ok((_, refunded)) => group
-                        .iter()
-                        .zip(refunded)
-                        .for_each(|(&i, o)| results[i] = Some(o)),
-                    Err(e) => log::warn!("refund failed, tokens lost until refill: {e}"),
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let results: Option<Vec<RuleOutcome>> = results.into_iter().collect();
-        Ok((now, results.ok_or("a slot gave no result")?))
+        tally.finish()
     }
 
-    /// One script call over `rules`, which must share a slot in a cluster.
-    async fn call<'a>(
-        &self,
-        mode: Mode,
-        rules: impl Iterator<Item = &'a RuleSpec>,
-    ) -> CheckOutcome {
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(if mode == Mode::Refund {
-            "refund"
-        } else {
-            "check"
-        });
-        let mut count = 0;
-        for rule in rules {
-            invocation
-                .key(&rule.key)
-                .arg(rule.burst)
-                .arg(rule.num)
-                .arg(rule.den)
-                .arg(rule.cost);
-            count += 1;
-        }
+    /// Runs one check atomically (a batch of one).
+    pub async fn check(&self, check: &Check) -> CheckOutcome {
+        self.check_all(std::slice::from_ref(check))
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err("no outcome for the check".into()))
+    }
+
+    /// One script call over `call`'s parts of `checks` (one slot in a cluster).
+    async fn call(&self, mode: Mode, checks: &[Check], call: &Call) -> batch::Reply {
+        let invocation = script::invocation(&self.script, mode, checks, &call.parts)?;
         let reply: Vec<i64> = match &self.backend {
             Backend::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
             Backend::Cluster { .. } => {
@@ -179,7 +131,7 @@ impl Store {
             }
         }
         .map_err(|e| format!("redis: {e}"))?;
-        decode_script_reply(&reply, count)
+        script::decode(&reply, call.rules())
     }
 
     async fn cluster_conn(&self) -> Result<ClusterConnection, String> {
@@ -202,54 +154,5 @@ impl Store {
                 Err(_) => false,
             },
         }
-    }
-}
-
-/// Checks the script's reply shape: `now`, then four integers per rule.
-fn decode_script_reply(reply: &[i64], rules: usize) -> CheckOutcome {
-    let (Some(&now), Some(rest)) = (reply.first(), reply.get(1..)) else {
-        return Err("empty script reply".into());
-    };
-    if rest.len() != 4 * rules {
-        return Err(format!(
-            "script answered {} values for {rules} rules",
-            rest.len()
-        ));
-    }
-    let unsigned = |v: i64| u64::try_from(v).map_err(|_| format!("negative value {v} from script"));
-    let outcomes = rest
-        .chunks_exact(4)
-        .map(|r| {
-            Ok(RuleOutcome {
-                allowed: r[0] == 1,
-                remaining: unsigned(r[1])?,
-                full_ms: unsigned(r[2])?,
-                wait_ms: unsigned(r[3])?,
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok((unsigned(now)?, outcomes))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn script_replies_of_the_wrong_shape_are_errors() {
-        assert!(decode_script_reply(&[], 0).is_err());
-        assert!(decode_script_reply(&[1, 1, 2, 3], 1).is_err());
-        assert!(decode_script_reply(&[1, 1, -2, 3, 4], 1).is_err());
-        let (now, rules) = decode_script_reply(&[5, 0, 1, 2, 3], 1).unwrap();
-        assert_eq!(now, 5);
-        assert_eq!(
-            rules[0],
-            RuleOutcome {
-                allowed: false,
-                remaining: 1,
-                full_ms: 2,
-                wait_ms: 3
-            }
-        );
     }
 }

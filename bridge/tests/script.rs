@@ -1,64 +1,17 @@
-//! The token bucket script on a real Valkey: exact counts, refill, cost, all-or-nothing,
-//! expiry, concurrency, and agreement with the native model over random runs.
+//! The token bucket script on a real Valkey, one check at a time: exact counts, refill,
+//! cost, all-or-nothing, expiry, concurrency, reload, and agreement with the native model
+//! over random batches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::model::{self, Bucket};
+use common::buckets::{age, batch, redis_now_ms, rule, run, store, stored};
+use common::model::{self, Buckets};
 use common::{Connect, Valkey};
-use ratelimit_bridge::store::{Store, StoreOptions};
-use ratelimit_bridge::wire::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::store::Store;
+use ratelimit_bridge::wire::{Check, RuleOutcome, RuleSpec};
 use std::time::Duration;
-
-fn store(valkey: &Valkey) -> Store {
-    let options = StoreOptions {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(5),
-    };
-    Store::new(&valkey.url(), options).unwrap()
-}
-
-fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
-    RuleSpec {
-        key: key.into(),
-        burst,
-        num,
-        den,
-        cost,
-    }
-}
-
-async fn run(store: &Store, rules: &[RuleSpec]) -> (u64, Vec<RuleOutcome>) {
-    store.check(&rules.to_vec()).await.unwrap()
-}
-
-/// Reads a bucket's stored "<units> <ms>".
-fn stored(valkey: &Valkey, key: &str) -> Option<Bucket> {
-    let value: Option<String> = redis::cmd("GET")
-        .arg(key)
-        .query(&mut valkey.connection())
-        .unwrap();
-    let value = value?;
-    let (units, at) = value.split_once(' ').unwrap();
-    Some(Bucket {
-        units: units.parse().unwrap(),
-        at: at.parse().unwrap(),
-    })
-}
-
-/// Moves a bucket's last update `ms` into the past: the same as waiting `ms`. An expired
-/// bucket is full already, and waiting leaves it full.
-fn age(valkey: &Valkey, key: &str, ms: u128) {
-    let Some(b) = stored(valkey, key) else { return };
-    let value = format!("{} {}", b.units, b.at - ms);
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("KEEPTTL")
-        .query(&mut valkey.connection())
-        .unwrap();
-}
 
 #[tokio::test]
 async fn a_burst_admits_exactly_capacity_then_denies() {
@@ -226,62 +179,90 @@ impl Rng {
     }
 }
 
+/// A random limit: `burst` tokens, a rate of so many per second, minute, hour or day.
+fn random_rule(rng: &mut Rng, key: String) -> RuleSpec {
+    let burst = 1 + rng.below(20);
+    let per_ms = [1_000, 60_000, 3_600_000, 86_400_000][rng.below(4) as usize];
+    let requests = 1 + rng.below(500);
+    let g = gcd(requests, per_ms);
+    rule(&key, burst, requests / g, per_ms / g, 1 + rng.below(burst))
+}
+
 #[tokio::test]
 async fn the_script_agrees_with_the_model_over_random_runs() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut admitted, mut denied) = (0, 0);
     for run_no in 0..40 {
-        let rules: Vec<RuleSpec> = (0..1 + rng.below(3))
-            .map(|i| {
-                let burst = 1 + rng.below(20);
-                let per_ms = [1_000, 60_000, 3_600_000, 86_400_000][rng.below(4) as usize];
-                let requests = 1 + rng.below(500);
-                let g = gcd(requests, per_ms);
-                rule(
-                    &format!("m{run_no}:{i}"),
-                    burst,
-                    requests / g,
-                    per_ms / g,
-                    1 + rng.below(burst),
-                )
-            })
+        // A few buckets, each with its own limit, shared by the checks of a run.
+        let limits: Vec<RuleSpec> = (0..1 + rng.below(4))
+            .map(|i| random_rule(&mut rng, format!("m{run_no}:{i}")))
             .collect();
-        let mut state: Vec<Option<Bucket>> = vec![None; rules.len()];
+        let mut state = Buckets::new();
         for _ in 0..30 {
             if rng.below(3) == 0 {
                 let ms = u128::from(rng.below(120_000));
-                for (r, s) in rules.iter().zip(state.iter_mut()) {
-                    if let Some(b) = s {
+                for r in &limits {
+                    if let Some(b) = state.get_mut(&r.key) {
                         age(&valkey, &r.key, ms);
                         b.at -= ms;
                     }
                 }
             }
-            let (now, got) = run(&store, &rules).await;
-            let expected = model::check(&mut state, &rules, u128::from(now));
-            assert_eq!(got, expected, "run {run_no}: {rules:?}");
-            for ((r, s), o) in rules.iter().zip(&state).zip(&got) {
-                if !got.iter().all(|o| o.allowed) {
-                    continue;
+            // A batch of 1..=8 checks, each on a random subset of the buckets (a key at
+            // most once per check, as the wire format demands), in a random order.
+            let checks: Vec<Check> = (0..1 + rng.below(8))
+                .map(|_| {
+                    let mut rules: Vec<RuleSpec> = limits
+                        .iter()
+                        .filter(|_| rng.below(2) == 0)
+                        .cloned()
+                        .collect();
+                    if rules.is_empty() {
+                        rules.push(limits[rng.below(limits.len() as u64) as usize].clone());
+                    }
+                    let turn = rng.below(rules.len() as u64) as usize;
+                    rules.rotate_left(turn);
+                    rules
+                })
+                .collect();
+            let got = batch(&store, &checks).await;
+            let now = got[0].0;
+            assert!(
+                got.iter().all(|(t, _)| *t == now),
+                "one Redis time per call"
+            );
+            let got: Vec<Vec<RuleOutcome>> = got.into_iter().map(|(_, o)| o).collect();
+            let expected = model::batch(&mut state, &checks, u128::from(now));
+            assert_eq!(got, expected, "run {run_no}: {checks:?}");
+            for check in &got {
+                if check.iter().all(|o| o.allowed) {
+                    admitted += 1;
+                } else {
+                    denied += 1;
                 }
-                match stored(&valkey, &r.key) {
-                    Some(bucket) => assert_eq!(Some(bucket), *s, "stored state of {}", r.key),
-                    // Gone already: only legitimate if it was due to expire by now.
-                    None => assert!(
-                        redis_now_ms(&valkey) >= now + o.full_ms,
-                        "{} expired early",
-                        r.key
-                    ),
+            }
+            let redis_now = u128::from(redis_now_ms(&valkey));
+            for r in &limits {
+                match (stored(&valkey, &r.key), state.get(&r.key)) {
+                    (Some(bucket), Some(m)) => assert_eq!(bucket, *m, "stored state of {}", r.key),
+                    (None, None) => {}
+                    // Gone already: only legitimate if the bucket is full by now.
+                    (None, Some(m)) => {
+                        let cap = u128::from(r.burst) * u128::from(r.den);
+                        let full_ms = (cap - m.units).div_ceil(u128::from(r.num));
+                        assert!(redis_now >= m.at + full_ms, "{} expired early", r.key);
+                    }
+                    (Some(bucket), None) => panic!("{} stored {bucket:?} unasked", r.key),
                 }
             }
         }
     }
-}
-
-fn redis_now_ms(valkey: &Valkey) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut valkey.connection()).unwrap();
-    s * 1000 + us / 1000
+    assert!(
+        admitted > 500 && denied > 500,
+        "{admitted} admitted, {denied} denied"
+    );
 }
 
 fn gcd(a: u64, b: u64) -> u64 {

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this module
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
 
+pub mod buckets;
 pub mod model;
 pub mod server;
 

@@ -2,6 +2,7 @@
 //! `lua/token_bucket.lua`, so that the script can be checked against it.
 
 use ratelimit_bridge::wire::{RuleOutcome, RuleSpec};
+use std::collections::HashMap;
 
 /// A bucket's stored state: its level in units at Redis time `at` (ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,14 +11,21 @@ pub struct Bucket {
     pub at: u128,
 }
 
-/// One all-or-nothing check at time `now`; `state[i]` is rule i's bucket (`None`: full).
-pub fn check(state: &mut [Option<Bucket>], rules: &[RuleSpec], now: u128) -> Vec<RuleOutcome> {
+/// Every bucket by key; a missing key is a full bucket.
+pub type Buckets = HashMap<String, Bucket>;
+
+/// A batch at time `now`: its checks one after the other, as the script applies them.
+pub fn batch(state: &mut Buckets, checks: &[Vec<RuleSpec>], now: u128) -> Vec<Vec<RuleOutcome>> {
+    checks.iter().map(|c| check(state, c, now)).collect()
+}
+
+/// One all-or-nothing check at time `now`.
+pub fn check(state: &mut Buckets, rules: &[RuleSpec], now: u128) -> Vec<RuleOutcome> {
     let levels: Vec<u128> = rules
         .iter()
-        .zip(state.iter())
-        .map(|(r, s)| {
+        .map(|r| {
             let cap = u128::from(r.burst) * u128::from(r.den);
-            s.map_or(cap, |b| {
+            state.get(&r.key).map_or(cap, |b| {
                 cap.min(b.units + now.saturating_sub(b.at) * u128::from(r.num))
             })
         })
@@ -27,17 +35,19 @@ pub fn check(state: &mut [Option<Bucket>], rules: &[RuleSpec], now: u128) -> Vec
     rules
         .iter()
         .zip(levels)
-        .zip(state.iter_mut())
-        .map(|((r, mut level), slot)| {
+        .map(|(r, mut level)| {
             let (num, den) = (u128::from(r.num), u128::from(r.den));
             let cap = u128::from(r.burst) * den;
             let mut wait = 0;
             if admitted {
                 level -= need(r);
-                *slot = Some(Bucket {
-                    units: level,
-                    at: now,
-                });
+                state.insert(
+                    r.key.clone(),
+                    Bucket {
+                        units: level,
+                        at: now,
+                    },
+                );
             } else if level < need(r) {
                 wait = (need(r) - level).div_ceil(num);
             }
