@@ -1,12 +1,27 @@
 """The bench's Envoy gateways: the repository's envoy.yaml (through testbed/stack.py's
 `envoy_config`) turned into each configuration of the comparison.
 
-  none      direct response, no filter (the ceiling)
+Kinds (the HTTP filter of the gateway listener):
+
+  none      no filter (the ceiling)
   noop      a wasm filter that does nothing (bench/noop-filter): the cost of any wasm filter
+  floor     the no-op filter making one HTTP/2 callout per request to a trivial responder:
+            the floor of any one-callout-per-request design
   local     Envoy's native local_ratelimit filter instead of the wasm
   ratelimit dist/ratelimit.wasm with a given plugin configuration, through the bridge
+
+Bases (what answers the request once the filter lets it through):
+
+  proxy     as production gateways do: the gateway's route goes to a cluster, an HTTP/1.1
+            upstream that is a second listener of the same Envoy (`--concurrency 1`, so
+            the same worker thread) answering with envoy.yaml's direct_response
+  direct    envoy.yaml's direct_response on the gateway listener itself (no upstream)
+
+Every gateway also has the callout floor's responder: a third listener with the same
+direct_response, spoken to over h2c through the HTTP/2 cluster `bench_responder`.
 """
 
+import copy
 import json
 from pathlib import Path
 
@@ -16,6 +31,11 @@ ROOT = stack.ROOT
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "ratelimit_bench_noop.wasm"
 LOADGEN = ROOT / "target" / "release" / "loadgen"
 WASM_FUEL = ROOT / "target" / "debug" / "wasm-fuel"  # fuel does not depend on the build profile
+
+UPSTREAM = "bench_upstream"
+RESPONDER = "bench_responder"
+# The no-op filter's configuration for the callout floor.
+FLOOR_PLUGIN = {"callout": {"cluster": RESPONDER, "authority": "responder", "path": "/"}}
 
 
 def local_ratelimit_filter(per_second, burst):
@@ -35,19 +55,55 @@ def local_ratelimit_filter(per_second, burst):
     }
 
 
-def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 10**6)):
-    """The Envoy configuration (a dict) of one gateway of `kind` (see the module doc)."""
+def answering_listener(gateway, name, port):
+    """A copy of the gateway listener on `port` with only the router: it answers every
+    request with envoy.yaml's direct_response (HTTP/1.1 or h2c, the codec is automatic)."""
+    listener = copy.deepcopy(gateway)
+    listener["name"] = name
+    listener["address"]["socket_address"]["port_value"] = port
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["stat_prefix"] = name
+    hcm["http_filters"] = hcm["http_filters"][-1:]
+    return listener
+
+
+def local_cluster(template, name, port, http2):
+    """A cluster shaped like envoy.yaml's bridge cluster, to 127.0.0.1:`port`."""
+    cluster = copy.deepcopy(template)
+    cluster["name"] = cluster["load_assignment"]["cluster_name"] = name
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    endpoint["address"]["socket_address"]["port_value"] = port
+    if not http2:
+        cluster.pop("typed_extension_protocol_options", None)
+    return cluster
+
+
+def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 10**6),
+                   base="proxy", upstream_port=None, responder_port=None):
+    """The Envoy configuration (a dict) of one gateway of `kind` on `base` (module doc)."""
     config = stack.envoy_config(plugin or {}, listen, admin, bridge_port)
-    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-    filters = hcm["typed_config"]["http_filters"]
+    resources = config["static_resources"]
+    gateway = resources["listeners"][0]
+    hcm = gateway["filter_chains"][0]["filters"][0]["typed_config"]
+    bridge = next(c for c in resources["clusters"] if c["name"] == "ratelimit_bridge")
+    resources["listeners"].append(answering_listener(gateway, RESPONDER, responder_port))
+    resources["clusters"].append(local_cluster(bridge, RESPONDER, responder_port, http2=True))
+    if base == "proxy":
+        resources["listeners"].append(answering_listener(gateway, UPSTREAM, upstream_port))
+        resources["clusters"].append(local_cluster(bridge, UPSTREAM, upstream_port, http2=False))
+        for host in hcm["route_config"]["virtual_hosts"]:
+            host["routes"] = [{"match": {"prefix": "/"}, "route": {"cluster": UPSTREAM}}]
+    elif base != "direct":
+        raise ValueError(f"unknown base {base!r}")
+    filters = hcm["http_filters"]
     wasm, router = filters[0], filters[-1]
     if kind == "none":
         filters[:] = [router]
-    elif kind == "noop":
+    elif kind in ("noop", "floor"):
         vm = wasm["typed_config"]["config"]
         vm["name"] = vm["root_id"] = vm["vm_config"]["vm_id"] = "noop"
         vm["vm_config"]["code"]["local"]["filename"] = str(NOOP_WASM)
-        vm["configuration"]["value"] = ""
+        vm["configuration"]["value"] = json.dumps(FLOOR_PLUGIN) if kind == "floor" else ""
     elif kind == "local":
         filters[:] = [local_ratelimit_filter(*local), router]
     elif kind != "ratelimit":
@@ -58,12 +114,14 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
 class Gateway:
     """One Envoy (`--concurrency 1`) of the bench, as a stack.Process."""
 
-    def __init__(self, name, kind, workdir, bridge_port, plugin=None, local=(10**6, 10**6)):
-        self.name, self.kind = name, kind
+    def __init__(self, name, kind, workdir, bridge_port, plugin=None, local=(10**6, 10**6),
+                 base="proxy"):
+        self.name, self.kind, self.base = name, kind, base
         self.port, self.admin = stack.free_port(), stack.free_port()
         path = Path(workdir) / f"{name}.json"
-        path.write_text(json.dumps(
-            gateway_config(kind, self.port, self.admin, bridge_port, plugin, local)))
+        path.write_text(json.dumps(gateway_config(
+            kind, self.port, self.admin, bridge_port, plugin, local, base,
+            upstream_port=stack.free_port(), responder_port=stack.free_port())))
         self.process = stack.Process(name, [
             stack.ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
             "--log-level", "warn"], workdir)

@@ -1,7 +1,7 @@
-"""The measurements of `make bench`, each returning plain dicts for results.json:
-configurations 1-7 through Envoy, Redis cost per check, bridge throughput, accuracy of
-the limit across two gateways, and the wasm artifacts. Every process is a stack.Process
-stopped in `finally`.
+"""The measurements of `make bench`, each returning plain dicts for results.json: the
+Envoy configurations at 16 and 64 requests in flight, Redis cost per check, bridge
+throughput, accuracy of the limit across two gateways, and the wasm artifacts. Every
+process is a stack.Process stopped in `finally`.
 """
 
 import json
@@ -16,9 +16,11 @@ from pathlib import Path
 import stack
 import redis_cost
 from cluster import ValkeyCluster
+from diagnostics import Probe, add, derive
 from envoys import LOADGEN, NOOP_WASM, WASM_FUEL, Gateway
 
-CONCURRENCY = 16
+# Requests in flight of the comparison (loadgen --concurrency).
+IN_FLIGHT = (16, 64)
 USERS = 10_000
 # The check's budget. Production's 25 ms default assumes the bridge on its own cores; here
 # loadgen, Envoy, the bridge and Valkey share two, and a scheduling stall would turn into
@@ -26,11 +28,15 @@ USERS = 10_000
 TIMEOUT_MS = 250
 
 
-def plugin(*rules, identity=None, max_inflight=0):
-    """A plugin configuration whose rules are keyed by the `x-user-id` header by default."""
+def plugin(*rules, identity=None, transport=None):
+    """A plugin configuration whose rules are keyed by the `x-user-id` header by default.
+    The backend keeps the filter's defaults (gRPC stream, group commit) unless `transport`
+    is given."""
+    backend = {"cluster": "ratelimit_bridge", "timeout_ms": TIMEOUT_MS}
+    if transport:
+        backend["transport"] = transport
     return {
-        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": TIMEOUT_MS,
-                    "max_inflight": max_inflight},
+        "backend": backend,
         "failure_mode": "closed",
         "key_prefix": "bench",
         "identity": {"user": {"header": "x-user-id"}, **(identity or {})},
@@ -41,31 +47,45 @@ def plugin(*rules, identity=None, max_inflight=0):
 UNLIMITED = {"requests": 1_000_000_000, "per": "1s"}
 ONCE_A_DAY = {"requests": 1, "per": "1d"}
 
-# (id, label, gateway kind, plugin, headers)
+
+def config(cid, key, label, kind, plug=None, headers=(), base="proxy"):
+    """One configuration of the comparison; `key` names its role in the report."""
+    rules = len(plug["rules"]) if plug else 0
+    transport = None
+    if plug:
+        transport = plug["backend"].get("transport", "grpc")
+    return {"id": cid, "key": key, "label": label, "kind": kind, "plugin": plug,
+            "headers": list(headers), "base": base, "rules": rules, "transport": transport}
+
+
 CONFIGS = [
-    (1, "Envoy, no filter", "none", None, []),
-    (2, "Envoy + no-op wasm", "noop", None, []),
-    (3, "Envoy + local_ratelimit", "local", None, []),
-    (4, "ratelimit.wasm, 1 key, allowed", "ratelimit",
-     plugin({"name": "open", "limit": UNLIMITED}), ["x-user-id: bench"]),
+    config("1", "none", "Envoy, no filter", "none"),
+    config("2", "noop", "Envoy + no-op wasm", "noop"),
+    config("3", "local", "Envoy + local_ratelimit", "local"),
+    config("4", "floor", "callout floor: no-op wasm + 1 HTTP/2 callout", "floor"),
+    config("5", "allowed", "ratelimit.wasm, 1 key, allowed", "ratelimit",
+           plugin({"name": "open", "limit": UNLIMITED}), ["x-user-id: bench"]),
     # Two rules per request: a bucket per user (10,000 of them, never empty) and a bucket
     # per tier, where tier t0 shares one bucket of one request a day: half the requests
     # are denied from the start, and a denied request takes no token from its user.
-    (5, f"ratelimit.wasm, {USERS:,} keys, ~50% denied", "ratelimit",
-     plugin({"name": "mixed", "limit": UNLIMITED},
-            {"name": "tier", "key": ["tier"], "limit": UNLIMITED, "tiers": {"t0": ONCE_A_DAY}},
-            identity={"tier": {"header": "x-tier"}}),
-     [f"x-user-id: u{{n % {USERS}}}", "x-tier: t{n % 2}"]),
-    (6, "ratelimit.wasm, 1 key, denied", "ratelimit",
-     plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: bench"]),
-    # Configuration 4 with callout coalescing: past 4 callouts in flight, the checks of a
-    # millisecond share one callout.
-    (7, "as 4, coalescing (max_inflight 4)", "ratelimit",
-     plugin({"name": "coalesced", "limit": UNLIMITED}, max_inflight=4), ["x-user-id: bench"]),
+    config("6", "mixed", f"ratelimit.wasm, {USERS:,} keys, ~50% denied", "ratelimit",
+           plugin({"name": "mixed", "limit": UNLIMITED},
+                  {"name": "tier", "key": ["tier"], "limit": UNLIMITED,
+                   "tiers": {"t0": ONCE_A_DAY}},
+                  identity={"tier": {"header": "x-tier"}}),
+           [f"x-user-id: u{{n % {USERS}}}", "x-tier: t{n % 2}"]),
+    config("7", "http", "ratelimit.wasm, 1 key, allowed, HTTP callouts", "ratelimit",
+           plugin({"name": "open-http", "limit": UNLIMITED}, transport="http"),
+           ["x-user-id: bench"]),
+    config("8", "denied", "ratelimit.wasm, 1 key, denied", "ratelimit",
+           plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: bench"]),
+    # The same baselines without an upstream: what earlier reports measured.
+    config("D1", "direct-none", "Envoy, no filter (direct response)", "none", base="direct"),
+    config("D2", "direct-noop", "Envoy + no-op wasm (direct response)", "noop", base="direct"),
 ]
 
 
-def loadgen(workdir, name, urls, duration, concurrency=CONCURRENCY, warmup=0.0, headers=(),
+def loadgen(workdir, name, urls, duration, concurrency=16, warmup=0.0, headers=(),
             body=None, method="GET", rate=None, h2=False):
     """Runs bench's loadgen to completion; returns its JSON summary."""
     out = Path(workdir) / f"{name}.json"
@@ -92,31 +112,72 @@ def loadgen(workdir, name, urls, duration, concurrency=CONCURRENCY, warmup=0.0, 
     return json.loads(out.read_text())
 
 
+def sent(result):
+    return result["responses"] + result["errors"]
+
+
+def measured_run(workdir, name, gw, probe, total, c, in_flight, conf):
+    """A warm-up run, then the measured run; with a probe, the counters and Valkey
+    statistics are read in between and after, and their delta (the measured run's) is
+    added to `total`."""
+    warm = loadgen(workdir, f"{name}-warmup", [gw.url()], conf["warmup"],
+                   concurrency=in_flight, headers=c["headers"])
+    if probe is None:
+        return loadgen(workdir, name, [gw.url()], conf["duration"], concurrency=in_flight,
+                       headers=c["headers"])
+    probe.sent += sent(warm)
+    before = probe.snapshot()
+    result = loadgen(workdir, name, [gw.url()], conf["duration"], concurrency=in_flight,
+                     headers=c["headers"])
+    probe.sent += sent(result)
+    add(total, before, probe.snapshot())
+    return result
+
+
 def configurations(bench, workdir, conf):
-    """Configurations 1-7, `rounds` times in turn; each run after a warm-up."""
-    gateways = []
-    runs = {c[0]: [] for c in CONFIGS}
-    counters = {}
+    """Every configuration at every in-flight level, `rounds` times in turn (rounds
+    interleave the configurations, so a slow moment of the machine hits all of them)."""
+    gateways, probes = {}, {}
+    runs = {(c["id"], n): [] for c in CONFIGS for n in IN_FLIGHT}
+    totals = {(c["id"], n): {} for c in CONFIGS for n in IN_FLIGHT}
     try:
-        for cid, _, kind, plug, _ in CONFIGS:
-            gateways.append(Gateway(f"envoy-config{cid}", kind, workdir, bench.bridge_port,
-                                    plug).start())
+        for c in CONFIGS:
+            gw = Gateway(f"envoy-config{c['id']}", c["kind"], workdir, bench.bridge_port,
+                         c["plugin"], base=c["base"])
+            gateways[c["id"]] = gw.start()
+            if c["kind"] == "ratelimit":
+                probes[c["id"]] = Probe(gw, bench.redis_port)
         for rnd in range(conf["rounds"]):
-            for (cid, label, _, _, headers), gw in zip(CONFIGS, gateways):
-                result = loadgen(workdir, f"config{cid}-round{rnd}", [gw.url()],
-                                 conf["duration"], warmup=conf["warmup"], headers=headers)
-                runs[cid].append(result)
-                print(f"  round {rnd + 1} config {cid}: {result['rps']:8.0f} rps  "
-                      f"p99 {result['latency_us']['p99']:7.0f} us  {result['status']}", flush=True)
-        counters = {cid: gw.counters() for (cid, *_), gw in zip(CONFIGS, gateways)}
+            for n in IN_FLIGHT:
+                for c in CONFIGS:
+                    result = measured_run(workdir, f"config{c['id']}-c{n}-round{rnd}",
+                                          gateways[c["id"]], probes.get(c["id"]),
+                                          totals[(c["id"], n)], c, n, conf)
+                    runs[(c["id"], n)].append(result)
+                    print(f"  round {rnd + 1} {n:3} in flight config {c['id']:>2}: "
+                          f"{result['rps']:8.0f} rps  p99 {result['latency_us']['p99']:7.0f} us"
+                          f"  {result['status']}", flush=True)
     finally:
-        for gw in gateways:
+        for probe in probes.values():
+            probe.close()
+        for gw in gateways.values():
             gw.stop()
-    return [{**summarise(cid, label, runs[cid]), "counters": counters.get(cid, {})}
-            for cid, label, *_ in CONFIGS]
+    out = []
+    for c in CONFIGS:
+        levels = []
+        for n in IN_FLIGHT:
+            level = {"in_flight": n, **summarise(runs[(c["id"], n)])}
+            if c["id"] in probes:
+                total = totals[(c["id"], n)]
+                level["counters"] = total
+                level["diagnostics"] = derive(total, sum(sent(r) for r in level["runs"]),
+                                              c["rules"])
+            levels.append(level)
+        out.append({**c, "levels": levels})
+    return out
 
 
-def summarise(cid, label, runs):
+def summarise(runs):
     """The median over rounds of each number, plus every run for the record."""
     def med(get):
         return statistics.median(get(r) for r in runs)
@@ -125,7 +186,6 @@ def summarise(cid, label, runs):
         for code, count in r["status"].items():
             status[code] = status.get(code, 0) + count
     return {
-        "id": cid, "label": label,
         "rps": med(lambda r: r["rps"]),
         "p50": med(lambda r: r["latency_us"]["p50"]),
         "p99": med(lambda r: r["latency_us"]["p99"]),
@@ -137,10 +197,15 @@ def summarise(cid, label, runs):
     }
 
 
+def by_key(key):
+    return next(c for c in CONFIGS if c["key"] == key)
+
+
 def overload(bench, workdir, conf, in_flight=128):
-    """Configuration 4 with 8x the in-flight requests: what the callout timeout and
+    """'1 key, allowed' with 8x the in-flight requests: what the check timeout and
     `failure_mode: closed` do when the gateway is saturated."""
-    _, label, kind, plug, headers = CONFIGS[3]
+    c = by_key("allowed")
+    label, kind, plug, headers = c["label"], c["kind"], c["plugin"], c["headers"]
     gw = Gateway("envoy-overload", kind, workdir, bench.bridge_port, plug)
     try:
         gw.start()
@@ -295,7 +360,7 @@ def machine(bench):
 
 
 def run_all(bench, workdir, conf):
-    print("configurations 1-7", flush=True)
+    print(f"configurations at {' and '.join(map(str, IN_FLIGHT))} in flight", flush=True)
     results = {"configs": configurations(bench, workdir, conf)}
     print("overload", flush=True)
     results["overload"] = overload(bench, workdir, conf)

@@ -2,7 +2,8 @@
 """`make bench`: the performance report of ratelimit.wasm, side by side with its baselines.
 
 Starts Valkey and the bridge through testbed/stack.py, one Envoy (`--concurrency 1`) per
-configuration, drives them with bench's `loadgen`, measures Redis, the bridge and the
+configuration, drives each with bench's `loadgen` at 16 and 64 requests in flight, reads
+the filter's counters and Valkey around every run, measures Redis, the bridge and the
 accuracy of the limit, then writes REPORT.md, results.json and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
@@ -33,7 +34,7 @@ def settings(args):
     if args.smoke:
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False)
-    return dict(rounds=args.rounds, duration=args.duration, warmup=2.0, redis_checks=100_000,
+    return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True)
 
 
@@ -41,8 +42,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="1 s per configuration, assert sanity")
     parser.add_argument("--out", help="directory for REPORT.md, results.json, latency.svg")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over configurations 1-7")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per configuration run")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds over every configuration and in-flight level")
+    parser.add_argument("--duration", type=float, default=6.0,
+                        help="measured seconds per configuration and level")
     args = parser.parse_args()
     for path in (envoys.LOADGEN, envoys.NOOP_WASM):
         if not path.exists():
