@@ -2,9 +2,11 @@
 //! per wasm instruction), for `make bench`. Fuel does not depend on the machine or its
 //! load, so unlike latencies it is comparable across runs exactly.
 //!
-//! It drives the real filter through the wasmtime harness: an allowed request (headers,
-//! callout, bridge reply, response headers, end of stream), a denied one (ending in the
-//! 429), and the same allowed request through the no-op filter as the floor.
+//! It drives the real filter through the wasmtime harness with its default transport (the
+//! gRPC stream): an allowed request (headers, stream message, bridge reply, response
+//! headers, end of stream), a denied one (ending in the 429), and the same allowed request
+//! through the no-op filter as the floor. With `--callbacks` it also prints where the fuel
+//! of one allowed request goes, callback by callback.
 //!
 //! ```text
 //! wasm-fuel dist/ratelimit.wasm target/wasm32-wasip1/release/ratelimit_bench_noop.wasm
@@ -13,7 +15,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use wasmtime_harness::{CallResponse, Host, Wasm};
+use wasmtime_harness::{Host, Wasm};
 
 /// One rule keyed by `x-user-id`, as in the bench's configuration 4.
 const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
@@ -28,11 +30,27 @@ const ALLOWED: &str = "1767225600000 1,99,600,0\n";
 const DENIED: &str = "1767225600000 0,0,60000,600\n";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let callbacks = args.first().is_some_and(|a| a == "--callbacks");
+    if callbacks {
+        args.remove(0);
+    }
     let [filter, noop] = args.as_slice() else {
-        eprintln!("usage: wasm-fuel <ratelimit.wasm> <noop.wasm>");
+        eprintln!("usage: wasm-fuel [--callbacks] <ratelimit.wasm> <noop.wasm>");
         return ExitCode::FAILURE;
     };
+    if callbacks {
+        return match breakdown(Path::new(filter)) {
+            Ok(lines) => {
+                println!("{lines}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("wasm-fuel: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(Path::new(filter), Path::new(noop)) {
         Ok(json) => {
             println!("{json}");
@@ -62,7 +80,9 @@ fn load(path: &Path) -> Result<Wasm, String> {
 
 /// The median fuel of `REQUESTS` requests, each answered with `reply` when it calls out.
 fn median(wasm: &Wasm, reply: Option<&str>) -> Result<u64, String> {
-    let (mut host, accepted) = Host::boot(wasm, CONFIG).map_err(|e| e.to_string())?;
+    // The no-op filter takes an empty configuration (it would call out with another).
+    let config = if reply.is_some() { CONFIG } else { "" };
+    let (mut host, accepted) = Host::boot(wasm, config).map_err(|e| e.to_string())?;
     if !accepted {
         return Err(format!(
             "the filter refused the configuration:\n{}",
@@ -77,21 +97,51 @@ fn median(wasm: &Wasm, reply: Option<&str>) -> Result<u64, String> {
     Ok(fuel[REQUESTS / 2])
 }
 
+/// Fuel per callback of one allowed request (after a few to warm up), one line each.
+fn breakdown(filter: &Path) -> Result<String, String> {
+    let (mut host, _) = Host::boot(&load(filter)?, CONFIG).map_err(|e| e.to_string())?;
+    for _ in 0..REQUESTS {
+        one_request(&mut host, Some(ALLOWED))?;
+    }
+    let mark = host.fuel_mark();
+    one_request(&mut host, Some(ALLOWED))?;
+    let lines: Vec<String> = host.state().fuel[mark..]
+        .iter()
+        .map(|r| format!("{:>8} {}", r.fuel, r.callback))
+        .collect();
+    Ok(lines.join("\n"))
+}
+
 /// Fuel of every callback of one request, from its headers to the end of its stream.
 fn one_request(host: &mut Host, reply: Option<&str>) -> Result<u64, String> {
     let mark = host.fuel_mark();
     let headers = [("x-user-id", "alice")];
+    let sent = |h: &Host| {
+        h.grpc_streams()
+            .iter()
+            .map(|s| s.messages.len())
+            .sum::<usize>()
+    };
+    let before = sent(host);
     let (id, _) = host
         .request("GET", "/api/profile", &headers)
         .map_err(|e| e.to_string())?;
-    let token = host.callout_of(id).map(|c| c.token);
-    match (token, reply) {
-        (Some(token), Some(body)) => host
-            .answer(token, CallResponse::new(200, body))
-            .map_err(|e| e.to_string())?,
+    // The filter's one stream; this request's check is its last message, if it sent one.
+    let message = host
+        .grpc_streams()
+        .last()
+        .filter(|_| sent(host) > before)
+        .and_then(|s| Some((s.token, s.messages.last()?.clone())));
+    match (message, reply) {
+        (Some((token, message)), Some(body)) => {
+            let text = String::from_utf8_lossy(&message);
+            let exchange = text.split('\n').next().unwrap_or_default();
+            host.grpc_message(token, format!("{exchange}\n{body}").as_bytes())
+                .map_err(|e| e.to_string())?
+        }
         (None, None) => {}
-        (Some(_), None) => return Err("the no-op filter called out".into()),
-        (None, Some(_)) => return Err(format!("no callout:\n{}", host.log_text())),
+        (Some(_), None) => return Err("the no-op filter sent a check".into()),
+        (None, Some(_)) => return Err(format!("no check sent:\n{}", host.log_text())),
     }
     let replied = host
         .stream(id)
