@@ -46,6 +46,8 @@ fn defaults_apply_when_fields_are_omitted() {
     assert_eq!(c.failure_mode, FailureMode::Closed);
     assert_eq!(c.key_prefix, "rl");
     assert_eq!(c.backend.timeout_ms, 25);
+    assert_eq!(c.backend.transport, crate::backend::Transport::Grpc);
+    assert_eq!(c.backend.max_inflight, 1);
     assert_eq!(c.rules[0].cost, 1);
     assert_eq!(c.rules[0].matcher, Matcher::default());
 }
@@ -120,6 +122,8 @@ fn bad_configs_are_refused_naming_the_field() {
         (r#"{"rules": []}"#.into(), "config"),
         (r#"{"backend": {"cluster": ""}, "rules": []}"#.into(), "backend.cluster"),
         (r#"{"backend": {"cluster": "b", "timeout_ms": 0}, "rules": []}"#.into(), "backend.timeout_ms"),
+        (r#"{"backend": {"cluster": "b", "max_inflight": 65}, "rules": []}"#.into(), "backend.max_inflight"),
+        (r#"{"backend": {"cluster": "b", "transport": "udp"}, "rules": []}"#.into(), "backend.transport"),
         (r#"{"backend": {"cluster": "b"}, "rules": []}"#.into(), "rules"),
         (r#"{"backend": {"cluster": "b"}, "rulez": []}"#.into(), "rulez"),
         (r#"{"backend": {"cluster": "b"}, "failure_mode": "maybe", "rules": []}"#.into(), "failure_mode"),

@@ -6,8 +6,9 @@
 //! Plain bookkeeping, host-independent: the glue sends what `take` returns and reports
 //! what came back with `complete`.
 
+use hashbrown::HashMap;
 use ratelimit_protocol::{MAX_BODY, MAX_CHECKS};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
 /// enough that one slow batch never holds many requests.

@@ -3,6 +3,7 @@
 use crate::config::{Config, HeaderOptions};
 use crate::limit::Limit;
 use crate::protocol::RuleResult;
+use ratelimit_protocol::u64_string;
 
 /// A reply the filter sends itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,9 +43,9 @@ pub fn rate_limit_headers(
         .saturating_add(shown.result.full_ms)
         .div_ceil(1000);
     let mut headers = vec![
-        ("x-ratelimit-limit", shown.limit.burst.to_string()),
-        ("x-ratelimit-remaining", shown.result.remaining.to_string()),
-        ("x-ratelimit-reset", reset_unix_s.to_string()),
+        ("x-ratelimit-limit", u64_string(shown.limit.burst)),
+        ("x-ratelimit-remaining", u64_string(shown.result.remaining)),
+        ("x-ratelimit-reset", u64_string(reset_unix_s)),
     ];
     if options.ietf_draft {
         headers.push((

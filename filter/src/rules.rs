@@ -49,7 +49,10 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
         if !rule.matcher.matches(&method, path) {
             continue;
         }
-        let mut key = format!("{}:{}", config.key_prefix, rule.name);
+        let mut key = String::with_capacity(config.key_prefix.len() + rule.name.len() + 64);
+        key.push_str(&config.key_prefix);
+        key.push(':');
+        key.push_str(&rule.name);
         let complete = rule.key.iter().all(|&id| match value_of(id) {
             Some(value) => {
                 key.push(':');

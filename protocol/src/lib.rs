@@ -26,11 +26,13 @@
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
 
 mod limits;
+mod number;
 mod reply;
 mod request;
 mod stream;
 
 pub use limits::*;
+pub use number::{push_u64, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{encode_rule, end_check, parse_batch, BadBatch, RuleSpec};
 pub use stream::{split_message, stream_message};

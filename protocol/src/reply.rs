@@ -2,7 +2,7 @@
 //! strictly, checking that the reply answers exactly the checks and rules it sent.
 
 use crate::limits::{MAX_REASON_LEN, MAX_REPLY_LEN};
-use std::fmt::Write;
+use crate::number::push_u64;
 
 /// The outcome of one rule of a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,14 +32,13 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
     for result in results {
         match result {
             CheckResult::Checked { now_ms, rules } => {
-                let _ = write!(out, "{now_ms}");
+                push_u64(out, *now_ms);
                 for r in rules {
-                    let allowed = u8::from(r.allowed);
-                    let _ = write!(
-                        out,
-                        " {allowed},{},{},{}",
-                        r.remaining, r.full_ms, r.wait_ms
-                    );
+                    out.push_str(if r.allowed { " 1" } else { " 0" });
+                    for n in [r.remaining, r.full_ms, r.wait_ms] {
+                        out.push(',');
+                        push_u64(out, n);
+                    }
                 }
             }
             CheckResult::Failed(reason) => {

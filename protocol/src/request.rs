@@ -3,7 +3,8 @@
 //! batch at all fails the exchange.
 
 use crate::limits::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
-use std::fmt::{self, Write};
+use crate::number::push_u64;
+use std::fmt;
 
 /// One rule of a check: the bucket and how it fills and drains.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +28,11 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
     if !first {
         body.push(' ');
     }
-    let _ = write!(body, "{key},{burst},{num},{den},{cost}");
+    body.push_str(key);
+    for n in [burst, num, den, cost] {
+        body.push(',');
+        push_u64(body, n);
+    }
 }
 
 /// Ends the current check's line.

@@ -3,11 +3,12 @@
 //! a late one is recognised as such.
 
 use crate::limits::MAX_ID_LINE;
+use crate::number::push_u64;
 
 /// A stream message carrying `body` for exchange `id`.
 pub fn stream_message(id: u32, body: &str) -> String {
     let mut message = String::with_capacity(MAX_ID_LINE + body.len());
-    message.push_str(&id.to_string());
+    push_u64(&mut message, u64::from(id));
     message.push('\n');
     message.push_str(body);
     message

@@ -261,7 +261,7 @@ def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
 def test_group_commit_stays_exact_across_two_gateways(stack_of, transport):
-    """Group commit is on by default (max_inflight 2): checks that arrive while exchanges
+    """Group commit is on by default (max_inflight 1): checks that arrive while exchanges
     are out leave together in the next one. Fewer exchanges than checks, the same exact
     total, on the gRPC stream (the default) and over HTTP callouts."""
     config = plugin(rule("per-user", ["user"], 40))

@@ -15,12 +15,12 @@ use crate::check::{conclude_exchange, decode_callout, Check, Host, Start, Verdic
 use crate::config::Config;
 use crate::exchange::{Exchanges, Member};
 use crate::protocol::{self, CheckResult};
+use hashbrown::HashMap;
 use host::{callout_reply, carry_out, Metrics, ProxyHost};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
 use std::cell::{Cell, OnceCell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -98,10 +98,11 @@ impl Hub {
     }
 
     fn take(&self) -> Option<(u32, String)> {
-        self.exchanges
-            .try_borrow_mut()
-            .ok()?
-            .take(ProxyHost.now_ms())
+        let mut exchanges = self.exchanges.try_borrow_mut().ok()?;
+        // Only read the clock (a host call) when something will leave.
+        (exchanges.is_waiting() && exchanges.has_room())
+            .then(|| exchanges.take(ProxyHost.now_ms()))
+            .flatten()
     }
 
     fn send(&self, shared: &Shared, id: u32, body: &str) -> Result<Option<u32>, String> {

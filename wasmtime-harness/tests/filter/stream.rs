@@ -5,7 +5,7 @@ use crate::common::{wasm, NOW_MS};
 use std::time::Duration;
 use wasmtime_harness::{Action, Host, HostState};
 
-const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25, "max_inflight": 2},
     "failure_mode": "closed",
     "identity": {"user": {"header": "x-user-id"}},
     "rules": [{"name": "r", "key": ["user"], "limit": {"requests": 10, "per": "1m"}}]}"#;
