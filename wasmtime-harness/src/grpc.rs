@@ -192,16 +192,18 @@ impl Host {
     /// the response headers, as Envoy does when they arrive); the guest reads it as
     /// buffer type 5 during `proxy_on_grpc_receive`.
     pub fn grpc_message(&mut self, token: u32, message: &[u8]) -> Result<(), HarnessError> {
-        if !self.readable(token)?.initial_metadata_delivered {
-            self.deliver_initial_metadata(token, default_initial_metadata())?;
-            if self.cancelled(token) {
-                return Ok(());
+        self.event(|host| {
+            if !host.readable(token)?.initial_metadata_delivered {
+                host.deliver_initial_metadata(token, default_initial_metadata())?;
+                if host.cancelled(token) {
+                    return Ok(());
+                }
             }
-        }
-        self.state_mut().grpc.receive = Some(message.to_vec());
-        let result = self.grpc_callback("proxy_on_grpc_receive", token, count(message.len()));
-        self.state_mut().grpc.receive = None;
-        result
+            host.state_mut().grpc.receive = Some(message.to_vec());
+            let result = host.grpc_callback("proxy_on_grpc_receive", token, count(message.len()));
+            host.state_mut().grpc.receive = None;
+            result
+        })
     }
 
     /// The upstream closes stream `token` with gRPC `status` and `message`: trailing
@@ -214,36 +216,38 @@ impl Host {
         status: u32,
         message: &str,
     ) -> Result<(), HarnessError> {
-        let trailers_only = !self.readable(token)?.initial_metadata_delivered;
-        if trailers_only {
-            self.deliver_initial_metadata(token, Vec::new())?;
-            if self.cancelled(token) {
+        self.event(|host| {
+            let trailers_only = !host.readable(token)?.initial_metadata_delivered;
+            if trailers_only {
+                host.deliver_initial_metadata(token, Vec::new())?;
+                if host.cancelled(token) {
+                    return Ok(());
+                }
+            }
+            let mut trailers = if trailers_only {
+                default_initial_metadata()
+            } else {
+                Vec::new()
+            };
+            trailers.extend(pairs(&[("grpc-status", &status.to_string())]));
+            if !message.is_empty() {
+                trailers.extend(pairs(&[("grpc-message", message)]));
+            }
+            // Envoy marks the stream remotely closed before the callbacks run.
+            host.readable(token)?.remote_close = Some((status, message.to_owned()));
+            let n = count(trailers.len());
+            host.state_mut().grpc.trailing_metadata = Some(trailers);
+            let result = host.grpc_callback("proxy_on_grpc_receive_trailing_metadata", token, n);
+            host.state_mut().grpc.trailing_metadata = None;
+            result?;
+            if host.cancelled(token) {
                 return Ok(());
             }
-        }
-        let mut trailers = if trailers_only {
-            default_initial_metadata()
-        } else {
-            Vec::new()
-        };
-        trailers.extend(pairs(&[("grpc-status", &status.to_string())]));
-        if !message.is_empty() {
-            trailers.extend(pairs(&[("grpc-message", message)]));
-        }
-        // Envoy marks the stream remotely closed before the callbacks run.
-        self.readable(token)?.remote_close = Some((status, message.to_owned()));
-        let n = count(trailers.len());
-        self.state_mut().grpc.trailing_metadata = Some(trailers);
-        let result = self.grpc_callback("proxy_on_grpc_receive_trailing_metadata", token, n);
-        self.state_mut().grpc.trailing_metadata = None;
-        result?;
-        if self.cancelled(token) {
-            return Ok(());
-        }
-        self.state_mut().last_status = (status, message.as_bytes().to_vec());
-        let result = self.grpc_callback("proxy_on_grpc_close", token, status as i32);
-        self.state_mut().last_status = (0, Vec::new());
-        result
+            host.state_mut().last_status = (status, message.as_bytes().to_vec());
+            let result = host.grpc_callback("proxy_on_grpc_close", token, status as i32);
+            host.state_mut().last_status = (0, Vec::new());
+            result
+        })
     }
 
     /// Whether the guest cancelled `token`, perhaps in a callback: Envoy resets the stream

@@ -20,6 +20,8 @@ pub struct Host {
     unserved: Vec<String>,
     /// The first trap, after which Envoy stops calling the VM.
     failed: Option<String>,
+    /// Driving calls under way: posted notifications wait until the outermost returns.
+    depth: u32,
 }
 
 impl Host {
@@ -49,6 +51,7 @@ impl Host {
             instance,
             unserved,
             failed: None,
+            depth: 0,
         };
         if host.call::<(), ()>("_initialize", 0, ())?.is_none() {
             host.call::<(), ()>("_start", 0, ())?;
@@ -75,8 +78,40 @@ impl Host {
     }
 
     /// Calls export `name` on behalf of `context_id`; `Ok(None)` if the guest lacks it
-    /// (Envoy skips missing callbacks).
+    /// (Envoy skips missing callbacks). Notifications it posts (shared-queue enqueues) are
+    /// delivered once it returns, unless a driving call around it is still under way.
     pub fn call<P: WasmParams, R: WasmResults>(
+        &mut self,
+        name: &'static str,
+        context_id: u32,
+        params: P,
+    ) -> Result<Option<R>, HarnessError> {
+        self.event(|host| host.call_guest(name, context_id, params))
+    }
+
+    /// Runs `drive` as one event of the proxy's event loop: when the outermost event
+    /// returns, the notifications its callbacks posted are delivered, as Envoy's dispatcher
+    /// runs posted work after the current event.
+    pub(crate) fn event<T>(
+        &mut self,
+        drive: impl FnOnce(&mut Host) -> Result<T, HarnessError>,
+    ) -> Result<T, HarnessError> {
+        self.depth += 1;
+        let result = drive(self);
+        self.depth -= 1;
+        let value = result?;
+        if self.depth == 0 {
+            self.deliver_posted()?;
+        }
+        Ok(value)
+    }
+
+    pub(crate) fn vm_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// One guest callback, metered; nothing posted is delivered here.
+    pub(crate) fn call_guest<P: WasmParams, R: WasmResults>(
         &mut self,
         name: &'static str,
         context_id: u32,
@@ -144,17 +179,17 @@ impl Host {
 
     /// Creates the root context and runs `proxy_on_vm_start`; returns the guest's verdict.
     pub fn start(&mut self, vm_config: &[u8]) -> Result<bool, HarnessError> {
-        let state = self.store.data_mut();
-        let root = state.next_context_id;
-        state.next_context_id += 1;
-        state.root_id = root;
-        state.vm_config = vm_config.to_vec();
-        self.call::<(i32, i32), ()>("proxy_on_context_create", root, (root as i32, 0))?;
-        let size = vm_config.len() as i32;
-        Ok(
-            self.call::<(i32, i32), i32>("proxy_on_vm_start", root, (root as i32, size))?
-                != Some(0),
-        )
+        self.event(|host| {
+            let state = host.store.data_mut();
+            let root = state.next_context_id;
+            state.next_context_id += 1;
+            state.root_id = root;
+            state.vm_config = vm_config.to_vec();
+            host.call::<(i32, i32), ()>("proxy_on_context_create", root, (root as i32, 0))?;
+            let size = vm_config.len() as i32;
+            let params = (root as i32, size);
+            Ok(host.call::<(i32, i32), i32>("proxy_on_vm_start", root, params)? != Some(0))
+        })
     }
 
     /// Runs `proxy_on_configure` with `config`; whether the plugin accepted it.
@@ -195,8 +230,13 @@ impl Host {
     }
 
     /// Moves both clocks forward by `by`, firing due ticks and timing out due callouts in
-    /// time order, as the event loop of a real proxy would.
+    /// time order, as the event loop of a real proxy would: each its own event, followed by
+    /// the notifications it posted.
     pub fn advance(&mut self, by: Duration) -> Result<(), HarnessError> {
+        self.event(|host| host.advance_now(by))
+    }
+
+    fn advance_now(&mut self, by: Duration) -> Result<(), HarnessError> {
         let by_ns = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let target = self.store.data().now_ns.saturating_add(by_ns);
         loop {
@@ -216,10 +256,12 @@ impl Host {
                     let period = u64::from(self.store.data().tick_period_ms) * 1_000_000;
                     self.store.data_mut().next_tick_ns = Some(t.saturating_add(period.max(1)));
                     self.tick()?;
+                    self.deliver_posted()?;
                 }
                 (_, Some((at, token))) => {
                     self.set_now(at);
                     self.time_out_callout(token)?;
+                    self.deliver_posted()?;
                 }
                 _ => break,
             }

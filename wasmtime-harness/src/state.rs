@@ -4,6 +4,7 @@
 use crate::abi::{LogLevel, MapType, Pair};
 use crate::callout::{CallResponse, Callout};
 use crate::grpc::GrpcState;
+use crate::queue::QueueState;
 use crate::redis::RedisState;
 use std::collections::BTreeMap;
 use wasmtime::{Memory, TypedFunc};
@@ -183,6 +184,8 @@ pub struct HostState {
     pub redis: RedisState,
     /// gRPC streams the guest opened, and what is being delivered on them.
     pub grpc: GrpcState,
+    /// Shared queues the guest registered, and the notifications their enqueues posted.
+    pub queues: QueueState,
     /// Deterministic `random_get` (xorshift state).
     pub random_state: u64,
     /// Bytes the guest wrote to fd 1 and 2 (panic messages land here when no hook runs).
@@ -237,6 +240,7 @@ impl Default for HostState {
             done_called: Vec::new(),
             redis: RedisState::default(),
             grpc: GrpcState::default(),
+            queues: QueueState::default(),
             random_state: 0x9e37_79b9_7f4a_7c15,
             stdout: Vec::new(),
             stderr: Vec::new(),

@@ -156,12 +156,14 @@ impl Host {
 
     /// Ends the stream as Envoy does: `proxy_on_done`, `proxy_on_log`, `proxy_on_delete`.
     pub fn finish_stream(&mut self, id: u32) -> Result<(), HarnessError> {
-        self.stream(id)?;
-        self.call::<i32, i32>("proxy_on_done", id, id as i32)?;
-        self.call::<i32, ()>("proxy_on_log", id, id as i32)?;
-        self.call::<i32, ()>("proxy_on_delete", id, id as i32)?;
-        self.stream_mut(id)?.deleted = true;
-        Ok(())
+        self.event(|host| {
+            host.stream(id)?;
+            host.call::<i32, i32>("proxy_on_done", id, id as i32)?;
+            host.call::<i32, ()>("proxy_on_log", id, id as i32)?;
+            host.call::<i32, ()>("proxy_on_delete", id, id as i32)?;
+            host.stream_mut(id)?.deleted = true;
+            Ok(())
+        })
     }
 
     /// A new stream carrying a request with `method`, `path` and extra `headers`.
@@ -171,7 +173,6 @@ impl Host {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<(u32, Action), HarnessError> {
-        let id = self.new_stream()?;
         let mut all = pairs(&[
             (":method", method),
             (":path", path),
@@ -179,8 +180,11 @@ impl Host {
             (":scheme", "http"),
         ]);
         all.extend(pairs(headers));
-        let action = self.request_headers_raw(id, all, true)?;
-        Ok((id, action))
+        self.event(|host| {
+            let id = host.new_stream()?;
+            let action = host.request_headers_raw(id, all, true)?;
+            Ok((id, action))
+        })
     }
 
     pub fn callouts(&self) -> &[Callout] {

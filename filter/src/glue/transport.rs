@@ -21,6 +21,16 @@ extern "C" {
         end_stream: bool,
     ) -> Status;
     fn proxy_grpc_close(token_id: u32) -> Status;
+    fn proxy_register_shared_queue(
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> Status;
+    fn proxy_enqueue_shared_queue(
+        queue_id: u32,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
 }
 
 /// Sends exchange `id`. An HTTP callout's token comes back: its reply goes to the context
@@ -74,6 +84,34 @@ pub fn open_stream(backend: &Backend) -> Result<u32, String> {
 pub fn close_stream(token: u32) {
     // SAFETY: a plain host call with an integer argument.
     let _ = unsafe { proxy_grpc_close(token) };
+}
+
+/// Registers this worker's wake-up queue: a shared queue whose name no other worker uses,
+/// since the host notifies only the last context to register a name. Call from a root
+/// callback. `None` where the host has no shared queues: the caller wakes with a tick.
+pub fn register_wake_queue() -> Option<u32> {
+    use std::hash::{BuildHasher, Hasher};
+    let unique = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let name = format!("ratelimit.wake.{unique:016x}");
+    let mut id = 0;
+    // SAFETY: the pointer and length describe `name`; `id` outlives the call.
+    let status = unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) };
+    (status == Status::Ok).then_some(id)
+}
+
+/// Posts to the wake-up queue: the host calls the root's `on_queue_ready` from its event
+/// loop, right after the current callback.
+pub fn post(queue: u32) -> bool {
+    // SAFETY: a one-byte static buffer.
+    let status = unsafe { proxy_enqueue_shared_queue(queue, b"w".as_ptr(), 1) };
+    status == Status::Ok
+}
+
+/// Empties the wake-up queue (each post left an item).
+pub fn drain(queue: u32) {
+    while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
 }
 
 /// The stream message being delivered, bounded: anything longer is garbage anyway.

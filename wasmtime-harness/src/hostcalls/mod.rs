@@ -5,18 +5,20 @@ mod grpc;
 mod http;
 mod maps;
 mod misc;
+mod queue;
 pub mod wasi;
 
 use crate::state::HostState;
 use wasmtime::{ExternType, Linker, Module, Store};
 
-/// Every host function the harness serves, proxy-wasm (but gRPC calls, shared queues and
-/// foreign functions), WASI and redis-call.
+/// Every host function the harness serves, proxy-wasm (but gRPC calls and foreign
+/// functions), WASI and redis-call.
 pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     maps::link(linker)?;
     http::link(linker)?;
     grpc::link(linker)?;
     misc::link(linker)?;
+    queue::link(linker)?;
     wasi::link(linker)?;
     crate::redis::link(linker)
 }

@@ -132,20 +132,13 @@ fn stream_lifecycle_runs_done_log_delete() {
 }
 
 #[test]
-fn the_harness_serves_every_import_of_the_filter_but_grpc_calls_queues_and_foreign_calls() {
+fn the_harness_serves_every_import_of_the_filter_but_grpc_calls_and_foreign_calls() {
     let host = wasmtime_harness::Host::new(crate::common::wasm()).unwrap();
     let mut unserved = host.unserved_imports().to_vec();
     unserved.sort();
     assert_eq!(
         unserved,
-        [
-            "env.proxy_call_foreign_function",
-            "env.proxy_dequeue_shared_queue",
-            "env.proxy_enqueue_shared_queue",
-            "env.proxy_grpc_call",
-            "env.proxy_register_shared_queue",
-            "env.proxy_resolve_shared_queue",
-        ]
+        ["env.proxy_call_foreign_function", "env.proxy_grpc_call"]
     );
 }
 

@@ -1,9 +1,9 @@
 //! Group commit (`backend.max_inflight`, on by default): past the in-flight limit checks
-//! wait, and leave together in one exchange the moment an exchange comes back, sent by the
-//! root; each is still answered on its own. Both transports.
+//! wait, and leave together in one exchange the moment an exchange comes back; each is
+//! still answered on its own. Both transports; over HTTP the root sends every callout,
+//! woken by a post to its shared queue.
 
-use crate::common::{boot, bridge, paused, NOW_MS};
-use std::time::Duration;
+use crate::common::{boot, bridge, NOW_MS};
 use wasmtime_harness::{Action, CallResponse, Host};
 
 fn config(transport: &str, failure_mode: &str) -> String {
@@ -36,28 +36,28 @@ fn line(user: &str) -> String {
     format!("rl:r:{user},10,1,6000,1\n")
 }
 
+/// The callout the root sent last (over HTTP, with group commit, the root sends them all).
+fn last_callout(host: &Host) -> wasmtime_harness::Callout {
+    host.callouts().last().expect("a callout").clone()
+}
+
 #[test]
-fn http_waiting_checks_leave_together_from_the_root_and_chain_without_a_timer() {
+fn http_checks_are_sent_by_the_root_and_waiting_ones_leave_when_a_reply_arrives() {
     let mut host = boot(&config("http", "closed"));
-    let root = host.callouts().len(); // none yet
-    let (a, own) = paused(&mut host, "GET", "/", &[("x-user-id", "a")]);
-    assert_eq!(
-        host.callout_of(a).unwrap().context_id,
-        a,
-        "idle: a's own callout"
-    );
+    let (a, action) = host.request("GET", "/", &[("x-user-id", "a")]).unwrap();
+    assert_eq!(action, Action::Pause);
+    // a's request woke the root through its queue; the root sent the callout.
+    let first = last_callout(&host);
+    assert_ne!(first.context_id, a, "sent by the root, not by the request");
+    assert_eq!(first.body_text(), line("a"));
     let b = waiting(&mut host, "b");
     let c = waiting(&mut host, "c");
-    host.answer(own, bridge(&format!("{NOW_MS} 1,9,6000,0")))
+    host.answer(first.token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
         .unwrap();
     assert!(host.stream(a).unwrap().resumed());
-    // a's context cannot carry a batch (it may end before the reply): the root is woken.
-    assert_eq!(host.callouts().len(), root + 1);
-    host.advance(Duration::from_millis(1)).unwrap();
-    let batch = host.callouts().last().unwrap().clone();
-    assert_ne!(batch.context_id, b, "sent by the root");
+    // The reply sends what waited at once: no tick, no timer.
+    let batch = last_callout(&host);
     assert_eq!(batch.body_text(), format!("{}{}", line("b"), line("c")));
-    // While the root's batch is out, d and e wait; its reply sends them at once, no tick.
     let d = waiting(&mut host, "d");
     let e = waiting(&mut host, "e");
     let reply = format!("{NOW_MS} 1,8,6000,0\n{NOW_MS} 0,0,6000,6000");
@@ -68,7 +68,7 @@ fn http_waiting_checks_leave_together_from_the_root_and_chain_without_a_timer() 
         (denied.status, denied.header("retry-after").as_deref()),
         (429, Some("6"))
     );
-    let next = host.callouts().last().unwrap().clone();
+    let next = last_callout(&host);
     assert_eq!(next.body_text(), format!("{}{}", line("d"), line("e")));
     let reply = format!("{NOW_MS} 1,7,6000,0\n{NOW_MS} 1,6,6000,0");
     host.answer(next.token, bridge(&reply)).unwrap();
@@ -86,16 +86,17 @@ fn http_waiting_checks_leave_together_from_the_root_and_chain_without_a_timer() 
 }
 
 #[test]
-fn a_request_that_leaves_while_waiting_is_not_sent_and_one_that_leaves_frees_its_slot() {
+fn requests_that_leave_are_not_sent_and_their_answers_find_no_one() {
     let mut host = boot(&config("http", "closed"));
-    let (a, _) = paused(&mut host, "GET", "/", &[("x-user-id", "a")]);
+    let a = host.request("GET", "/", &[("x-user-id", "a")]).unwrap().0;
+    let first = last_callout(&host);
     let gone = waiting(&mut host, "gone");
     let stays = waiting(&mut host, "stays");
     host.finish_stream(gone).unwrap();
-    // a leaves with its callout out: the slot is free again and the root sends the rest.
     host.finish_stream(a).unwrap();
-    host.advance(Duration::from_millis(1)).unwrap();
-    let batch = host.callouts().last().unwrap().clone();
+    host.answer(first.token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
+        .unwrap();
+    let batch = last_callout(&host);
     assert_eq!(batch.body_text(), line("stays"));
     host.answer(batch.token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
         .unwrap();
@@ -106,15 +107,15 @@ fn a_request_that_leaves_while_waiting_is_not_sent_and_one_that_leaves_frees_its
 fn a_failed_batch_fails_every_member_but_counts_once_in_the_breaker() {
     for (mode, expect) in [("closed", Some(503)), ("open", None)] {
         let mut host = boot(&config("http", mode));
-        let (_, own) = paused(&mut host, "GET", "/", &[("x-user-id", "a")]);
+        host.request("GET", "/", &[("x-user-id", "a")]).unwrap();
+        let first = last_callout(&host);
         // Five failures open the breaker; a batch of six failing is one.
         let members: Vec<u32> = (0..6)
             .map(|i| waiting(&mut host, &format!("m{i}")))
             .collect();
-        host.answer(own, bridge(&format!("{NOW_MS} 1,9,6000,0")))
+        host.answer(first.token, bridge(&format!("{NOW_MS} 1,9,6000,0")))
             .unwrap();
-        host.advance(Duration::from_millis(1)).unwrap();
-        let batch = host.callouts().last().unwrap().clone();
+        let batch = last_callout(&host);
         host.answer(batch.token, CallResponse::new(200, "garbage"))
             .unwrap();
         for &id in &members {

@@ -1,0 +1,187 @@
+//! What a worker shares across its contexts and configurations: the checks held for
+//! paused requests, the group-commit bookkeeping, the stream token, the counters; and how
+//! an exchange is sent, failed and settled. The root and the requests both act through it.
+
+use super::host::{carry_out, Metrics, ProxyHost};
+use super::transport;
+use crate::backend::Transport;
+use crate::check::{conclude_exchange, Check, Host, Verdict, Worker};
+use crate::config::Config;
+use crate::exchange::{Exchanges, Member};
+use crate::protocol::CheckResult;
+use hashbrown::HashMap;
+use proxy_wasm::hostcalls;
+use std::cell::{Cell, OnceCell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The tick that wakes the root to send waiting checks where the host has no shared
+/// queue to post to.
+const WAKE: Duration = Duration::from_millis(1);
+
+/// What every request of a worker shares under one configuration; replaced whole on
+/// reconfiguration.
+pub(super) struct Shared {
+    pub(super) config: Config,
+    pub(super) worker: RefCell<Worker>,
+}
+
+/// A check held on behalf of its request while it is out; the configuration it started
+/// under goes with it.
+pub(super) struct Parked {
+    pub(super) shared: Rc<Shared>,
+    pub(super) check: Check,
+    /// The verdict was carried out; the request picks up its response headers.
+    pub(super) settled: bool,
+}
+
+/// Verdicts to carry out, by request context id.
+pub(super) type Verdicts = Vec<(u32, Verdict)>;
+/// An HTTP callout in flight: its token and exchange id.
+pub(super) type Callout = (u32, u32);
+
+/// What lives as long as the worker, across reconfigurations, so that nothing in flight or
+/// waiting is ever forgotten.
+#[derive(Default)]
+pub(super) struct Hub {
+    pub(super) exchanges: RefCell<Exchanges>,
+    pub(super) parked: RefCell<HashMap<u32, Parked>>,
+    /// The open gRPC stream to the bridge, if any.
+    pub(super) stream: Cell<Option<u32>>,
+    /// This worker's queue for waking the root (HTTP transport), once registered.
+    pub(super) wake_queue: Cell<Option<u32>>,
+    /// The root was asked to wake up and send what waits.
+    pub(super) wake_asked: Cell<bool>,
+    pub(super) metrics: OnceCell<Metrics>,
+}
+
+impl Hub {
+    pub(super) fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.get()
+    }
+
+    /// Asks the root to send the waiting checks: a post to its queue, run by the host's
+    /// event loop right after the current callback (or, without queues, a 1 ms tick).
+    pub(super) fn wake_root(&self) {
+        if self.wake_asked.replace(true) {
+            return;
+        }
+        let posted = self.wake_queue.get().is_some_and(transport::post);
+        if !posted {
+            let _ = hostcalls::set_tick_period(WAKE);
+        }
+    }
+
+    /// HTTP transport: the root sends waiting checks when an exchange slot is free.
+    pub(super) fn wake_root_if_room(&self) {
+        let ready = self
+            .exchanges
+            .try_borrow()
+            .is_ok_and(|x| x.is_waiting() && x.has_room());
+        if ready {
+            self.wake_root();
+        }
+    }
+
+    /// Sends exchanges while there is room and checks wait; from the root, or from a
+    /// request on the stream transport (whose replies always reach the root). Returns the
+    /// HTTP callouts sent (token, exchange id) and the verdicts of exchanges that could not
+    /// leave.
+    pub(super) fn pump(&self, shared: &Shared) -> (Vec<Callout>, Verdicts) {
+        let (mut callouts, mut verdicts) = (Vec::new(), Vec::new());
+        while let Some((id, body)) = self.take() {
+            match self.send(shared, id, &body) {
+                Ok(Some(token)) => callouts.push((token, id)),
+                Ok(None) => {}
+                Err(reason) => verdicts.extend(self.fail(shared, id, reason)),
+            }
+        }
+        (callouts, verdicts)
+    }
+
+    pub(super) fn take(&self) -> Option<(u32, String)> {
+        let mut exchanges = self.exchanges.try_borrow_mut().ok()?;
+        // Only read the clock (a host call) when something will leave.
+        (exchanges.is_waiting() && exchanges.has_room())
+            .then(|| exchanges.take(ProxyHost.now_ms()))
+            .flatten()
+    }
+
+    pub(super) fn send(&self, shared: &Shared, id: u32, body: &str) -> Result<Option<u32>, String> {
+        let backend = &shared.config.backend;
+        let sent = transport::send(backend, self.stream.get(), id, body)?;
+        if let Some(metrics) = self.metrics() {
+            metrics.exchange(backend.transport == Transport::Http, body.lines().count());
+        }
+        Ok(sent)
+    }
+
+    /// Exchange `id` could not be sent or got no answer.
+    pub(super) fn fail(&self, shared: &Shared, id: u32, reason: String) -> Verdicts {
+        let members = self.complete(id).unwrap_or_default();
+        self.settle(shared, &members, Err(reason))
+    }
+
+    pub(super) fn complete(&self, id: u32) -> Option<Vec<Member>> {
+        self.exchanges.try_borrow_mut().ok()?.complete(id)
+    }
+
+    /// Decides every member of an exchange from its reply (or why there is none). The
+    /// verdicts are returned, not carried out: carrying one out may re-enter the filter,
+    /// so the caller does it once nothing here is borrowed.
+    pub(super) fn settle(
+        &self,
+        shared: &Shared,
+        members: &[Member],
+        reply: Result<Vec<CheckResult>, String>,
+    ) -> Verdicts {
+        let Ok(mut parked) = self.parked.try_borrow_mut() else {
+            return Vec::new();
+        };
+        let mut taken: Vec<(u32, Option<Parked>)> = members
+            .iter()
+            .map(|m| (m.context_id, parked.remove(&m.context_id)))
+            .collect();
+        let checks = taken
+            .iter_mut()
+            .map(|(_, p)| {
+                p.as_mut()
+                    .map(|Parked { shared, check, .. }| (&shared.config, check))
+            })
+            .collect();
+        let verdicts = with_worker(shared, |worker| {
+            conclude_exchange(&shared.config, worker, &ProxyHost, reply, checks)
+        });
+        let mut out = Vec::with_capacity(members.len());
+        for ((context_id, p), verdict) in taken.into_iter().zip(verdicts) {
+            let (Some(mut p), Some(verdict)) = (p, verdict) else {
+                continue; // the request went away meanwhile
+            };
+            if let Some(metrics) = self.metrics() {
+                metrics.count(p.check.outcome);
+            }
+            p.settled = true;
+            parked.insert(context_id, p);
+            out.push((context_id, verdict));
+        }
+        out
+    }
+}
+
+/// Carries out verdicts on their (paused) requests.
+pub(super) fn carry_out_all(verdicts: &[(u32, Verdict)]) {
+    for (context_id, verdict) in verdicts {
+        if hostcalls::set_effective_context(*context_id).is_ok() {
+            carry_out(verdict);
+        }
+    }
+}
+
+/// Runs `f` on the worker state; a re-entrant borrow (impossible in a single-threaded VM,
+/// but never worth a panic) gets a throwaway worker.
+pub(super) fn with_worker<T>(shared: &Shared, f: impl FnOnce(&mut Worker) -> T) -> T {
+    match shared.worker.try_borrow_mut() {
+        Ok(mut worker) => f(&mut worker),
+        Err(_) => f(&mut Worker::new(&shared.config)),
+    }
+}

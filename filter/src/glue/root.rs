@@ -1,0 +1,251 @@
+//! The root context of a worker: accepts the configuration, owns the stream to the bridge
+//! (opened, timed out and reopened here) and the HTTP callouts it sends, and sends waiting
+//! checks the moment an exchange comes back.
+
+use super::host::{callout_reply, Metrics, ProxyHost};
+use super::hub::{carry_out_all, Hub, Shared};
+use super::request::{Phase, Request};
+use super::transport;
+use crate::backend::Transport;
+use crate::check::{decode_callout, Check, Host, Worker};
+use crate::config::Config;
+use crate::protocol::{self, CheckResult};
+use hashbrown::HashMap;
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{BufferType, ContextType};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Longest wait before reopening a stream that keeps closing.
+const MAX_REOPEN_BACKOFF_MS: u64 = 5_000;
+
+#[derive(Default)]
+pub(super) struct Root {
+    hub: Rc<Hub>,
+    /// `None` until a configuration has been accepted.
+    shared: Option<Rc<Shared>>,
+    /// HTTP callouts the root sent: token to exchange id.
+    callouts: HashMap<u32, u32>,
+    /// The cluster the open stream goes to.
+    stream_cluster: String,
+    /// Reopening a closed stream waits this long (doubling while it keeps closing).
+    reopen_backoff_ms: u64,
+    reopen_at_ms: u64,
+}
+
+impl Root {
+    /// The tick that times out stream exchanges, reopens the stream and flushes counters.
+    fn base_tick(config: &Config) -> Duration {
+        Duration::from_millis((config.backend.timeout_ms / 4).clamp(1, 100))
+    }
+
+    fn open_stream(&mut self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        match transport::open_stream(&shared.config.backend) {
+            Ok(token) => {
+                self.hub.stream.set(Some(token));
+                self.stream_cluster = shared.config.backend.cluster.clone();
+            }
+            Err(e) => {
+                log::warn!("{e}");
+                self.schedule_reopen();
+            }
+        }
+    }
+
+    fn schedule_reopen(&mut self) {
+        self.reopen_backoff_ms = (self.reopen_backoff_ms * 2).clamp(100, MAX_REOPEN_BACKOFF_MS);
+        self.reopen_at_ms = ProxyHost.now_ms() + self.reopen_backoff_ms;
+    }
+
+    /// Sends what waits and remembers the callouts this root now owns.
+    fn pump(&mut self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let (callouts, verdicts) = self.hub.pump(&shared);
+        self.callouts.extend(callouts);
+        carry_out_all(&verdicts);
+    }
+
+    /// Settles exchange `id` from its reply, then sends what waits at once: group commit.
+    fn answered(
+        &mut self,
+        id: u32,
+        reply: impl FnOnce(&[usize]) -> Result<Vec<CheckResult>, String>,
+    ) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let Some(members) = self.hub.complete(id) else {
+            return; // given up already (timed out, or the stream closed)
+        };
+        let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
+        let verdicts = self.hub.settle(&shared, &members, reply(&counts));
+        carry_out_all(&verdicts);
+        self.pump();
+    }
+
+    /// Fails every exchange in flight and every check waiting (the stream broke).
+    fn abandon_all(&mut self, reason: &str) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let (lost, waiting) = match self.hub.exchanges.try_borrow_mut() {
+            Ok(mut x) => (x.abandon_all(), x.drain_waiting()),
+            Err(_) => return,
+        };
+        let mut verdicts = Vec::new();
+        for members in lost.into_iter().chain([waiting]).filter(|m| !m.is_empty()) {
+            verdicts.extend(self.hub.settle(&shared, &members, Err(reason.to_string())));
+        }
+        carry_out_all(&verdicts);
+    }
+}
+
+impl Context for Root {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _: usize,
+    ) {
+        let Some(id) = self.callouts.remove(&token) else {
+            return;
+        };
+        let (status, body) = callout_reply(num_headers, body_size);
+        self.answered(id, |counts| decode_callout(status, &body, counts));
+    }
+
+    fn on_grpc_stream_message(&mut self, token: u32, size: usize) {
+        if self.hub.stream.get() != Some(token) {
+            return;
+        }
+        let message = transport::stream_message(size);
+        let Some((id, body)) = protocol::split_message(&message) else {
+            log::warn!("bridge sent a stream message without an exchange id");
+            return; // its exchange times out
+        };
+        self.reopen_backoff_ms = 0;
+        self.answered(id, |counts| {
+            protocol::decode_reply(body, counts).map_err(|bad| bad.0.to_string())
+        });
+    }
+
+    fn on_grpc_stream_close(&mut self, token: u32, status: u32) {
+        transport::close_stream(token);
+        if self.hub.stream.get() != Some(token) {
+            return;
+        }
+        self.hub.stream.set(None);
+        self.abandon_all(&format!(
+            "stream to the bridge closed (gRPC status {status})"
+        ));
+        if self.reopen_backoff_ms == 0 {
+            self.schedule_reopen();
+            self.open_stream();
+        } else {
+            self.schedule_reopen();
+        }
+    }
+}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let config = match Config::parse(&bytes) {
+            Ok(config) => config,
+            Err(e) => {
+                log::error!("invalid plugin configuration: {e}");
+                return false;
+            }
+        };
+        log::info!("configured {} rule(s)", config.rules.len());
+        let _ = self.hub.metrics.get_or_init(Metrics::define);
+        if self.hub.wake_queue.get().is_none() {
+            self.hub.wake_queue.set(transport::register_wake_queue());
+        }
+        if let Ok(mut x) = self.hub.exchanges.try_borrow_mut() {
+            x.set_max_inflight(config.backend.max_inflight);
+        }
+        let _ = hostcalls::set_tick_period(Root::base_tick(&config));
+        let backend = config.backend.clone();
+        self.shared = Some(Rc::new(Shared {
+            worker: RefCell::new(Worker::new(&config)),
+            config,
+        }));
+        let stream = self.hub.stream.get();
+        let wanted = backend.transport == Transport::Grpc;
+        if let Some(token) = stream.filter(|_| !wanted || self.stream_cluster != backend.cluster) {
+            self.hub.stream.set(None);
+            transport::close_stream(token);
+            self.abandon_all("the bridge's cluster changed");
+        }
+        if wanted && self.hub.stream.get().is_none() {
+            self.reopen_backoff_ms = 0;
+            self.open_stream();
+        }
+        true
+    }
+
+    /// A request asked the root to send what waits.
+    fn on_queue_ready(&mut self, queue: u32) {
+        transport::drain(queue);
+        self.hub.wake_asked.set(false);
+        self.pump();
+    }
+
+    /// The safety net: gives up stream exchanges past `timeout_ms`, reopens the stream,
+    /// sends what waits, flushes the counters.
+    fn on_tick(&mut self) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let now = ProxyHost.now_ms();
+        let backend = &shared.config.backend;
+        if backend.transport == Transport::Grpc {
+            let late = match self.hub.exchanges.try_borrow_mut() {
+                Ok(mut x) => x.expire(now, backend.timeout_ms),
+                Err(_) => Vec::new(),
+            };
+            let mut verdicts = Vec::new();
+            for members in late {
+                let reason = Err("no answer within timeout_ms".to_string());
+                verdicts.extend(self.hub.settle(&shared, &members, reason));
+            }
+            carry_out_all(&verdicts);
+            if self.hub.stream.get().is_none() && now >= self.reopen_at_ms {
+                self.open_stream();
+            }
+        }
+        self.pump();
+        if self.hub.wake_asked.replace(false) {
+            let _ = hostcalls::set_tick_period(Root::base_tick(&shared.config));
+        }
+        if let Some(metrics) = self.hub.metrics() {
+            metrics.flush();
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Request {
+            shared: self.shared.clone()?,
+            hub: Rc::clone(&self.hub),
+            context_id,
+            check: Check::default(),
+            phase: Phase::Idle,
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
