@@ -6,6 +6,8 @@ use std::collections::HashMap;
 pub(crate) struct FakeRequest {
     pub headers: HashMap<String, Vec<u8>>,
     pub peer: Option<Vec<u8>>,
+    /// Every header the filter asked for, in order (each is a host call in a real proxy).
+    pub reads: std::cell::RefCell<Vec<String>>,
 }
 
 impl FakeRequest {
@@ -22,6 +24,7 @@ impl FakeRequest {
 
 impl RequestView for FakeRequest {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.reads.borrow_mut().push(name.to_string());
         self.headers.get(name).cloned()
     }
 

@@ -29,8 +29,17 @@ impl Matcher {
 
 /// Every rule that applies to the request and whose identities it carries, in config order.
 pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
-    let method = req.header(":method").unwrap_or_default();
-    let full_path = req.header(":path").unwrap_or_default();
+    // Each header read is a host call (and an allocation the host makes in the VM): read
+    // :method and :path only when some rule matches on them.
+    let matching = config.rules.iter().any(|r| r.matcher != Matcher::default());
+    let read = |name| {
+        matching
+            .then(|| req.header(name))
+            .flatten()
+            .unwrap_or_default()
+    };
+    let method = read(":method");
+    let full_path = read(":path");
     let path = full_path.split(|&b| b == b'?').next().unwrap_or_default();
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];

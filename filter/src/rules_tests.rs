@@ -115,3 +115,18 @@ fn composite_keys_join_identities_in_rule_order() {
     let planned = plan(&c, &request("GET", "/").with("x-user-id", "bob"));
     assert_eq!(planned[0].key, "rl:r:198.51.100.4:bob");
 }
+
+#[test]
+fn method_and_path_are_read_only_when_a_rule_matches_on_them() {
+    let unmatched = Config::parse(
+        br#"{"backend": {"cluster": "b"}, "identity": {"user": {"header": "x-user-id"}},
+            "rules": [{"name": "r", "key": ["user"], "limit": {"requests": 1, "per": "1s"}}]}"#,
+    )
+    .unwrap();
+    let req = request("GET", "/x").with("x-user-id", "alice");
+    assert_eq!(plan(&unmatched, &req).len(), 1);
+    assert_eq!(*req.reads.borrow(), ["x-user-id"]);
+    let req = request("GET", "/api/x").with("x-user-id", "alice");
+    plan(&example(), &req);
+    assert_eq!(req.reads.borrow()[..2], [":method", ":path"]);
+}

@@ -179,6 +179,9 @@ impl Drop for Request {
     /// keeps its line; the answer for it finds no one and is skipped), and its own callout,
     /// whose reply will find no one, is done with.
     fn drop(&mut self) {
+        if matches!(self.phase, Phase::Idle | Phase::Done) {
+            return; // nothing held for it
+        }
         if let Ok(mut parked) = self.hub.parked.try_borrow_mut() {
             parked.remove(&self.context_id);
         }
