@@ -19,7 +19,7 @@
 -- Stored value     struct.pack('<Bdd', 1, units, ms): tag 1, then the bucket's level in
 --                  units at Redis time <ms>, as two doubles (exact below 2^53; one unpack
 --                  call instead of string surgery). A missing key is a full bucket, so each
---                  key expires when its bucket would be full. The older text "<units> <ms>"
+--                  key expires (a second) after its bucket would be full. The older text "<units> <ms>"
 --                  is still read, so buckets survive an upgrade.
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
 --                    the cost is available (0: this rule admits; a check is admitted when
@@ -35,6 +35,13 @@
 local KEYS, ARGV, call, tonumber, type = KEYS, ARGV, redis.call, tonumber, type
 local floor, byte, find, sub = math.floor, string.byte, string.find, string.sub
 local pack, unpack_bucket = struct.pack, struct.unpack
+
+-- A key must never vanish before its bucket is full: a missing key reads as full, so that
+-- would admit too much. The script's TIME is the server's snapshot of the command's start,
+-- which under load lags the clock keys expire by, by several milliseconds (measured here:
+-- up to 8). A second of slack covers that; a key read after its bucket is full is still
+-- exact (the level clamps at capacity), it only lives a little longer.
+local EXPIRY_SLACK_MS = 1000
 
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
@@ -115,7 +122,7 @@ while a <= nlayout do
     local full = floor((c - l) / rate)
     if full * rate < c - l then full = full + 1 end
     if refund or admitted then
-      st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + (full < 1 and 1 or full)
+      st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + full + EXPIRY_SLACK_MS
     end
     local whole = floor(l / d)
     if whole * d > l then whole = whole - 1 end
@@ -127,9 +134,8 @@ if r ~= nkeys then
   return redis.error_reply('token_bucket: ' .. nkeys .. ' keys for ' .. r .. ' rules')
 end
 
--- Writes, once per changed key, each expiring at the Redis time its bucket is full (PXAT
--- from the same clock as the levels: PX would count from the command's start, up to a
--- millisecond earlier). Keys that share that time (fresh buckets of one limit,
+-- Writes, once per changed key, each expiring EXPIRY_SLACK_MS after the Redis time its
+-- bucket is full. Keys that share that time (fresh buckets of one limit,
 -- typically) go together in one MSETEX where the server has it (Valkey 9.1, Redis 8.4):
 -- a command call costs about as much as all the rest of a rule's work.
 local shared

@@ -113,7 +113,7 @@ async fn a_denied_request_takes_no_token_from_any_rule() {
 }
 
 #[tokio::test]
-async fn buckets_expire_no_later_than_when_full() {
+async fn buckets_expire_a_second_after_they_are_full() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let r = [rule("e", 5, 1, 1000, 2)];
@@ -123,15 +123,16 @@ async fn buckets_expire_no_later_than_when_full() {
         .query(&mut valkey.connection())
         .unwrap();
     assert!(pttl > 0, "an expiry is set");
+    // Never before the bucket is full (a missing key reads as full), at most a second after.
     assert!(
-        pttl as u64 <= out[0].full_ms && out[0].full_ms == 2_000,
+        pttl as u64 > out[0].full_ms && pttl as u64 <= out[0].full_ms + 1_000,
         "pttl {pttl}, {:?}",
         out[0]
     );
     // Once expired the bucket is full again.
     let r = [rule("short", 2, 1, 10, 1)];
     run(&store, &r).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let exists: i64 = redis::cmd("EXISTS")
         .arg("short")
         .query(&mut valkey.connection())
