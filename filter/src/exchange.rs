@@ -72,11 +72,6 @@ impl Exchanges {
         !self.queue.is_empty()
     }
 
-    /// Whether the only check waiting is this request's own.
-    pub fn only_waiting(&self, context_id: u32) -> bool {
-        self.queue.len() == 1 && self.queue.front().map(|w| w.member.context_id) == Some(context_id)
-    }
-
     /// The next exchange to send, if there is room and something waits: its id and body,
     /// the waiting checks in order, bounded by `MAX_BATCH` and the bridge's `MAX_BODY`.
     pub fn take(&mut self, now_ms: u64) -> Option<(u32, String)> {
@@ -248,14 +243,5 @@ mod tests {
         assert_eq!(ids(&x.abandon_all().concat()), [2]);
         assert_eq!(ids(&x.drain_waiting()), [3]);
         assert!(x.has_room() && !x.is_waiting());
-    }
-
-    #[test]
-    fn only_waiting_tells_a_request_it_may_carry_its_own_check() {
-        let mut x = Exchanges::new(1);
-        x.enqueue(7, 1, "a\n".into());
-        assert!(x.only_waiting(7) && !x.only_waiting(8));
-        x.enqueue(8, 1, "b\n".into());
-        assert!(!x.only_waiting(7));
     }
 }

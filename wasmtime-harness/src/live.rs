@@ -16,9 +16,6 @@ use std::time::{Duration, Instant};
 /// Longest reply read from a bridge; more is a broken bridge.
 const MAX_REPLY: usize = 1 << 20;
 
-/// The bridge's batch check, which a stream message's body is.
-pub const CHECK_PATH: &str = "/v1/check";
-
 /// How long a forwarded stream message may take. Envoy has no per-message timeout; a test
 /// must not hang on a stuck bridge.
 const STREAM_MESSAGE_TIMEOUT_MS: u32 = 2_000;
@@ -30,17 +27,17 @@ pub fn forward_message(
     upstream: &str,
     message: &[u8],
 ) -> Result<Vec<u8>, String> {
-    let Some(newline) = message.iter().position(|&b| b == b'\n') else {
-        return Err("stream message without an id line".into());
+    let Some((_, batch)) = ratelimit_protocol::split_message(message) else {
+        return Err("stream message without an exchange id".into());
     };
-    let (id_line, batch) = message.split_at(newline + 1);
+    let id_line = &message[..message.len() - batch.len()];
     let callout = Callout {
         token: 0,
         context_id: 0,
         upstream: upstream.to_owned(),
         headers: crate::stream::pairs(&[
             (":method", "POST"),
-            (":path", CHECK_PATH),
+            (":path", ratelimit_protocol::PATH),
             (":authority", upstream),
             ("content-type", "text/plain"),
         ]),
