@@ -38,7 +38,7 @@ def plugin(*rules, identity=None, transport=None):
     return {
         "backend": backend,
         "failure_mode": "closed",
-        "key_prefix": "bench",
+        "key_prefix": "rl",
         "identity": {"user": {"header": "x-user-id"}, **(identity or {})},
         "rules": [{"key": ["user"], **rule} for rule in rules],
     }
@@ -223,7 +223,7 @@ def overload(bench, workdir, conf, in_flight=128):
 def bridge_throughput(bench, workdir, conf):
     """Checks/s straight to the bridge over one h2c connection (as a gateway does)."""
     url = f"http://127.0.0.1:{bench.bridge_port}/v1/check"
-    line = f"bench:bridge:u{{n % {USERS}}},1000000000,1000000,1,1\n"
+    line = f"rl:bridge:u{{n % {USERS}}},1000000000,1000000,1,1\n"
     cases = [(16, 1), (64, 1), (16, 8)]
     results = []
     for in_flight, per_callout in cases:
@@ -243,7 +243,7 @@ def cluster_cost(bench, workdir, conf):
     """The same two-rule checks through the bridge against one Valkey and against a
     3-primary Valkey Cluster (where the two buckets of a check usually live on different
     slots: one script call each, in parallel): checks/s and Redis time per check."""
-    line = f"bench:cl:a:u{{n % {USERS}}},1000000000,1000000,1,1 bench:cl:b:u{{n % {USERS}}},1000000000,1000000,1,1\n"
+    line = f"rl:cl:a:u{{n % {USERS}}},1000000000,1000000,1,1 rl:cl:b:u{{n % {USERS}}},1000000000,1000000,1,1\n"
     results = []
     cluster, bridge = None, None
     try:

@@ -335,7 +335,7 @@ talks to it), 10,000 keys, the bridge on one worker thread.
 ## One Valkey vs a 3-primary Valkey Cluster
 
 The bridge (one thread) answering 16 in-flight callouts of one check with **two** rules
-(`bench:cl:a:*`, `bench:cl:b:*`, 10,000 users): on one server a check is one script call;
+(`rl:cl:a:*`, `rl:cl:b:*`, 10,000 users): on one server a check is one script call;
 in the cluster its two buckets usually hash to different slots, so it costs two script
 calls on two primaries, in parallel (and a refund on a denial, none here). All three
 primaries share this machine's two cores with everything else.

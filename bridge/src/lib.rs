@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod grpc;
+pub mod keyspace;
 pub mod script;
 pub mod server;
 pub mod slot;

@@ -1,6 +1,7 @@
 //! Command line and process lifecycle of `ratelimit-bridge`.
 
 use clap::Parser;
+use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::server;
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
@@ -48,6 +49,10 @@ struct Args {
         default_value_t = 1000
     )]
     redis_timeout_ms: u64,
+    /// Comma-separated key prefixes: the bridge touches only keys `PREFIX:...` and refuses
+    /// any check naming another key (the filter's `key_prefix` must be one of them).
+    #[arg(long, env = "RATELIMIT_BRIDGE_KEY_PREFIX", default_value = DEFAULT_PREFIX)]
+    key_prefix: String,
     /// Worker threads (0: one per core).
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
     threads: usize,
@@ -93,7 +98,8 @@ async fn serve(args: Args) -> Result<(), String> {
     } else {
         Store::new(&args.redis, options)
     }
-    .map_err(|e| format!("--redis {}: {e}", args.redis))?;
+    .map_err(|e| format!("--redis {}: {e}", args.redis))?
+    .with_keyspace(Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;

@@ -7,6 +7,7 @@
 //! Redis pays a script call's fixed cost once per batch rather than once per check.
 
 use crate::batch::{self, Call, Tally};
+use crate::keyspace::Keyspace;
 use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
 use crate::wire::{Check, CheckOutcome};
 use futures_util::future::join_all;
@@ -43,6 +44,7 @@ enum Backend {
 pub struct Store {
     backend: Backend,
     script: redis::Script,
+    keyspace: Arc<Keyspace>,
 }
 
 impl Store {
@@ -58,6 +60,7 @@ impl Store {
         Ok(Store {
             backend: Backend::Single(ConnectionManager::new_lazy_with_config(client, config)?),
             script: redis::Script::new(TOKEN_BUCKET_LUA),
+            keyspace: Arc::default(),
         })
     }
 
@@ -74,7 +77,21 @@ impl Store {
                 conn: Arc::new(OnceCell::new()),
             },
             script: redis::Script::new(TOKEN_BUCKET_LUA),
+            keyspace: Arc::default(),
         })
+    }
+
+    /// The same store, touching only keys under `keyspace` (default: `rl:`).
+    pub fn with_keyspace(self, keyspace: Keyspace) -> Store {
+        Store {
+            keyspace: Arc::new(keyspace),
+            ..self
+        }
+    }
+
+    /// The keys this store may touch.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.keyspace
     }
 
     /// Runs a batch: one script call for all of it on a single server (a few for a very

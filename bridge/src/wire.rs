@@ -12,14 +12,18 @@ pub type Check = Vec<RuleSpec>;
 /// The outcome of one check: Redis time and per-rule outcomes, or why it failed.
 pub type CheckOutcome = Result<(u64, Vec<RuleOutcome>), String>;
 
-/// Answers one batch: every readable line is checked (together, in order), a line that
-/// cannot be read fails alone; the error is for a body that is no batch at all.
+/// Answers one batch: every readable line whose keys lie in the store's keyspace is
+/// checked (together, in order); any other line is refused alone (`?`, which the filter
+/// never holds against the backend). The error is for a body that is no batch at all.
 pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), BadBatch> {
     // A refused line keeps its place (`Some(reason)`); the others are checked together.
     let mut checks: Vec<Check> = Vec::new();
     let mut refused: Vec<Option<String>> = Vec::new();
     for line in parse_batch(body)? {
-        match line {
+        match line.and_then(|check| match store.keyspace().refusal(&check) {
+            Some(reason) => Err(reason),
+            None => Ok(check),
+        }) {
             Ok(check) => {
                 checks.push(check);
                 refused.push(None);
@@ -31,13 +35,14 @@ pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), 
     let results: Vec<CheckResult> = refused
         .into_iter()
         .map(|refused| {
-            let outcome = match refused {
-                None => outcomes
-                    .next()
-                    .unwrap_or_else(|| Err("the store gave no answer".into())),
-                Some(reason) => Err(reason),
-            };
-            match outcome {
+            if let Some(reason) = refused {
+                log::debug!("check refused: {reason}");
+                return CheckResult::Refused(reason);
+            }
+            match outcomes
+                .next()
+                .unwrap_or_else(|| Err("the store gave no answer".into()))
+            {
                 Ok((now_ms, rules)) => CheckResult::Checked { now_ms, rules },
                 Err(reason) => {
                     log::warn!("check failed: {reason}");

@@ -93,9 +93,9 @@ async fn messages_are_answered_with_their_exchange_id_and_a_closed_stream_ends_o
     let bridge = start(&valkey.url()).await;
     let (status, mut s) = open(&bridge).await;
     assert_eq!(status, StatusCode::OK);
-    s.send("7\ng:a,2,1,1000,1\ng:a,2,1,1000,1\ng:a,2,1,1000,1\n")
+    s.send("7\nrl:a,2,1,1000,1\nrl:a,2,1,1000,1\nrl:a,2,1,1000,1\n")
         .await;
-    s.send("8\ng:b,1,1,1000,1 bad key,1,1,1,1\n").await;
+    s.send("8\nrl:b,1,1,1000,1 bad key,1,1,1,1\n").await;
     let mut replies = [s.next().await.unwrap(), s.next().await.unwrap()];
     replies.sort();
     let seven: Vec<&str> = replies[0].lines().collect();
@@ -108,7 +108,7 @@ async fn messages_are_answered_with_their_exchange_id_and_a_closed_stream_ends_o
     assert_eq!(allowed, ["1", "1", "0"], "{}", replies[0]);
     let eight: Vec<&str> = replies[1].lines().collect();
     assert_eq!(eight[0], "8");
-    assert!(eight[1].starts_with("! check 1: "), "{}", replies[1]);
+    assert!(eight[1].starts_with("? check 1: "), "{}", replies[1]);
     s.send.take();
     assert_eq!(s.next().await, Err("0".into()));
 }
@@ -128,7 +128,7 @@ async fn shutdown_answers_what_was_sent_then_ends_streams_as_unavailable() {
     let valkey = Valkey::start();
     let mut bridge = start(&valkey.url()).await;
     let (_, mut s) = open(&bridge).await;
-    s.send("1\ng:c,5,1,1000,1\n").await;
+    s.send("1\nrl:c,5,1,1000,1\n").await;
     assert!(s.next().await.unwrap().starts_with("1\n"));
     bridge.stop.take().unwrap().send(()).unwrap();
     let end = s.next().await.unwrap_err();

@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::server::start;
-use common::Valkey;
+use common::{Connect, Valkey};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -50,7 +50,7 @@ async fn h2c(addr: SocketAddr, r: Request<Full<Bytes>>) -> (StatusCode, String) 
 async fn checks_answer_over_http1_and_h2c() {
     let valkey = Valkey::start();
     let bridge = start(&valkey.url()).await;
-    let body = "k1,2,1,1000,1 k2,5,1,1000,1\nk1,2,1,1000,1\nk1,2,1,1000,1\n";
+    let body = "rl:k1,2,1,1000,1 rl:k2,5,1,1000,1\nrl:k1,2,1,1000,1\nrl:k1,2,1,1000,1\n";
     let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", body)).await;
     assert_eq!(status, StatusCode::OK);
     let lines: Vec<&str> = reply.lines().collect();
@@ -63,7 +63,7 @@ async fn checks_answer_over_http1_and_h2c() {
     assert_eq!(admitted, 2, "{reply}");
     let (status, reply) = h2c(
         bridge.addr,
-        req(Method::POST, "/v1/check", "k3,1,1,1000,1\n"),
+        req(Method::POST, "/v1/check", "rl:k3,1,1,1000,1\n"),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -76,12 +76,12 @@ async fn bad_requests_are_refused_with_a_reason() {
     let valkey = Valkey::start();
     let bridge = start(&valkey.url()).await;
     // A bad line fails alone; a body that is no batch at all fails the exchange.
-    let body = "k,1,1,1,9\nj,1,1,1,1\n";
+    let body = "rl:k,1,1,1,9\nrl:j,1,1,1,1\n";
     let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", body)).await;
     assert_eq!(status, StatusCode::OK);
     let lines: Vec<&str> = reply.lines().collect();
     assert!(
-        lines[0].starts_with("! check 1: ") && lines[0].contains("cost"),
+        lines[0].starts_with("? check 1: ") && lines[0].contains("cost"),
         "{reply}"
     );
     assert!(lines[1].contains(" 1,0,"), "{reply}");
@@ -106,7 +106,11 @@ async fn healthz_follows_redis_and_checks_fail_per_line_when_it_is_gone() {
     drop(valkey);
     let (status, _) = http1(bridge.addr, req(Method::GET, "/healthz", "")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "k,1,1,1,1\n")).await;
+    let (status, reply) = http1(
+        bridge.addr,
+        req(Method::POST, "/v1/check", "rl:k,1,1,1,1\n"),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert!(reply.starts_with("! "), "{reply}");
 }
@@ -125,4 +129,40 @@ async fn shutdown_stops_accepting_and_returns() {
         .unwrap()
         .unwrap();
     assert!(TcpStream::connect(bridge.addr).await.is_err());
+}
+
+#[tokio::test]
+async fn keys_outside_the_prefixes_are_refused_alone_and_left_untouched() {
+    let valkey = Valkey::start();
+    let bridge = start(&valkey.url()).await;
+    let mut redis = valkey.connection();
+    let _: () = redis::cmd("SET")
+        .arg("session:42")
+        .arg("alice's session")
+        .query(&mut redis)
+        .unwrap();
+    // An attacker reaching the bridge names a key of another application, alone and next
+    // to a legitimate rule of the same check.
+    let body = "session:42,1,1,1,1\nrl:ok,1,1,1,1 session:42,1,1,1,1\nrl:ok,1,1,1,1\n";
+    let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<&str> = reply.lines().collect();
+    assert!(
+        lines[0].starts_with("? ") && lines[0].contains("session:42"),
+        "{reply}"
+    );
+    assert!(lines[1].starts_with("? "), "{reply}");
+    assert!(
+        lines[2].contains(" 1,0,"),
+        "the refused check took nothing: {reply}"
+    );
+    let value: String = redis::cmd("GET")
+        .arg("session:42")
+        .query(&mut redis)
+        .unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("session:42")
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!((value.as_str(), ttl), ("alice's session", -1));
 }

@@ -59,6 +59,9 @@ pub enum Outcome {
     Denied,
     /// The backend failed; the failure mode decided.
     BackendFailed,
+    /// The bridge refused this check as malformed; the failure mode decided, and the
+    /// backend is not blamed.
+    Refused,
     /// The breaker was open; the failure mode decided without a callout.
     ShortCircuited,
 }
@@ -127,6 +130,11 @@ impl Check {
             Ok(CheckResult::Failed(reason)) | Err(reason) => {
                 log::debug!("check failed ({reason})");
                 self.outcome = Some(Outcome::BackendFailed);
+                self.failure_mode(config, host)
+            }
+            Ok(CheckResult::Refused(reason)) => {
+                log::warn!("the bridge refused a check ({reason})");
+                self.outcome = Some(Outcome::Refused);
                 self.failure_mode(config, host)
             }
         }
@@ -225,13 +233,14 @@ pub fn conclude_exchange<'a>(
 }
 
 /// Why an exchange counts as a backend failure, if it does: no usable reply, or a check
-/// the bridge could not run.
+/// the bridge could not run. A check the bridge refused is that check's own fault: a
+/// client must never be able to open the breaker for everyone with its own bad input.
 pub fn exchange_failure(reply: &Result<Vec<CheckResult>, String>) -> Option<&str> {
     match reply {
         Err(reason) => Some(reason),
         Ok(results) => results.iter().find_map(|r| match r {
             CheckResult::Failed(reason) => Some(reason.as_str()),
-            CheckResult::Checked { .. } => None,
+            CheckResult::Checked { .. } | CheckResult::Refused(_) => None,
         }),
     }
 }

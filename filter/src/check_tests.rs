@@ -318,3 +318,26 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
         (Some(Outcome::Allowed), Some(Outcome::BackendFailed))
     );
 }
+
+#[test]
+fn refused_checks_get_the_failure_mode_but_never_open_the_breaker() {
+    let c = example("closed");
+    let host = host();
+    let mut worker = Worker::new(&c);
+    for _ in 0..3 * c.circuit_breaker.failures {
+        let mut check = started(&c, &host).0;
+        let verdict = conclude(
+            &c,
+            &mut worker,
+            &host,
+            &mut check,
+            Some(200),
+            b"? key outside the allowed prefixes\n",
+        );
+        assert!(matches!(verdict, Verdict::Reply(r) if r.status == 503));
+        assert_eq!(check.outcome, Some(Outcome::Refused));
+    }
+    assert!(!worker.breaker.is_open());
+    let mut check = Check::default();
+    assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
+}

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 /// Upper bound on rules per request: what one check of the wire format may carry.
 pub use ratelimit_protocol::MAX_RULES;
-const MAX_NAME_LEN: usize = 64;
+pub const MAX_NAME_LEN: usize = 64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

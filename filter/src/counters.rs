@@ -10,6 +10,8 @@ pub enum Counter {
     Denied,
     BackendFailures,
     ShortCircuits,
+    /// Checks the bridge refused as malformed (they got the failure mode).
+    Refused,
     /// HTTP callouts sent to the bridge.
     Callouts,
     /// Messages sent on the gRPC stream to the bridge.
@@ -27,11 +29,12 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 14] = [
+    pub const ALL: [Counter; 15] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::BackendFailures,
         Counter::ShortCircuits,
+        Counter::Refused,
         Counter::Callouts,
         Counter::StreamMessages,
         Counter::ChecksSent,
@@ -51,6 +54,7 @@ impl Counter {
             Counter::Denied => "ratelimit.denied",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
+            Counter::Refused => "ratelimit.refused",
             Counter::Callouts => "ratelimit.callouts",
             Counter::StreamMessages => "ratelimit.stream_messages",
             Counter::ChecksSent => "ratelimit.checks_sent",
@@ -71,6 +75,7 @@ impl Counter {
             Outcome::Denied => Counter::Denied,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
+            Outcome::Refused => Counter::Refused,
         }
     }
 

@@ -5,6 +5,7 @@
 //! values are replaced by a digest), before it becomes part of a Redis key.
 
 use crate::config::Source;
+use crate::digest;
 use crate::jwt;
 use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -74,7 +75,7 @@ fn forwarded_ip(req: &impl RequestView, hops: u32) -> Option<IpAddr> {
 }
 
 /// Percent-escapes everything but `[A-Za-z0-9._@+=!~-]`; values longer than
-/// `MAX_VALUE_LEN` once escaped become `#` and a 64-bit digest of the raw bytes (`#` is
+/// `MAX_VALUE_LEN` once escaped become `#` and the SHA-256 of the raw bytes in hex (`#` is
 /// itself escaped, so a digest never equals a verbatim value).
 pub fn escape(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
@@ -85,16 +86,10 @@ pub fn escape(raw: &[u8]) -> String {
             let _ = write!(out, "%{b:02X}");
         }
         if out.len() > MAX_VALUE_LEN {
-            return format!("#{:016x}", fnv1a64(raw));
+            return format!("#{}", digest::sha256_hex(raw));
         }
     }
     out
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

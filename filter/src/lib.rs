@@ -9,6 +9,7 @@ pub mod check;
 pub mod config;
 pub mod config_error;
 pub mod counters;
+pub mod digest;
 pub mod exchange;
 pub mod identity;
 pub mod jwt;

@@ -7,6 +7,7 @@
 //! into `SLOTS` buckets per rule (clients that collide share a bucket, which only makes the
 //! degraded mode stricter).
 
+use crate::digest;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
 
@@ -64,10 +65,8 @@ fn scaled(rule: &PlannedRule, share: f64) -> Scaled {
 }
 
 fn slot_key(rule_name: &str, bucket_key: &str) -> String {
-    let h = bucket_key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("ratelimit.local.{rule_name}.{}", h % SLOTS)
+    let slot = digest::bucket_of(bucket_key.as_bytes(), SLOTS);
+    format!("ratelimit.local.{rule_name}.{slot}")
 }
 
 fn level(store: &impl SharedData, key: &str, s: &Scaled, now_ms: u64) -> (f64, u32) {

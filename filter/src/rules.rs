@@ -1,15 +1,23 @@
 //! Which rules apply to a request, and the bucket each of them checks.
 
-use crate::config::{Config, Matcher, Rule};
+use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
+use crate::digest;
 use crate::identity::{self, RequestView};
 use crate::limit::Limit;
+use ratelimit_protocol::MAX_KEY_LEN;
+
+/// Length of a key whose identity values were replaced by their digest: `prefix:rule:#`
+/// and 64 hex digits. It must fit the bridge's bound, whatever the names.
+const DIGESTED_KEY_LEN: usize = MAX_NAME_LEN + 1 + MAX_NAME_LEN + 2 + 64;
+const _: () = assert!(DIGESTED_KEY_LEN <= MAX_KEY_LEN);
 
 /// One bucket to check for the current request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRule {
     /// Index of the rule in `Config::rules`.
     pub rule: usize,
-    /// The bucket's Redis key: `prefix:rule[:identity values]`.
+    /// The bucket's Redis key: `prefix:rule[:identity values]`, or `prefix:rule:#digest`
+    /// when the values would make it longer than the bridge accepts.
     pub key: String,
     /// The limit in force for this client (its tier's, if it has one).
     pub limit: Limit,
@@ -73,6 +81,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
         if !complete {
             continue;
         }
+        bound_key(&mut key, config.key_prefix.len() + 1 + rule.name.len());
         let tier = rule.tier_identity.and_then(&mut value_of);
         planned.push(PlannedRule {
             rule: index,
@@ -82,6 +91,21 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
         });
     }
     planned
+}
+
+/// Keeps a key within `MAX_KEY_LEN` by construction: past it, the identity values after
+/// `head` (`prefix:rule`) are replaced by `#` and the SHA-256 of them all. Values are escaped
+/// and never hold `:` or `#`, so the joined values are unambiguous and a digested key never
+/// equals a verbatim one (a rule's verbatim keys have one component per identity; a rule
+/// of one identity never needs the digest).
+fn bound_key(key: &mut String, head: usize) {
+    if key.len() <= MAX_KEY_LEN {
+        return;
+    }
+    let hex = digest::sha256_hex(key.as_bytes().get(head + 1..).unwrap_or_default());
+    key.truncate(head);
+    key.push_str(":#");
+    key.push_str(&hex);
 }
 
 fn limit_for(rule: &Rule, tier: Option<&str>) -> Limit {

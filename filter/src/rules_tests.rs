@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::tests::EXAMPLE;
 use crate::identity::tests::FakeRequest;
+use crate::identity::MAX_VALUE_LEN;
 
 fn example() -> Config {
     Config::parse(EXAMPLE.as_bytes()).unwrap()
@@ -129,4 +130,37 @@ fn method_and_path_are_read_only_when_a_rule_matches_on_them() {
     let req = request("GET", "/api/x").with("x-user-id", "alice");
     plan(&example(), &req);
     assert_eq!(req.reads.borrow()[..2], [":method", ":path"]);
+}
+
+#[test]
+fn keys_stay_within_the_bridge_bound_whatever_the_values() {
+    let c = Config::parse(
+        br#"{"backend": {"cluster": "b"},
+             "identity": {"a": {"header": "x-a"}, "b": {"header": "x-b"},
+                          "c": {"header": "x-c"}, "d": {"header": "x-d"}},
+             "rules": [{"name": "four", "key": ["a", "b", "c", "d"],
+                        "limit": {"requests": 1, "per": "1s"}}]}"#,
+    )
+    .unwrap();
+    let key_of = |fill: &str| {
+        let value = fill.repeat(MAX_VALUE_LEN);
+        let req = ["x-a", "x-b", "x-c", "x-d"]
+            .into_iter()
+            .fold(FakeRequest::default(), |r, h| r.with(h, &value));
+        plan(&c, &req).remove(0).key
+    };
+    let (a, b) = (key_of("a"), key_of("b"));
+    for key in [&a, &b] {
+        assert!(key.len() <= MAX_KEY_LEN, "{key}");
+        assert!(key.starts_with("rl:four:#") && key.len() == "rl:four:#".len() + 64);
+    }
+    assert_ne!(a, b, "different clients keep different buckets");
+    assert_eq!(a, key_of("a"), "the same client keeps its bucket");
+    let short = plan(
+        &c,
+        &["x-a", "x-b", "x-c", "x-d"]
+            .into_iter()
+            .fold(FakeRequest::default(), |r, h| r.with(h, "v")),
+    );
+    assert_eq!(short[0].key, "rl:four:v:v:v:v");
 }

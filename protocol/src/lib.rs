@@ -17,10 +17,13 @@
 //! ```
 //! Reply, one line per check: the Redis time in ms, then per rule
 //! `allowed,remaining,full_ms,wait_ms`; or `!` and a reason for a check the bridge could not
-//! run (that check alone fails):
+//! run (Redis failed: a backend failure), or `?` and a reason for a check it would not run
+//! (the check's own fault, such as a key outside the bridge's prefixes: it must never count
+//! against the backend). Either way that check alone fails:
 //! ```text
 //! 1767225600000 1,99,600,0 1,49999,1,0
 //! ! redis unavailable
+//! ? key outside the allowed prefixes
 //! ```
 //! A check is all-or-nothing: either every rule was allowed and charged, or none was.
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.

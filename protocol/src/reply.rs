@@ -21,8 +21,11 @@ pub struct RuleResult {
 pub enum CheckResult {
     /// Redis's clock at the check (ms since the epoch) and one result per rule.
     Checked { now_ms: u64, rules: Vec<RuleResult> },
-    /// The bridge could not run this check.
+    /// The bridge could not run this check (Redis failed): a backend failure.
     Failed(String),
+    /// The bridge would not run this check (a line it cannot read, a key outside its
+    /// prefixes): the check's own fault, never the backend's.
+    Refused(String),
 }
 
 /// Renders one reply line per check, in order. Reasons are cut to `MAX_REASON_LEN` and
@@ -41,8 +44,12 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
                     }
                 }
             }
-            CheckResult::Failed(reason) => {
-                out.push_str("! ");
+            CheckResult::Failed(reason) | CheckResult::Refused(reason) => {
+                out.push_str(if matches!(result, CheckResult::Failed(_)) {
+                    "! "
+                } else {
+                    "? "
+                });
                 out.extend(
                     reason
                         .chars()
@@ -83,6 +90,9 @@ pub fn decode_reply(body: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckR
 fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     if let Some(reason) = line.strip_prefix('!') {
         return Ok(CheckResult::Failed(reason.trim().to_string()));
+    }
+    if let Some(reason) = line.strip_prefix('?') {
+        return Ok(CheckResult::Refused(reason.trim().to_string()));
     }
     let mut fields = line.split(' ');
     let now_ms = number(fields.next())?;
@@ -144,13 +154,18 @@ mod tests {
                 rules: vec![OK, NO],
             },
             CheckResult::Failed("redis\ndown".into()),
+            CheckResult::Refused("bad key".into()),
         ];
         let mut body = String::new();
         render_reply(&mut body, &results);
-        assert_eq!(body, "1700000000123 1,9,6000,0 0,0,100,40\n! redis down\n");
-        let decoded = decode_reply(body.as_bytes(), &[2, 1]).unwrap();
+        assert_eq!(
+            body,
+            "1700000000123 1,9,6000,0 0,0,100,40\n! redis down\n? bad key\n"
+        );
+        let decoded = decode_reply(body.as_bytes(), &[2, 1, 1]).unwrap();
         assert_eq!(decoded[0], results[0]);
         assert_eq!(decoded[1], CheckResult::Failed("redis down".into()));
+        assert_eq!(decoded[2], results[2]);
     }
 
     #[test]

@@ -43,11 +43,11 @@ fn header_identity_present_missing_and_hostile() {
     // Key separators, hash tags and non-UTF-8 bytes are escaped, never passed through.
     let body = body_for(&mut host, header("x-user-id", b"a:b{c}\xff\xfe")).unwrap();
     assert_eq!(key_of(&body), "rl:r:a%3Ab%7Bc%7D%FF%FE");
-    // Oversized: a fixed-length digest, so a client cannot grow Redis keys.
+    // Oversized: a fixed-length digest (SHA-256), so a client cannot grow Redis keys.
     let body = body_for(&mut host, header("x-user-id", &[b'a'; 10_000])).unwrap();
     let key = key_of(&body);
     assert!(
-        key.starts_with("rl:r:#") && key.len() == "rl:r:#".len() + 16,
+        key.starts_with("rl:r:#") && key.len() == "rl:r:#".len() + 64,
         "{key}"
     );
     let other = body_for(&mut host, header("x-user-id", &[b'b'; 10_000])).unwrap();

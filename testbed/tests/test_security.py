@@ -1,0 +1,51 @@
+"""End to end, the way an attacker would try it: hostile request data against the real
+ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
+
+from stack import request
+
+LONG_IDENTITIES = {f"h{i}": {"header": f"x-h{i}"} for i in range(4)}
+
+
+def plugin(*rules, failure_mode="closed", identity=LONG_IDENTITIES, **extra):
+    return {
+        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": 1000},
+        "failure_mode": failure_mode,
+        "identity": identity,
+        "rules": list(rules),
+        **extra,
+    }
+
+
+def rule(name, key, requests, per="1h"):
+    return {"name": name, "key": key, "limit": {"requests": requests, "per": per}}
+
+
+def long_headers(fill):
+    # 128 characters each: every value is kept verbatim, but four of them add up to a
+    # key longer than the bridge accepts (512 bytes).
+    return {f"x-h{i}": fill * 128 for i in range(4)}
+
+
+def test_long_identity_values_are_limited_and_never_trip_the_breaker(stack_of):
+    stack = stack_of(plugin(rule("four", ["h0", "h1", "h2", "h3"], 2), failure_mode="open"))
+    statuses = [stack.get(0, "/api/x", long_headers("a"))[0] for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    # Another client with long values has a bucket of its own.
+    assert stack.get(0, "/api/x", long_headers("b"))[0] == 200
+    for _ in range(6):
+        stack.get(0, "/api/x", long_headers("a"))
+    stats = stack.stats()
+    assert stats.get("backend_failures", 0) == 0
+    assert stats.get("short_circuits", 0) == 0
+    # Every key the script wrote is within the bridge's bound.
+    keys = stack.redis("KEYS", "rl:*")
+    assert "four" in keys and all(len(k) <= 512 for k in keys.split("\r\n"))
+
+
+def test_a_client_over_the_key_bound_does_not_open_the_breaker_for_others(stack_of):
+    stack = stack_of(plugin(rule("four", ["h0", "h1", "h2", "h3"], 1000), failure_mode="closed"))
+    for i in range(8):
+        stack.get(0, "/api/x", long_headers(chr(ord("c") + i)))
+    normal = {f"x-h{i}": "alice" for i in range(4)}
+    assert stack.get(0, "/api/x", normal)[0] == 200
+    assert stack.stats().get("backend_failures", 0) == 0
