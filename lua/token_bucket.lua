@@ -23,7 +23,10 @@
 --                  is still read, so buckets survive an upgrade.
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
 --                    the cost is available (0: this rule admits; a check is admitted when
---                    all its rules say 0) }
+--                    all its rules say 0) }; -1, -1, -1 for every rule of a check that
+--                    names a key holding a value this script did not write (another type,
+--                    or a string in neither format): such a check takes nothing, and the
+--                    value is left as it is.
 --
 -- Integer units keep the math exact: callers keep burst * den and num below 2^53 and cost
 -- at most burst, so every level fits the range in which Lua's doubles hold integers
@@ -33,8 +36,8 @@
 -- Globals cost a table lookup per use: the loops use locals only. Tables are few and
 -- flat, as each one costs an allocation (noticeable per call at small batches).
 local KEYS, ARGV, call, tonumber, type = KEYS, ARGV, redis.call, tonumber, type
-local floor, byte, find, sub = math.floor, string.byte, string.find, string.sub
-local pack, unpack_bucket = struct.pack, struct.unpack
+local floor, byte = math.floor, string.byte
+local pack, unpack_bucket, match = struct.pack, struct.unpack, string.match
 
 -- A key must never vanish before its bucket is full: a missing key reads as full, so that
 -- would admit too much. The script's TIME is the server's snapshot of the command's start,
@@ -48,6 +51,25 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local nkeys = #KEYS
 local stored = nkeys > 0 and call('MGET', unpack(KEYS)) or {}
 
+-- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
+-- the nil ones tells them apart (rarely needed past it), so no hash, list or set that
+-- shares the prefix is ever replaced by a bucket.
+local alien
+do
+  local missing
+  for f = 1, nkeys do
+    if not stored[f] then
+      missing = missing or {}
+      missing[#missing + 1] = KEYS[f]
+    end
+  end
+  if missing and call('EXISTS', unpack(missing)) > 0 then
+    alien = {}
+    for _, key in ipairs(missing) do
+      if call('TYPE', key).ok ~= 'none' then alien[key] = true end
+    end
+  end
+end
 local refund = ARGV[1] == 'refund'
 -- Shape s is sh[4s-3 .. 4s]: capacity in units, num, den, and the cost in units.
 local nshapes = tonumber(ARGV[2])
@@ -61,14 +83,15 @@ end
 -- A bucket's state as this call left it so far, kept at the position f of its key's
 -- first appearance (first[key] = f): level st[3f-2] in units at time st[3f-1], and st[3f]
 -- the Redis time it will be full, when its key expires (nil: unchanged, not written). A
--- missing key reads as infinitely many units, which every rule clamps to its capacity.
+-- missing key reads as infinitely many units, which every rule clamps to its capacity; a
+-- key holding a value this script did not write reads as -1 units and is never written.
 local first, st = {}, {}
 local out, o = { now }, 1
 local layout = { byte(ARGV[3 + 4 * nshapes] or '', 1, -1) }
 local r, a, nlayout = 0, 1, #layout
 while a <= nlayout do
   local n = layout[a]
-  local admitted = true
+  local admitted, foreign = true, false
   -- First pass: every rule's level now, parked in its three output slots.
   for i = 1, n do
     local key = KEYS[r + i]
@@ -81,16 +104,18 @@ while a <= nlayout do
       if v then
         if #v == 17 and byte(v) == 1 then
           local _, su, sa = unpack_bucket('<Bdd', v)
-          u, when = su, sa
+          -- NaN fails both tests: only sane levels and times are trusted.
+          if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
         else
-          local sp = find(v, ' ', 1, true)
-          local su = sp and tonumber(sub(v, 1, sp - 1))
-          local sa = sp and tonumber(sub(v, sp + 1))
-          if su and sa then u, when = su, sa end
+          local su, sa = match(v, '^(%d+) (%d+)$')
+          if su then u, when = tonumber(su), tonumber(sa) else u = -1 end
         end
+      elseif alien and alien[key] then
+        u = -1
       end
       st[3 * f - 2], st[3 * f - 1] = u, when
     end
+    if st[3 * f - 2] < 0 then foreign = true end
     local s4 = 4 * layout[a + i]
     local elapsed = now - st[3 * f - 1]
     -- A clock that went back (failover to a skewed replica) refills nothing.
@@ -105,28 +130,32 @@ while a <= nlayout do
   -- Second pass: take (or give back) and answer.
   for i = 1, n do
     local slot = o + 3 * i
-    local s4, l, f = out[slot - 2], out[slot - 1], out[slot]
-    local c, rate, d, need = sh[s4 - 3], sh[s4 - 2], sh[s4 - 1], sh[s4]
-    local wait = 0
-    if refund then
-      l = l + need
-      if l > c then l = c end
-    elseif admitted then
-      l = l - need
-    elseif l < need then
-      -- Exact ceil((need - l) / rate) below 2^53: the double quotient is off by at most
-      -- one across an integer, so one correction step suffices (likewise below).
-      wait = floor((need - l) / rate)
-      if wait * rate < need - l then wait = wait + 1 end
+    if foreign then
+      out[slot - 2], out[slot - 1], out[slot] = -1, -1, -1
+    else
+      local s4, l, f = out[slot - 2], out[slot - 1], out[slot]
+      local c, rate, d, need = sh[s4 - 3], sh[s4 - 2], sh[s4 - 1], sh[s4]
+      local wait = 0
+      if refund then
+        l = l + need
+        if l > c then l = c end
+      elseif admitted then
+        l = l - need
+      elseif l < need then
+        -- Exact ceil((need - l) / rate) below 2^53: the double quotient is off by at most
+        -- one across an integer, so one correction step suffices (likewise below).
+        wait = floor((need - l) / rate)
+        if wait * rate < need - l then wait = wait + 1 end
+      end
+      local full = floor((c - l) / rate)
+      if full * rate < c - l then full = full + 1 end
+      if refund or admitted then
+        st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + full + EXPIRY_SLACK_MS
+      end
+      local whole = floor(l / d)
+      if whole * d > l then whole = whole - 1 end
+      out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
     end
-    local full = floor((c - l) / rate)
-    if full * rate < c - l then full = full + 1 end
-    if refund or admitted then
-      st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + full + EXPIRY_SLACK_MS
-    end
-    local whole = floor(l / d)
-    if whole * d > l then whole = whole - 1 end
-    out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
   end
   o, r, a = o + 3 * n, r + n, a + n + 1
 end

@@ -7,7 +7,7 @@
 //! order. A check spanning several slots is then admitted only if every slot admitted its
 //! part; otherwise the parts that did take tokens are refunded.
 
-use crate::script::{self, Part, Shape};
+use crate::script::{self, Part, ScriptOutcome, Shape};
 use crate::slot::slot;
 use crate::wire::{Check, CheckOutcome, RuleOutcome};
 use std::collections::{BTreeMap, HashSet};
@@ -118,7 +118,11 @@ impl Open {
 }
 
 /// What a script call answered: Redis time and the outcome of each of its rules in order.
-pub type Reply = Result<(u64, Vec<RuleOutcome>), String>;
+pub type Reply = Result<(u64, Vec<ScriptOutcome>), String>;
+
+/// Why a check that names a key holding a foreign value fails.
+pub const FOREIGN_VALUE: &str =
+    "a bucket key holds a value the limiter did not write; it is left untouched";
 
 /// The answers gathered so far, per check.
 pub struct Tally {
@@ -163,7 +167,11 @@ impl Tally {
                     t.now = t.now.max(now);
                     let mut admitted = true;
                     for &r in &part.rules {
-                        let outcome = outcomes.next();
+                        let answered = outcomes.next();
+                        if answered == Some(None) {
+                            t.failure = Some(FOREIGN_VALUE.into());
+                        }
+                        let outcome = answered.flatten();
                         admitted &= outcome.is_some_and(|o| o.allowed);
                         if let Some(slot) = t.rules.get_mut(r) {
                             *slot = outcome;
@@ -206,7 +214,7 @@ impl Tally {
                 let mut outcomes = outcomes.into_iter();
                 for part in &call.parts {
                     for &r in &part.rules {
-                        let outcome = outcomes.next();
+                        let outcome = outcomes.next().flatten();
                         let slot = self
                             .checks
                             .get_mut(part.check)
@@ -251,13 +259,13 @@ mod tests {
         }
     }
 
-    fn outcome(allowed: bool) -> RuleOutcome {
-        RuleOutcome {
+    fn outcome(allowed: bool) -> ScriptOutcome {
+        Some(RuleOutcome {
             allowed,
             remaining: 0,
             full_ms: 1,
             wait_ms: u64::from(!allowed),
-        }
+        })
     }
 
     #[test]
@@ -377,6 +385,35 @@ mod tests {
         assert_eq!(tally.refunds().len(), 1);
         let out = tally.finish();
         assert_eq!(out[0], Err("down".into()));
+        assert!(out[1].is_ok());
+    }
+
+    #[test]
+    fn a_foreign_value_fails_its_check_and_refunds_its_other_parts() {
+        let checks = vec![vec![rule("{x}1"), rule("{y}1")], vec![rule("{y}2")]];
+        let calls = plan(&checks, true);
+        let mut tally = Tally::new(&checks);
+        for call in &calls {
+            let y = checks[call.parts[0].check][call.parts[0].rules[0]]
+                .key
+                .starts_with("{y}");
+            // On y's node, the first check's key holds a foreign value.
+            let outcomes = call
+                .parts
+                .iter()
+                .map(|p| {
+                    if y && p.check == 0 {
+                        None
+                    } else {
+                        outcome(true)
+                    }
+                })
+                .collect();
+            tally.checked(call, Ok((7, outcomes)));
+        }
+        assert_eq!(tally.refunds().len(), 1, "x's part gives its token back");
+        let out = tally.finish();
+        assert_eq!(out[0], Err(FOREIGN_VALUE.into()));
         assert!(out[1].is_ok());
     }
 }

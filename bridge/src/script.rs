@@ -124,8 +124,12 @@ pub fn part_rules<'c: 'p, 'p>(
         .filter_map(move |&i| check.and_then(|c| c.get(i)))
 }
 
+/// What the script answered for one rule: `None` when its check names a key that holds a
+/// value the script did not write (the check took nothing).
+pub type ScriptOutcome = Option<RuleOutcome>;
+
 /// Reads a script reply for `rules` rules: Redis time, then each rule's outcome in order.
-pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<RuleOutcome>), String> {
+pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), String> {
     let (Some(&now), Some(rest)) = (reply.first(), reply.get(1..)) else {
         return Err("empty script reply".into());
     };
@@ -139,13 +143,16 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<RuleOutcome>), St
     let outcomes = rest
         .chunks_exact(PER_RULE)
         .map(|r| {
+            if r == [-1, -1, -1] {
+                return Ok(None);
+            }
             let wait_ms = unsigned(r[2])?;
-            Ok(RuleOutcome {
+            Ok(Some(RuleOutcome {
                 allowed: wait_ms == 0,
                 remaining: unsigned(r[0])?,
                 full_ms: unsigned(r[1])?,
                 wait_ms,
-            })
+            }))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok((unsigned(now)?, outcomes))
@@ -177,23 +184,24 @@ mod tests {
 
     #[test]
     fn a_rule_admits_when_it_has_nothing_to_wait_for() {
-        let (now, rules) = decode(&[5, 1, 2, 3, 4, 5, 0], 2).unwrap();
+        let (now, rules) = decode(&[5, 1, 2, 3, 4, 5, 0, -1, -1, -1], 3).unwrap();
         assert_eq!(now, 5);
         assert_eq!(
             rules,
             vec![
-                RuleOutcome {
+                Some(RuleOutcome {
                     allowed: false,
                     remaining: 1,
                     full_ms: 2,
                     wait_ms: 3
-                },
-                RuleOutcome {
+                }),
+                Some(RuleOutcome {
                     allowed: true,
                     remaining: 4,
                     full_ms: 5,
                     wait_ms: 0
-                }
+                }),
+                None,
             ]
         );
     }

@@ -155,6 +155,7 @@ async fn a_refund_gives_back_each_checks_cost_up_to_capacity() {
         .invoke(&mut valkey.connection())
         .unwrap();
     let (_, out) = script::decode(&reply, 2).unwrap();
+    let out: Vec<_> = out.into_iter().map(Option::unwrap).collect();
     assert_eq!((out[0].remaining, out[1].remaining), (5, 5), "{out:?}");
     assert!(out.iter().all(|o| o.allowed && o.full_ms == 0));
     // Full again: stored as full for the 1 ms it has left, or gone already.
@@ -189,4 +190,61 @@ async fn a_check_without_rules_gets_the_redis_time() {
     let out = batch(&store, &[vec![], vec![rule("x", 1, 1, 1000, 1)]]).await;
     assert!(out[0].1.is_empty() && out[0].0 > 0);
     assert!(out[1].1[0].allowed);
+}
+
+#[tokio::test]
+async fn values_the_script_did_not_write_are_never_overwritten() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let mut redis = valkey.connection();
+    let _: () = redis::cmd("SET")
+        .arg("text")
+        .arg("alice's session")
+        .query(&mut redis)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("digits")
+        .arg("12 34 56")
+        .query(&mut redis)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("hash")
+        .arg("f")
+        .arg("v")
+        .query(&mut redis)
+        .unwrap();
+    // Our binary layout, but a level no bucket has.
+    let nan: Vec<u8> = [&[1u8][..], &f64::NAN.to_le_bytes(), &0f64.to_le_bytes()].concat();
+    let _: () = redis::cmd("SET")
+        .arg("nan")
+        .arg(nan)
+        .query(&mut redis)
+        .unwrap();
+    let ok = || rule("ok", 5, 1, 1000, 1);
+    let checks: Vec<Check> = vec![
+        vec![rule("text", 5, 1, 1000, 1)],
+        vec![rule("hash", 5, 1, 1000, 1)],
+        vec![ok(), rule("digits", 5, 1, 1000, 1)],
+        vec![rule("nan", 5, 1, 1000, 1)],
+        vec![ok()],
+    ];
+    let out = store.check_all(&checks).await;
+    for (i, o) in out.iter().enumerate().take(4) {
+        let reason = o.as_ref().expect_err("a foreign value fails its check");
+        assert!(reason.contains("did not write"), "check {i}: {reason}");
+    }
+    // The refused check took nothing from the bucket it shares with the next one.
+    let admitted = out[4].as_ref().unwrap();
+    assert_eq!(admitted.1[0].remaining, 4, "{admitted:?}");
+    let text: String = redis::cmd("GET").arg("text").query(&mut redis).unwrap();
+    let digits: String = redis::cmd("GET").arg("digits").query(&mut redis).unwrap();
+    let kind: String = redis::cmd("TYPE").arg("hash").query(&mut redis).unwrap();
+    assert_eq!(
+        (text.as_str(), digits.as_str(), kind.as_str()),
+        ("alice's session", "12 34 56", "hash")
+    );
+    for key in ["text", "digits", "hash"] {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut redis).unwrap();
+        assert_eq!(ttl, -1, "{key} got an expiry");
+    }
 }
