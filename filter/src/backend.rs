@@ -31,7 +31,11 @@ pub(crate) struct RawBackend {
     transport: Transport,
     #[serde(default = "default_max_inflight")]
     max_inflight: u32,
+    token: Option<String>,
 }
+
+/// Longest `backend.token`.
+const MAX_TOKEN_LEN: usize = 4096;
 
 fn default_timeout_ms() -> u64 {
     25
@@ -58,6 +62,42 @@ pub struct Backend {
     /// many are out wait and leave together, in one exchange, the moment one comes back.
     /// 0: no limit, every check is its own exchange.
     pub max_inflight: u32,
+    /// `Bearer <backend.token>`, the `authorization` the bridge requires when it has a
+    /// token file: sent on every HTTP callout and as the stream's initial metadata.
+    pub authorization: Option<Secret>,
+}
+
+/// A credential: kept out of `Debug` output, so no log line or error message carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The `authorization` value for `token`. RFC 6750's token characters only: anything else
+/// (spaces, control characters, a line break) could forge or split a header.
+fn bearer(token: &str) -> Result<Secret, ConfigError> {
+    let valid = token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b));
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN || !valid {
+        return err(
+            "backend.token",
+            format!(
+                "must be 1 to {MAX_TOKEN_LEN} characters of letters, digits and -._~+/= (the value is not shown)"
+            ),
+        );
+    }
+    Ok(Secret(format!("Bearer {token}")))
 }
 
 impl RawBackend {
@@ -74,7 +114,9 @@ impl RawBackend {
                 format!("must be between 0 and {MAX_INFLIGHT}"),
             );
         }
+        let authorization = self.token.as_deref().map(bearer).transpose()?;
         Ok(Backend {
+            authorization,
             authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
             cluster: self.cluster,
             timeout_ms: self.timeout_ms,

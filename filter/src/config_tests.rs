@@ -124,6 +124,10 @@ fn bad_configs_are_refused_naming_the_field() {
         (r#"{"backend": {"cluster": "b", "timeout_ms": 0}, "rules": []}"#.into(), "backend.timeout_ms"),
         (r#"{"backend": {"cluster": "b", "max_inflight": 65}, "rules": []}"#.into(), "backend.max_inflight"),
         (r#"{"backend": {"cluster": "b", "transport": "udp"}, "rules": []}"#.into(), "backend.transport"),
+        (r#"{"backend": {"cluster": "b", "token": ""}, "rules": []}"#.into(), "backend.token"),
+        (r#"{"backend": {"cluster": "b", "token": "a b"}, "rules": []}"#.into(), "backend.token"),
+        (r#"{"backend": {"cluster": "b", "token": "ok\r\nx-evil: 1"}, "rules": []}"#.into(), "backend.token"),
+        (r#"{"backend": {"cluster": "b", "token": 7}, "rules": []}"#.into(), "backend.token"),
         (r#"{"backend": {"cluster": "b"}, "rules": []}"#.into(), "rules"),
         (r#"{"backend": {"cluster": "b"}, "rulez": []}"#.into(), "rulez"),
         (r#"{"backend": {"cluster": "b"}, "failure_mode": "maybe", "rules": []}"#.into(), "failure_mode"),
@@ -199,4 +203,32 @@ fn too_many_rules_are_refused() {
         .map(|i| format!(r#"{{"name": "r{i}", "limit": {{"requests": 1, "per": "1s"}}}}"#))
         .collect();
     assert_eq!(refused(&with_rule(&rules.join(","))).field, "rules");
+}
+
+#[test]
+fn the_backend_token_becomes_a_bearer_credential_never_shown() {
+    let json = EXAMPLE.replace(
+        r#""cluster": "ratelimit_bridge""#,
+        r#""cluster": "ratelimit_bridge", "token": "s3cr3t-T0ken_~+/=""#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let authorization = config.backend.authorization.as_ref().unwrap();
+    assert_eq!(authorization.expose(), "Bearer s3cr3t-T0ken_~+/=");
+    assert!(!format!("{config:?}").contains("s3cr3t"));
+    let bad = EXAMPLE.replace(
+        r#""cluster": "ratelimit_bridge""#,
+        r#""cluster": "ratelimit_bridge", "token": "s3cr3t with space""#,
+    );
+    let error = Config::parse(bad.as_bytes()).unwrap_err().to_string();
+    assert!(
+        error.starts_with("backend.token") && !error.contains("s3cr3t"),
+        "{error}"
+    );
+    assert_eq!(
+        Config::parse(EXAMPLE.as_bytes())
+            .unwrap()
+            .backend
+            .authorization,
+        None
+    );
 }

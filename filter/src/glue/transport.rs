@@ -57,12 +57,15 @@ pub fn send(
 }
 
 fn dispatch(backend: &Backend, body: &str) -> Result<u32, String> {
-    let headers = vec![
+    let mut headers = vec![
         (":method", "POST"),
         (":path", protocol::PATH),
         (":authority", backend.authority.as_str()),
         ("content-type", "text/plain"),
     ];
+    if let Some(authorization) = &backend.authorization {
+        headers.push(("authorization", authorization.expose()));
+    }
     let timeout = Duration::from_millis(backend.timeout_ms);
     hostcalls::dispatch_http_call(
         &backend.cluster,
@@ -76,7 +79,11 @@ fn dispatch(backend: &Backend, body: &str) -> Result<u32, String> {
 
 /// Opens the worker's stream to the bridge; call from a root callback only.
 pub fn open_stream(backend: &Backend) -> Result<u32, String> {
-    hostcalls::open_grpc_stream(&backend.cluster, GRPC_SERVICE, GRPC_METHOD, vec![])
+    let metadata = match &backend.authorization {
+        Some(authorization) => vec![("authorization", authorization.expose().as_bytes())],
+        None => vec![],
+    };
+    hostcalls::open_grpc_stream(&backend.cluster, GRPC_SERVICE, GRPC_METHOD, metadata)
         .map_err(|e| format!("cannot open a gRPC stream on {:?}: {e:?}", backend.cluster))
 }
 

@@ -45,6 +45,32 @@ fn the_root_opens_one_stream_to_the_bridge_at_configuration() {
 }
 
 #[test]
+fn the_backend_token_travels_as_bearer_on_the_stream_and_on_callouts() {
+    let with_token = CONFIG.replace(
+        r#""cluster": "ratelimit_bridge","#,
+        r#""cluster": "ratelimit_bridge", "token": "t0k3n","#,
+    );
+    let host = boot(&with_token);
+    let metadata = &host.grpc_streams()[0].initial_metadata;
+    assert!(
+        metadata
+            .iter()
+            .any(|(k, v)| k.as_slice() == b"authorization" && v.as_slice() == b"Bearer t0k3n"),
+        "{metadata:?}"
+    );
+    assert!(boot(CONFIG).grpc_streams()[0].initial_metadata.is_empty());
+    let http = r#""transport": "http", "max_inflight": 0"#;
+    let mut host = boot(&with_token.replace(r#""max_inflight": 2"#, http));
+    let (_, token) = crate::common::paused(&mut host, "GET", "/", &[("x-user-id", "a")]);
+    let callout = host.callouts().iter().find(|c| c.token == token).unwrap();
+    assert_eq!(
+        callout.header("authorization").as_deref(),
+        Some("Bearer t0k3n")
+    );
+    assert!(!host.log_text().contains("t0k3n"), "{}", host.log_text());
+}
+
+#[test]
 fn replies_pair_with_their_exchange_in_any_order() {
     let mut host = boot(CONFIG);
     let token = host.grpc_streams()[0].token;
