@@ -45,6 +45,7 @@ struct RawIdentity {
     jwt: Option<RawJwt>,
     source: Option<IpSourceKind>,
     trusted_hops: Option<u32>,
+    gateway_appends: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -149,8 +150,11 @@ pub enum Source {
     },
     /// The downstream peer address (`source.address`, which honours Envoy's trusted hops).
     Peer,
-    /// The `hops`-th address from the right of `X-Forwarded-For`, falling back to the peer.
-    ForwardedFor { hops: u32 },
+    /// The address written by the outermost of `hops` trusted proxies in front of the
+    /// gateway, falling back to the peer. `gateway_appends`: the gateway itself appended
+    /// an entry before the filter runs (Envoy's `use_remote_address: true`), which is not
+    /// a hop.
+    ForwardedFor { hops: u32, gateway_appends: bool },
 }
 
 /// A named way to identify the client; rules refer to identities by name.
@@ -339,18 +343,26 @@ impl RawIdentity {
                             "must be at least 1 (0 would trust the client's own header)",
                         );
                     }
-                    return Ok(Source::ForwardedFor { hops });
+                    return Ok(Source::ForwardedFor {
+                        hops,
+                        gateway_appends: self.gateway_appends.unwrap_or(true),
+                    });
                 }
                 _ => return err(
                     field,
                     "needs exactly one of \"header\", \"jwt\" or \"source\" (\"peer\" or \"xff\")",
                 ),
             };
-        if self.trusted_hops.is_some() {
-            return err(
-                format!("{field}.trusted_hops"),
-                "only applies to \"source\": \"xff\"",
-            );
+        for (name, set) in [
+            ("trusted_hops", self.trusted_hops.is_some()),
+            ("gateway_appends", self.gateway_appends.is_some()),
+        ] {
+            if set {
+                return err(
+                    format!("{field}.{name}"),
+                    "only applies to \"source\": \"xff\"",
+                );
+            }
         }
         Ok(source)
     }

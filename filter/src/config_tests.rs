@@ -62,7 +62,7 @@ fn every_identity_source_parses() {
               "c": {"jwt": {"header": "authorization", "claim": "uid", "unverified": true}},
               "d": {"source": "peer"},
               "e": {"source": "xff", "trusted_hops": 2},
-              "f": {"source": "xff"}},
+              "f": {"source": "xff", "gateway_appends": false}},
             "failure_mode": "open",
             "headers": {"on_allowed": false, "ietf_draft": true},
             "rules": [{"name": "r", "key": ["a","b","c","d","e","f"], "limit": {"requests": 1, "per": "1s"}}]}"#,
@@ -84,8 +84,14 @@ fn every_identity_source_parses() {
                 unverified: true
             },
             Source::Peer,
-            Source::ForwardedFor { hops: 2 },
-            Source::ForwardedFor { hops: 1 },
+            Source::ForwardedFor {
+                hops: 2,
+                gateway_appends: true
+            },
+            Source::ForwardedFor {
+                hops: 1,
+                gateway_appends: false
+            },
         ]
     );
     assert_eq!(c.backend.authority, "bridge.local");
@@ -148,6 +154,10 @@ fn bad_configs_are_refused_naming_the_field() {
         (
             r#"{"backend": {"cluster": "b"}, "identity": {"u": {"source": "peer", "trusted_hops": 1}}, "rules": []}"#.into(),
             "identity.u.trusted_hops",
+        ),
+        (
+            r#"{"backend": {"cluster": "b"}, "identity": {"u": {"source": "peer", "gateway_appends": true}}, "rules": []}"#.into(),
+            "identity.u.gateway_appends",
         ),
         (
             r#"{"backend": {"cluster": "b"}, "identity": {"u": {"source": "dns"}}, "rules": []}"#.into(),

@@ -40,7 +40,10 @@ pub fn resolve(source: &Source, req: &impl RequestView) -> Option<String> {
             key_safe(value.trim().as_bytes())
         }
         Source::Peer => peer_ip(req).map(|ip| escape(ip.to_string().as_bytes())),
-        Source::ForwardedFor { hops } => forwarded_ip(req, *hops)
+        Source::ForwardedFor {
+            hops,
+            gateway_appends,
+        } => forwarded_ip(req, *hops, *gateway_appends)
             .or_else(|| peer_ip(req))
             .map(|ip| escape(ip.to_string().as_bytes())),
     }
@@ -65,12 +68,19 @@ fn peer_ip(req: &impl RequestView) -> Option<IpAddr> {
     parse_ip(&req.source_address()?)
 }
 
-/// The address written by the outermost of `hops` trusted proxies: the `hops`-th entry from
-/// the right. Entries further left were written by the client and are never trusted.
-fn forwarded_ip(req: &impl RequestView, hops: u32) -> Option<IpAddr> {
+/// The address written by the outermost of `hops` trusted proxies in front of the gateway:
+/// the `hops`-th entry from the right, not counting the one the gateway appended itself
+/// (`gateway_appends`; Envoy appends the peer, or its own address when the peer is
+/// loopback, so the entry cannot be recognized by its value). Entries further left were
+/// written by the client and are never trusted.
+fn forwarded_ip(req: &impl RequestView, hops: u32, gateway_appends: bool) -> Option<IpAddr> {
     let xff = req.header("x-forwarded-for")?;
     let hops = usize::try_from(hops).ok()?;
-    let entry = xff.split(|&b| b == b',').rev().nth(hops.checked_sub(1)?)?;
+    let skip = usize::from(gateway_appends);
+    let entry = xff
+        .split(|&b| b == b',')
+        .rev()
+        .nth(hops.checked_sub(1)? + skip)?;
     parse_ip(entry)
 }
 

@@ -102,7 +102,10 @@ fn peer_address_drops_the_port() {
 
 #[test]
 fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
-    let xff = |hops| Source::ForwardedFor { hops };
+    let xff = |hops| Source::ForwardedFor {
+        hops,
+        gateway_appends: false,
+    };
     let req = FakeRequest::default()
         .peer_at("10.0.0.2:1000")
         .with("x-forwarded-for", "6.6.6.6, 198.51.100.9, 10.0.0.1");
@@ -113,16 +116,61 @@ fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
 }
 
 #[test]
+fn the_entry_the_gateway_appended_is_not_a_hop() {
+    let xff = |hops| Source::ForwardedFor {
+        hops,
+        gateway_appends: true,
+    };
+    // Envoy (use_remote_address) appended the balancer it sees as peer...
+    let behind_balancer = FakeRequest::default()
+        .peer_at("10.0.0.2:1000")
+        .with("x-forwarded-for", "6.6.6.6, 198.51.100.9, 10.0.0.2");
+    assert_eq!(
+        resolve(&xff(1), &behind_balancer).as_deref(),
+        Some("198.51.100.9")
+    );
+    assert_eq!(
+        resolve(&xff(2), &behind_balancer).as_deref(),
+        Some("6.6.6.6")
+    );
+    // ...or its own address, when the peer is loopback.
+    let local = FakeRequest::default()
+        .peer_at("127.0.0.1:1000")
+        .with("x-forwarded-for", "198.51.100.9,192.0.2.2");
+    assert_eq!(resolve(&xff(1), &local).as_deref(), Some("198.51.100.9"));
+    // Only Envoy's own entry: no proxy in front, the peer is the client.
+    let direct = FakeRequest::default()
+        .peer_at("203.0.113.5:1000")
+        .with("x-forwarded-for", "203.0.113.5");
+    assert_eq!(resolve(&xff(1), &direct).as_deref(), Some("203.0.113.5"));
+}
+
+#[test]
 fn spoofed_or_garbage_forwarded_for_falls_back_to_the_peer() {
-    let src = Source::ForwardedFor { hops: 1 };
-    for bad in ["", "not-an-ip", "1.2.3.4, ", "999.1.1.1", "1.2.3.4,evil"] {
-        let req = FakeRequest::default()
-            .peer_at("192.0.2.1:80")
-            .with("x-forwarded-for", bad);
-        assert_eq!(resolve(&src, &req).as_deref(), Some("192.0.2.1"), "{bad:?}");
+    for gateway_appends in [false, true] {
+        let src = Source::ForwardedFor {
+            hops: 1,
+            gateway_appends,
+        };
+        for bad in ["", "not-an-ip", "1.2.3.4, ", "999.1.1.1", "1.2.3.4,evil,x"] {
+            // What the gateway appended (the peer) after the proxies' entries.
+            let xff = if gateway_appends {
+                format!("{bad},192.0.2.1")
+            } else {
+                bad.to_string()
+            };
+            let req = FakeRequest::default()
+                .peer_at("192.0.2.1:80")
+                .with("x-forwarded-for", xff);
+            assert_eq!(
+                resolve(&src, &req).as_deref(),
+                Some("192.0.2.1"),
+                "{bad:?} {gateway_appends}"
+            );
+        }
+        let req = FakeRequest::default().peer_at("192.0.2.1:80");
+        assert_eq!(resolve(&src, &req).as_deref(), Some("192.0.2.1"));
     }
-    let req = FakeRequest::default().peer_at("192.0.2.1:80");
-    assert_eq!(resolve(&src, &req).as_deref(), Some("192.0.2.1"));
 }
 
 #[test]

@@ -49,3 +49,21 @@ def test_a_client_over_the_key_bound_does_not_open_the_breaker_for_others(stack_
     normal = {f"x-h{i}": "alice" for i in range(4)}
     assert stack.get(0, "/api/x", normal)[0] == 200
     assert stack.stats().get("backend_failures", 0) == 0
+
+
+def test_xff_trusted_hops_count_the_proxies_in_front_of_envoy(stack_of):
+    # The shipped envoy.yaml has use_remote_address: true, so Envoy appends the peer (here
+    # the load balancer, i.e. this test) before the filter runs. trusted_hops: 1 means
+    # one trusted proxy in front: the client is the address that proxy wrote.
+    ident = {"client": {"source": "xff", "trusted_hops": 1}}
+    stack = stack_of(plugin(rule("per-client", ["client"], 1), identity=ident))
+    alice = {"x-forwarded-for": "198.51.100.7"}
+    bob = {"x-forwarded-for": "203.0.113.9"}
+    assert stack.get(0, "/", alice)[0] == 200
+    assert stack.get(0, "/", bob)[0] == 200, "bob shares the balancer's bucket with alice"
+    assert stack.get(0, "/", alice)[0] == 429
+    # A client-written entry further left changes nothing.
+    spoofed = {"x-forwarded-for": "10.9.9.9, 198.51.100.7"}
+    assert stack.get(0, "/", spoofed)[0] == 429
+    keys = stack.redis("KEYS", "rl:per-client:*")
+    assert "198.51.100.7" in keys and "203.0.113.9" in keys and "127.0.0.1" not in keys

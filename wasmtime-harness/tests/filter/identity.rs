@@ -169,7 +169,7 @@ fn peer_address_from_the_source_address_property() {
 #[test]
 fn forwarded_for_trusts_only_the_configured_hops() {
     let mut host = boot(&one_rule(
-        r#"{"source": "xff", "trusted_hops": 1}"#,
+        r#"{"source": "xff", "trusted_hops": 1, "gateway_appends": false}"#,
         "closed",
     ));
     let xff = |v: &str| header("x-forwarded-for", v.as_bytes());
@@ -198,7 +198,7 @@ fn forwarded_for_trusts_only_the_configured_hops() {
     );
 
     let mut two = boot(&one_rule(
-        r#"{"source": "xff", "trusted_hops": 2}"#,
+        r#"{"source": "xff", "trusted_hops": 2, "gateway_appends": false}"#,
         "closed",
     ));
     assert_eq!(
