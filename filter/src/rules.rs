@@ -3,6 +3,7 @@
 use crate::config::{Config, Matcher, Rule};
 use crate::identity::{self, RequestView};
 use crate::limit::Limit;
+use crate::path;
 
 /// One bucket to check for the current request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub struct PlannedRule {
 }
 
 impl Matcher {
-    /// `path` is the request path without its query string.
+    /// `path` is the request path in normal form (`path::normalize`), as the patterns are.
     pub fn matches(&self, method: &[u8], path: &[u8]) -> bool {
         self.path_prefix
             .as_ref()
@@ -39,8 +40,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
             .unwrap_or_default()
     };
     let method = read(":method");
-    let full_path = read(":path");
-    let path = full_path.split(|&b| b == b'?').next().unwrap_or_default();
+    let path = path::normalize(&read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
     let mut value_of = |index: usize| -> Option<String> {
@@ -55,7 +55,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
     };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if !rule.matcher.matches(&method, path) {
+        if !rule.matcher.matches(&method, &path) {
             continue;
         }
         let mut key = String::with_capacity(config.key_prefix.len() + rule.name.len() + 64);
