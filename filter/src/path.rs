@@ -114,3 +114,7 @@ fn pop_segment(out: &mut Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "path_tests.rs"]
+mod tests;
