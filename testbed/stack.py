@@ -108,8 +108,10 @@ class Process:
             self.proc.wait()
 
 
-def envoy_config(plugin, listen_port, admin_port, bridge_port):
-    """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration."""
+def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False):
+    """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
+    `raw_paths` turns Envoy's own path normalization off (`normalize_path`,
+    `merge_slashes`), so that the filter sees `:path` exactly as the client sent it."""
     config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
     config = copy.deepcopy(config)
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
@@ -119,6 +121,9 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port):
     wasm = hcm["http_filters"][0]["typed_config"]["config"]
     wasm["vm_config"]["code"]["local"]["filename"] = WASM
     wasm["configuration"]["value"] = json.dumps(plugin)
+    if raw_paths:
+        hcm["normalize_path"] = False
+        hcm["merge_slashes"] = False
     for cluster in config["static_resources"]["clusters"]:
         if cluster["name"] == "ratelimit_bridge":
             endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
@@ -135,9 +140,10 @@ def default_plugin():
 
 
 class Stack:
-    """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration."""
+    """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
+    `raw_paths` as in `envoy_config`."""
 
-    def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None):
+    def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -163,7 +169,8 @@ class Stack:
         for i in range(gateways):
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
-            path.write_text(json.dumps(envoy_config(self.plugin, port, admin, self.bridge_port)))
+            path.write_text(json.dumps(
+                envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths)))
             self.envoys.append(Process(f"envoy-{i}", [
                 ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warn", "--component-log-level", "wasm:info"], self.workdir))

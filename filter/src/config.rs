@@ -9,6 +9,7 @@ use crate::breaker::BreakerConfig;
 use crate::config_error::err;
 pub use crate::config_error::ConfigError;
 use crate::limit::{Limit, RawLimit};
+use crate::path;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -164,7 +165,8 @@ pub struct Identity {
     pub source: Source,
 }
 
-/// Which requests a rule applies to; every present condition must hold.
+/// Which requests a rule applies to; every present condition must hold. The paths are in
+/// normal form (`path::normalize`), as the request paths they are compared with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Matcher {
     pub path_prefix: Option<String>,
@@ -431,6 +433,17 @@ impl RawMatch {
             if let Some(p) = value {
                 if !p.starts_with('/') {
                     return err(format!("{field}.{name}"), "must start with '/'");
+                }
+                // Refused, not rewritten: what the config says is exactly what is compared.
+                let normal = path::normalize(p.as_bytes());
+                if normal != p.as_bytes() {
+                    return err(
+                        format!("{field}.{name}"),
+                        format!(
+                            "{p:?} is not in the normal form requests are matched in; write {:?}",
+                            String::from_utf8_lossy(&normal)
+                        ),
+                    );
                 }
             }
         }

@@ -177,6 +177,8 @@ fn bad_configs_are_refused_naming_the_field() {
         (rule(r#"{"name": "r", "cost": 0, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].cost"),
         (rule(r#"{"name": "r", "cost": 5, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].limit.burst"),
         (rule(r#"{"name": "r", "match": {"path_prefix": "api"}, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].match.path_prefix"),
+        (rule(r#"{"name": "r", "match": {"path_prefix": "/api/%73"}, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].match.path_prefix"),
+        (rule(r#"{"name": "r", "match": {"path": "/api//search"}, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].match.path"),
         (rule(r#"{"name": "r", "match": {"methods": ["GET "]}, "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].match.methods[0]"),
         (rule(r#"{"name": "r", "limit": {"requests": 1, "per": "1s"}, "tiers": {"gold": {"requests": 1, "per": "1y"}}}"#), "rules[0].tiers.gold.per"),
         (
@@ -205,6 +207,27 @@ fn errors_read_as_field_then_problem() {
         e.to_string(),
         "rules[0].limit.per: \"soon\" is not a duration like 500ms, 10s, 1m, 1h or 1d"
     );
+}
+
+#[test]
+fn path_patterns_must_be_written_in_normal_form() {
+    let e = refused(&with_rule(
+        r#"{"name": "r", "match": {"path_prefix": "/api/./x%2f?"}, "limit": {"requests": 1, "per": "1s"}}"#,
+    ));
+    assert_eq!(
+        e.to_string(),
+        r#"rules[0].match.path_prefix: "/api/./x%2f?" is not in the normal form requests are matched in; write "/api/x%2F""#
+    );
+    let c = Config::parse(
+        with_rule(
+            r#"{"name": "r", "match": {"path": "/a%2Fb/", "path_prefix": "/a%2Fb"},
+                "limit": {"requests": 1, "per": "1s"}}"#,
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(c.rules[0].matcher.path.as_deref(), Some("/a%2Fb/"));
+    assert_eq!(c.rules[0].matcher.path_prefix.as_deref(), Some("/a%2Fb"));
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod jwt;
 pub mod limit;
 pub mod local;
+pub mod path;
 pub mod protocol;
 pub mod response;
 pub mod rules;

@@ -4,6 +4,7 @@ use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::identity::{self, RequestView};
 use crate::limit::Limit;
+use crate::path;
 use ratelimit_protocol::MAX_KEY_LEN;
 
 /// Length of a key whose identity values were replaced by their digest: `prefix:rule:#`
@@ -25,7 +26,7 @@ pub struct PlannedRule {
 }
 
 impl Matcher {
-    /// `path` is the request path without its query string.
+    /// `path` is the request path in normal form (`path::normalize`), as the patterns are.
     pub fn matches(&self, method: &[u8], path: &[u8]) -> bool {
         self.path_prefix
             .as_ref()
@@ -47,8 +48,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
             .unwrap_or_default()
     };
     let method = read(":method");
-    let full_path = read(":path");
-    let path = full_path.split(|&b| b == b'?').next().unwrap_or_default();
+    let path = path::normalize(&read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
     let mut value_of = |index: usize| -> Option<String> {
@@ -63,7 +63,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
     };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if !rule.matcher.matches(&method, path) {
+        if !rule.matcher.matches(&method, &path) {
             continue;
         }
         let mut key = String::with_capacity(config.key_prefix.len() + rule.name.len() + 64);

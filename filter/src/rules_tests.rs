@@ -58,6 +58,27 @@ fn path_and_method_conditions_select_rules() {
 }
 
 #[test]
+fn rules_match_the_normalized_path_however_it_is_written() {
+    let c = example();
+    for path in [
+        "/api//search",
+        "/api/%73earch?q=1",
+        "/api/x/../search",
+        "//api/./%2e/search",
+    ] {
+        let planned = plan(&c, &request("GET", path).with("x-user-id", "a"));
+        assert_eq!(
+            names(&c, &planned),
+            ["per-user", "search-per-ip", "global"],
+            "{path}"
+        );
+    }
+    // An escaped slash is no separator: this path is not under /api/.
+    let escaped = plan(&c, &request("GET", "/api%2Fsearch").with("x-user-id", "a"));
+    assert_eq!(names(&c, &escaped), ["global"]);
+}
+
+#[test]
 fn rules_whose_identity_is_missing_are_skipped() {
     let c = example();
     let anonymous = plan(&c, &request("GET", "/api/profile"));

@@ -5,10 +5,11 @@ use crate::common::{boot, bridge, paused, EXAMPLE, NOW_MS};
 use wasmtime_harness::{Action, Event, MapType};
 
 #[test]
-fn rules_match_on_path_prefix_and_method() {
+fn rules_match_on_the_normalized_path_prefix_and_method() {
     let mut host = boot(EXAMPLE);
     let cases = [
         ("GET", "/api/search?q=1", "rl:per-user:alice,100,1,600,1 rl:search-per-ip:192.0.2.10,10,1,6000,1 rl:global,50000,50,1,1\n"),
+        ("GET", "/api/x/..//%73earch", "rl:per-user:alice,100,1,600,1 rl:search-per-ip:192.0.2.10,10,1,6000,1 rl:global,50000,50,1,1\n"),
         ("POST", "/api/search", "rl:per-user:alice,100,1,600,1 rl:global,50000,50,1,1\n"),
         ("GET", "/static/x", "rl:global,50000,50,1,1\n"),
     ];
