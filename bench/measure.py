@@ -72,7 +72,7 @@ CONFIGS = [
            plugin({"name": "mixed", "limit": UNLIMITED},
                   {"name": "tier", "key": ["tier"], "limit": UNLIMITED,
                    "tiers": {"t0": ONCE_A_DAY}},
-                  identity={"tier": {"header": "x-tier"}}),
+                  identity={"tier": {"header": "x-tier", "trusted": True}}),
            [f"x-user-id: u{{n % {USERS}}}", "x-tier: t{n % 2}"]),
     config("7", "http", "ratelimit.wasm, 1 key, allowed, HTTP callouts", "ratelimit",
            plugin({"name": "open-http", "limit": UNLIMITED}, transport="http"),

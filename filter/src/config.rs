@@ -10,6 +10,8 @@ use crate::config_error::err;
 pub use crate::config_error::ConfigError;
 use crate::limit::{Limit, RawLimit};
 use crate::path;
+use crate::source::RawIdentity;
+pub use crate::source::{Address, Forwarded, Identity, Source};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -37,37 +39,6 @@ struct RawConfig {
 
 fn default_prefix() -> String {
     "rl".into()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawIdentity {
-    header: Option<String>,
-    jwt: Option<RawJwt>,
-    source: Option<IpSourceKind>,
-    trusted_hops: Option<u32>,
-    gateway_appends: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawJwt {
-    header: String,
-    #[serde(default = "default_claim")]
-    claim: String,
-    #[serde(default)]
-    unverified: bool,
-}
-
-fn default_claim() -> String {
-    "sub".into()
-}
-
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
-#[serde(rename_all = "snake_case")]
-enum IpSourceKind {
-    Peer,
-    Xff,
 }
 
 #[derive(Deserialize)]
@@ -134,35 +105,6 @@ impl Default for HeaderOptions {
             ietf_draft: false,
         }
     }
-}
-
-/// Where an identity's value comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A request header, taken as is (e.g. set by an auth filter).
-    Header(String),
-    /// A claim of a JWT payload. With `unverified == false` the header holds the payload
-    /// already verified by Envoy's `jwt_authn` (`forward_payload_header`); with `true`
-    /// it holds the bearer token itself, whose signature nobody checked.
-    Jwt {
-        header: String,
-        claim: String,
-        unverified: bool,
-    },
-    /// The downstream peer address (`source.address`, which honours Envoy's trusted hops).
-    Peer,
-    /// The address written by the outermost of `hops` trusted proxies in front of the
-    /// gateway, falling back to the peer. `gateway_appends`: the gateway itself appended
-    /// an entry before the filter runs (Envoy's `use_remote_address: true`), which is not
-    /// a hop.
-    ForwardedFor { hops: u32, gateway_appends: bool },
-}
-
-/// A named way to identify the client; rules refer to identities by name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub name: String,
-    pub source: Source,
 }
 
 /// Which requests a rule applies to; every present condition must hold. The paths are in
@@ -243,18 +185,6 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
-    let valid = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
-    if !valid {
-        return err(field, format!("{name:?} is not a valid header name"));
-    }
-    // Envoy hands headers to wasm with lower-case names.
-    Ok(name.to_ascii_lowercase())
-}
-
 impl RawConfig {
     fn validate(self) -> Result<Config, ConfigError> {
         let backend = self.backend.validate()?;
@@ -284,10 +214,7 @@ impl RawConfig {
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
             check_name(&field, &name)?;
-            identities.push(Identity {
-                source: raw.validate(&field)?,
-                name,
-            });
+            identities.push(raw.validate(name, &field)?);
         }
         let mut config = Config {
             backend,
@@ -316,57 +243,6 @@ impl RawConfig {
             config.rules.push(rule);
         }
         Ok(config)
-    }
-}
-
-impl RawIdentity {
-    fn validate(self, field: &str) -> Result<Source, ConfigError> {
-        let source =
-            match (self.header, self.jwt, self.source) {
-                (Some(header), None, None) => {
-                    Source::Header(check_header_name(&format!("{field}.header"), &header)?)
-                }
-                (None, Some(jwt), None) => {
-                    if jwt.claim.is_empty() {
-                        return err(format!("{field}.jwt.claim"), "must name a claim");
-                    }
-                    Source::Jwt {
-                        header: check_header_name(&format!("{field}.jwt.header"), &jwt.header)?,
-                        claim: jwt.claim,
-                        unverified: jwt.unverified,
-                    }
-                }
-                (None, None, Some(IpSourceKind::Peer)) => Source::Peer,
-                (None, None, Some(IpSourceKind::Xff)) => {
-                    let hops = self.trusted_hops.unwrap_or(1);
-                    if hops == 0 {
-                        return err(
-                            format!("{field}.trusted_hops"),
-                            "must be at least 1 (0 would trust the client's own header)",
-                        );
-                    }
-                    return Ok(Source::ForwardedFor {
-                        hops,
-                        gateway_appends: self.gateway_appends.unwrap_or(true),
-                    });
-                }
-                _ => return err(
-                    field,
-                    "needs exactly one of \"header\", \"jwt\" or \"source\" (\"peer\" or \"xff\")",
-                ),
-            };
-        for (name, set) in [
-            ("trusted_hops", self.trusted_hops.is_some()),
-            ("gateway_appends", self.gateway_appends.is_some()),
-        ] {
-            if set {
-                return err(
-                    format!("{field}.{name}"),
-                    "only applies to \"source\": \"xff\"",
-                );
-            }
-        }
-        Ok(source)
     }
 }
 
@@ -406,7 +282,21 @@ impl RawRule {
             None
         } else {
             match config.identity_index(&self.tier_identity) {
-                Some(index) => Some(index),
+                Some(index) if config.identities.get(index).is_some_and(|i| i.trusted) => {
+                    Some(index)
+                }
+                Some(_) => {
+                    return err(
+                        format!("{field}.tier_identity"),
+                        format!(
+                            "identity {:?} is a value the client writes itself, so a client \
+                             could pick its own tier: use a verified JWT claim, or mark the \
+                             identity \"trusted\": true if a filter before this one sets it \
+                             (and drops what the client sent)",
+                            self.tier_identity
+                        ),
+                    )
+                }
                 None => {
                     return err(
                         format!("{field}.tier_identity"),

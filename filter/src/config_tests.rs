@@ -15,7 +15,7 @@ fn refused(json: &str) -> ConfigError {
 fn with_rule(rule: &str) -> String {
     format!(
         r#"{{"backend": {{"cluster": "b"}}, "identity": {{"user": {{"header": "x-user-id"}},
-            "tier": {{"header": "x-tier"}}}}, "rules": [{rule}]}}"#
+            "tier": {{"header": "x-tier", "trusted": true}}}}, "rules": [{rule}]}}"#
     )
 }
 
@@ -61,7 +61,7 @@ fn every_identity_source_parses() {
               "b": {"jwt": {"header": "x-jwt-payload"}},
               "c": {"jwt": {"header": "authorization", "claim": "uid", "unverified": true}},
               "d": {"source": "peer"},
-              "e": {"source": "xff", "trusted_hops": 2},
+              "e": {"source": "xff", "trusted_hops": 2, "ipv6_prefix": 56},
               "f": {"source": "xff", "gateway_appends": false}},
             "failure_mode": "open",
             "headers": {"on_allowed": false, "ietf_draft": true},
@@ -83,15 +83,24 @@ fn every_identity_source_parses() {
                 claim: "uid".into(),
                 unverified: true
             },
-            Source::Peer,
-            Source::ForwardedFor {
-                hops: 2,
-                gateway_appends: true
-            },
-            Source::ForwardedFor {
-                hops: 1,
-                gateway_appends: false
-            },
+            Source::Address(Address {
+                forwarded: None,
+                ipv6_prefix: 64
+            }),
+            Source::Address(Address {
+                forwarded: Some(Forwarded {
+                    hops: 2,
+                    gateway_appends: true
+                }),
+                ipv6_prefix: 56
+            }),
+            Source::Address(Address {
+                forwarded: Some(Forwarded {
+                    hops: 1,
+                    gateway_appends: false
+                }),
+                ipv6_prefix: 64
+            }),
         ]
     );
     assert_eq!(c.backend.authority, "bridge.local");
@@ -117,6 +126,61 @@ fn tiers_select_limits_and_need_a_tier_identity() {
             "tiers": {"premium": {"requests": 100, "per": "1m"}}}"#,
     ));
     assert_eq!(e.field, "rules[0].tier_identity");
+}
+
+#[test]
+fn only_a_value_the_client_cannot_write_may_pick_a_tier() {
+    let tiered = |identity: &str| {
+        format!(
+            r#"{{"backend": {{"cluster": "b"}}, "identity": {{"tier": {identity}}},
+                "rules": [{{"name": "r", "limit": {{"requests": 1, "per": "1s"}},
+                            "tiers": {{"gold": {{"requests": 9, "per": "1s"}}}}}}]}}"#
+        )
+    };
+    for client_written in [
+        r#"{"header": "x-tier"}"#,
+        r#"{"header": "x-tier", "trusted": false}"#,
+        r#"{"jwt": {"header": "authorization", "claim": "tier", "unverified": true}}"#,
+    ] {
+        let e = refused(&tiered(client_written));
+        assert_eq!(e.field, "rules[0].tier_identity", "{client_written}");
+        assert!(e.problem.contains("pick its own tier"), "{e}");
+    }
+    for trusted in [
+        r#"{"header": "x-tier", "trusted": true}"#,
+        r#"{"jwt": {"header": "x-jwt-payload", "claim": "tier"}}"#,
+        r#"{"jwt": {"header": "authorization", "claim": "tier", "unverified": true}, "trusted": true}"#,
+        r#"{"source": "peer"}"#,
+    ] {
+        assert!(
+            Config::parse(tiered(trusted).as_bytes()).is_ok(),
+            "{trusted}"
+        );
+    }
+    for (misplaced, field) in [
+        (
+            r#"{"source": "peer", "trusted": true}"#,
+            "identity.tier.trusted",
+        ),
+        (
+            r#"{"jwt": {"header": "x-jwt-payload"}, "trusted": true}"#,
+            "identity.tier.trusted",
+        ),
+        (
+            r#"{"header": "x", "ipv6_prefix": 48}"#,
+            "identity.tier.ipv6_prefix",
+        ),
+        (
+            r#"{"source": "peer", "ipv6_prefix": 0}"#,
+            "identity.tier.ipv6_prefix",
+        ),
+        (
+            r#"{"source": "peer", "ipv6_prefix": 129}"#,
+            "identity.tier.ipv6_prefix",
+        ),
+    ] {
+        assert_eq!(refused(&tiered(misplaced)).field, field, "{misplaced}");
+    }
 }
 
 #[test]

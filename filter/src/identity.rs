@@ -4,11 +4,11 @@
 //! forge a key separator or a Redis Cluster hash tag) and bounded in length (oversized
 //! values are replaced by a digest), before it becomes part of a Redis key.
 
-use crate::config::Source;
 use crate::digest;
 use crate::jwt;
+use crate::source::{Address, Forwarded, Source};
 use std::fmt::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// The request data the filter reads; the proxy-wasm glue implements it over the host.
 pub trait RequestView {
@@ -39,13 +39,7 @@ pub fn resolve(source: &Source, req: &impl RequestView) -> Option<String> {
             let value = jwt::claim(trimmed(&raw), claim, *unverified)?;
             key_safe(value.trim().as_bytes())
         }
-        Source::Peer => peer_ip(req).map(|ip| escape(ip.to_string().as_bytes())),
-        Source::ForwardedFor {
-            hops,
-            gateway_appends,
-        } => forwarded_ip(req, *hops, *gateway_appends)
-            .or_else(|| peer_ip(req))
-            .map(|ip| escape(ip.to_string().as_bytes())),
+        Source::Address(address) => client_address(req, address),
     }
 }
 
@@ -68,15 +62,35 @@ fn peer_ip(req: &impl RequestView) -> Option<IpAddr> {
     parse_ip(&req.source_address()?)
 }
 
+/// The client's address as a key value: IPv4 whole, IPv6 as its network of
+/// `ipv6_prefix` bits (`2001:db8:1:2::/64`), since one client holds a whole /64 and may
+/// use any address in it. IPv4-mapped IPv6 (`::ffff:a.b.c.d`, from dual-stack sockets)
+/// counts as the IPv4 it is, or every IPv4 client would share one /64.
+fn client_address(req: &impl RequestView, address: &Address) -> Option<String> {
+    let ip = match address.forwarded {
+        Some(forwarded) => forwarded_ip(req, forwarded).or_else(|| peer_ip(req)),
+        None => peer_ip(req),
+    }?;
+    let text = match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) if address.ipv6_prefix >= 128 => v6.to_string(),
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & (u128::MAX << (128 - u32::from(address.ipv6_prefix)));
+            format!("{}/{}", Ipv6Addr::from(bits), address.ipv6_prefix)
+        }
+    };
+    Some(escape(text.as_bytes()))
+}
+
 /// The address written by the outermost of `hops` trusted proxies in front of the gateway:
 /// the `hops`-th entry from the right, not counting the one the gateway appended itself
 /// (`gateway_appends`; Envoy appends the peer, or its own address when the peer is
 /// loopback, so the entry cannot be recognized by its value). Entries further left were
 /// written by the client and are never trusted.
-fn forwarded_ip(req: &impl RequestView, hops: u32, gateway_appends: bool) -> Option<IpAddr> {
+fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> {
     let xff = req.header("x-forwarded-for")?;
-    let hops = usize::try_from(hops).ok()?;
-    let skip = usize::from(gateway_appends);
+    let hops = usize::try_from(forwarded.hops).ok()?;
+    let skip = usize::from(forwarded.gateway_appends);
     let entry = xff
         .split(|&b| b == b',')
         .rev()

@@ -37,6 +37,23 @@ fn header(name: &str) -> Source {
     Source::Header(name.into())
 }
 
+fn peer() -> Source {
+    Source::Address(Address {
+        forwarded: None,
+        ipv6_prefix: 128,
+    })
+}
+
+fn xff(hops: u32, gateway_appends: bool) -> Source {
+    Source::Address(Address {
+        forwarded: Some(Forwarded {
+            hops,
+            gateway_appends,
+        }),
+        ipv6_prefix: 128,
+    })
+}
+
 #[test]
 fn header_values_are_trimmed_and_empty_means_missing() {
     let src = header("x-user-id");
@@ -87,25 +104,19 @@ fn oversized_values_become_a_bounded_digest() {
 #[test]
 fn peer_address_drops_the_port() {
     let req = FakeRequest::default().peer_at("203.0.113.7:51234");
-    assert_eq!(resolve(&Source::Peer, &req).as_deref(), Some("203.0.113.7"));
+    assert_eq!(resolve(&peer(), &req).as_deref(), Some("203.0.113.7"));
     let req = FakeRequest::default().peer_at("[2001:db8::1]:443");
+    assert_eq!(resolve(&peer(), &req).as_deref(), Some("2001%3Adb8%3A%3A1"));
     assert_eq!(
-        resolve(&Source::Peer, &req).as_deref(),
-        Some("2001%3Adb8%3A%3A1")
-    );
-    assert_eq!(
-        resolve(&Source::Peer, &FakeRequest::default().peer_at("garbage")),
+        resolve(&peer(), &FakeRequest::default().peer_at("garbage")),
         None
     );
-    assert_eq!(resolve(&Source::Peer, &FakeRequest::default()), None);
+    assert_eq!(resolve(&peer(), &FakeRequest::default()), None);
 }
 
 #[test]
 fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
-    let xff = |hops| Source::ForwardedFor {
-        hops,
-        gateway_appends: false,
-    };
+    let xff = |hops| xff(hops, false);
     let req = FakeRequest::default()
         .peer_at("10.0.0.2:1000")
         .with("x-forwarded-for", "6.6.6.6, 198.51.100.9, 10.0.0.1");
@@ -117,10 +128,7 @@ fn forwarded_for_trusts_only_the_configured_hops_from_the_right() {
 
 #[test]
 fn the_entry_the_gateway_appended_is_not_a_hop() {
-    let xff = |hops| Source::ForwardedFor {
-        hops,
-        gateway_appends: true,
-    };
+    let xff = |hops| xff(hops, true);
     // Envoy (use_remote_address) appended the balancer it sees as peer...
     let behind_balancer = FakeRequest::default()
         .peer_at("10.0.0.2:1000")
@@ -148,10 +156,7 @@ fn the_entry_the_gateway_appended_is_not_a_hop() {
 #[test]
 fn spoofed_or_garbage_forwarded_for_falls_back_to_the_peer() {
     for gateway_appends in [false, true] {
-        let src = Source::ForwardedFor {
-            hops: 1,
-            gateway_appends,
-        };
+        let src = xff(1, gateway_appends);
         for bad in ["", "not-an-ip", "1.2.3.4, ", "999.1.1.1", "1.2.3.4,evil,x"] {
             // What the gateway appended (the peer) after the proxies' entries.
             let xff = if gateway_appends {
@@ -207,4 +212,46 @@ fn jwt_claims_are_read_and_malformed_tokens_are_missing() {
         resolve(&bearer, &FakeRequest::default().with("authorization", huge)),
         None
     );
+}
+
+#[test]
+fn ipv6_clients_are_keyed_on_their_prefix_and_mapped_ipv4_as_ipv4() {
+    let on = |prefix| {
+        Source::Address(Address {
+            forwarded: None,
+            ipv6_prefix: prefix,
+        })
+    };
+    let at = |peer: &str| FakeRequest::default().peer_at(peer);
+    let key = |prefix, peer: &str| resolve(&on(prefix), &at(peer));
+    // Rotating the interface identifier inside one /64 keeps the bucket.
+    let a = key(64, "[2001:db8:1:2:aaaa::1]:443");
+    assert_eq!(a.as_deref(), Some("2001%3Adb8%3A1%3A2%3A%3A%2F64"));
+    assert_eq!(key(64, "[2001:db8:1:2:ffff:ffff:ffff:ffff]:1"), a);
+    assert_ne!(key(64, "[2001:db8:1:3::1]:1"), a);
+    assert_eq!(
+        key(48, "[2001:db8:1:ffff::9]:1").as_deref(),
+        Some("2001%3Adb8%3A1%3A%3A%2F48")
+    );
+    assert_eq!(
+        key(128, "[2001:db8::9]:1").as_deref(),
+        Some("2001%3Adb8%3A%3A9")
+    );
+    // An IPv4 client seen through a dual-stack socket is its own IPv4 address, not a
+    // share of ::ffff:0:0/64 with every other IPv4 client.
+    assert_eq!(
+        key(64, "[::ffff:198.51.100.7]:80").as_deref(),
+        Some("198.51.100.7")
+    );
+    assert_eq!(key(64, "198.51.100.7:80").as_deref(), Some("198.51.100.7"));
+    // The same through X-Forwarded-For.
+    let xff64 = Source::Address(Address {
+        forwarded: Some(Forwarded {
+            hops: 1,
+            gateway_appends: false,
+        }),
+        ipv6_prefix: 64,
+    });
+    let req = at("10.0.0.1:1").with("x-forwarded-for", "2001:db8:1:2::77");
+    assert_eq!(resolve(&xff64, &req), a);
 }

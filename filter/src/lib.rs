@@ -19,6 +19,7 @@ pub mod path;
 pub mod protocol;
 pub mod response;
 pub mod rules;
+pub mod source;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

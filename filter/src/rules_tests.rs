@@ -99,7 +99,7 @@ fn exact_path_matches_only_that_path() {
 fn a_tier_selects_its_own_limit() {
     let c = Config::parse(
         br#"{"backend": {"cluster": "b"},
-            "identity": {"user": {"header": "x-user-id"}, "tier": {"header": "x-tier"}},
+            "identity": {"user": {"header": "x-user-id"}, "tier": {"header": "x-tier", "trusted": true}},
             "rules": [{"name": "r", "key": ["user"], "limit": {"requests": 10, "per": "1m"},
                        "tiers": {"premium": {"requests": 100, "per": "1m"}}}]}"#,
     )

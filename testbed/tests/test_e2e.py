@@ -14,7 +14,7 @@ IDENTITY = {
     "user": {"header": "x-user-id"},
     "api_key": {"header": "x-api-key"},
     "ip": {"source": "peer"},
-    "tier": {"header": "x-tier"},
+    "tier": {"header": "x-tier", "trusted": True},
 }
 
 

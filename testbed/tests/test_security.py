@@ -1,7 +1,9 @@
 """End to end, the way an attacker would try it: hostile request data against the real
 ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
 
-from stack import request
+import pytest
+
+from stack import Stack
 
 LONG_IDENTITIES = {f"h{i}": {"header": f"x-h{i}"} for i in range(4)}
 
@@ -67,3 +69,25 @@ def test_xff_trusted_hops_count_the_proxies_in_front_of_envoy(stack_of):
     assert stack.get(0, "/", spoofed)[0] == 429
     keys = stack.redis("KEYS", "rl:per-client:*")
     assert "198.51.100.7" in keys and "203.0.113.9" in keys and "127.0.0.1" not in keys
+
+
+def test_a_tier_from_a_client_header_is_refused_at_load():
+    ident = {"user": {"header": "x-user-id"}, "tier": {"header": "x-tier"}}
+    tiered = dict(rule("per-user", ["user"], 2), tiers={"gold": {"requests": 1000, "per": "1h"}})
+    stack = Stack(plugin(tiered, identity=ident), gateways=1)
+    try:
+        with pytest.raises(RuntimeError):
+            stack.start()
+        assert "rules[0].tier_identity" in stack.logs("envoy-0")
+    finally:
+        stack.close()
+
+
+def test_ipv6_clients_rotating_inside_their_64_share_one_bucket(stack_of):
+    ident = {"client": {"source": "xff", "trusted_hops": 1}}
+    stack = stack_of(plugin(rule("per-client", ["client"], 1), identity=ident))
+    first = {"x-forwarded-for": "2001:db8:1:2::1"}
+    assert stack.get(0, "/", first)[0] == 200
+    for rotated in ["2001:db8:1:2::2", "2001:db8:1:2:ffff:1:2:3", "2001:DB8:1:2:0:0:0:9"]:
+        assert stack.get(0, "/", {"x-forwarded-for": rotated})[0] == 429, rotated
+    assert stack.get(0, "/", {"x-forwarded-for": "2001:db8:1:3::1"})[0] == 200

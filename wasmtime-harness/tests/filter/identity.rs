@@ -140,7 +140,9 @@ fn peer_address_from_the_source_address_property() {
         "rl:r:192.0.2.10"
     );
     for (address, key) in [
-        ("[2001:db8::1]:443", "rl:r:2001%3Adb8%3A%3A1"),
+        // IPv6 on its /64 by default: the client holds all of it.
+        ("[2001:db8::1]:443", "rl:r:2001%3Adb8%3A%3A%2F64"),
+        ("[::ffff:10.1.2.3]:443", "rl:r:10.1.2.3"),
         ("10.1.2.3:9", "rl:r:10.1.2.3"),
         ("10.1.2.3", "rl:r:10.1.2.3"),
     ] {
