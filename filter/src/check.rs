@@ -6,7 +6,7 @@
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
-use crate::identity::RequestView;
+use crate::identity::{Repeated, RequestView};
 use crate::local::{self, SharedData};
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, Shown};
@@ -62,6 +62,8 @@ pub enum Outcome {
     /// The bridge refused this check as malformed; the failure mode decided, and the
     /// backend is not blamed.
     Refused,
+    /// The request repeated an identity header: answered 400 without a check.
+    Rejected,
     /// The breaker was open; the failure mode decided without a callout.
     ShortCircuited,
 }
@@ -81,7 +83,13 @@ pub struct Check {
 impl Check {
     /// Plans the check and says how it proceeds.
     pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Host) -> Start {
-        self.planned = rules::plan(config, host);
+        self.planned = match rules::plan(config, host) {
+            Ok(planned) => planned,
+            Err(Repeated(header)) => {
+                self.outcome = Some(Outcome::Rejected);
+                return Start::Decided(Verdict::Reply(response::repeated_header(&header)));
+            }
+        };
         if self.planned.is_empty() {
             return Start::Skip;
         }

@@ -16,6 +16,10 @@ impl RequestView for FakeHost {
         self.req.header(name)
     }
 
+    fn repeated(&self, name: &str) -> bool {
+        self.req.repeated(name)
+    }
+
     fn source_address(&self) -> Option<Vec<u8>> {
         self.req.source_address()
     }
@@ -338,6 +342,29 @@ fn refused_checks_get_the_failure_mode_but_never_open_the_breaker() {
         assert_eq!(check.outcome, Some(Outcome::Refused));
     }
     assert!(!worker.breaker.is_open());
+    let mut check = Check::default();
+    assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
+}
+
+#[test]
+fn a_repeated_identity_header_is_refused_without_a_check() {
+    let c = example("open");
+    let mut host = host();
+    host.req = host.req.twice("x-user-id");
+    let mut worker = Worker::new(&c);
+    let mut check = Check::default();
+    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
+        panic!("not refused")
+    };
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body.contains("x-user-id header appears more than once"),
+        "{}",
+        r.body
+    );
+    assert_eq!(check.outcome, Some(Outcome::Rejected));
+    // A repeated header no rule reads changes nothing.
+    host.req = self::host().req.twice("x-unrelated");
     let mut check = Check::default();
     assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
 }

@@ -12,6 +12,8 @@ pub enum Counter {
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
     Refused,
+    /// Requests answered 400 for repeating an identity header.
+    Rejected,
     /// HTTP callouts sent to the bridge.
     Callouts,
     /// Messages sent on the gRPC stream to the bridge.
@@ -29,12 +31,13 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 15] = [
+    pub const ALL: [Counter; 16] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
+        Counter::Rejected,
         Counter::Callouts,
         Counter::StreamMessages,
         Counter::ChecksSent,
@@ -55,6 +58,7 @@ impl Counter {
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
+            Counter::Rejected => "ratelimit.rejected",
             Counter::Callouts => "ratelimit.callouts",
             Counter::StreamMessages => "ratelimit.stream_messages",
             Counter::ChecksSent => "ratelimit.checks_sent",
@@ -76,6 +80,7 @@ impl Counter {
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,
+            Outcome::Rejected => Counter::Rejected,
         }
     }
 

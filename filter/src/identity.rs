@@ -12,8 +12,11 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// The request data the filter reads; the proxy-wasm glue implements it over the host.
 pub trait RequestView {
-    /// A request header by lower-case name (pseudo-headers such as `:path` included).
+    /// A request header by lower-case name (pseudo-headers such as `:path` included); its
+    /// first value if it came more than once.
     fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Whether the request carries `name` more than once.
+    fn repeated(&self, name: &str) -> bool;
     /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
     fn source_address(&self) -> Option<Vec<u8>>;
 }
@@ -23,24 +26,38 @@ pub const MAX_VALUE_LEN: usize = 128;
 /// Longest raw header we look at for a JWT (a bearer token or a forwarded payload).
 const MAX_JWT_LEN: usize = 8192;
 
-/// Resolves one identity for the current request; `None` when the request lacks it.
-pub fn resolve(source: &Source, req: &impl RequestView) -> Option<String> {
-    match source {
-        Source::Header(name) => key_safe(trimmed(&req.header(name)?)),
+/// An identity header that came more than once: which value is the client's cannot be
+/// told (a filter before this one may have appended the real one after a forged one), and
+/// ignoring the identity would let the client slip out of its rules by repeating a header.
+/// The request is refused instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repeated(pub String);
+
+/// Resolves one identity for the current request; `Ok(None)` when the request lacks it.
+pub fn resolve(source: &Source, req: &impl RequestView) -> Result<Option<String>, Repeated> {
+    let single = |name: &String| {
+        if req.repeated(name) {
+            return Err(Repeated(name.clone()));
+        }
+        Ok(req.header(name))
+    };
+    Ok(match source {
+        Source::Header(name) => single(name)?.and_then(|v| key_safe(trimmed(&v))),
         Source::Jwt {
             header,
             claim,
             unverified,
-        } => {
-            let raw = req.header(header)?;
-            if raw.len() > MAX_JWT_LEN {
-                return None;
-            }
-            let value = jwt::claim(trimmed(&raw), claim, *unverified)?;
-            key_safe(value.trim().as_bytes())
-        }
+        } => single(header)?.and_then(|raw| jwt_value(&raw, claim, *unverified)),
         Source::Address(address) => client_address(req, address),
+    })
+}
+
+fn jwt_value(raw: &[u8], claim: &str, unverified: bool) -> Option<String> {
+    if raw.len() > MAX_JWT_LEN {
+        return None;
     }
+    let value = jwt::claim(trimmed(raw), claim, unverified)?;
+    key_safe(value.trim().as_bytes())
 }
 
 fn trimmed(bytes: &[u8]) -> &[u8] {

@@ -8,11 +8,19 @@ pub(crate) struct FakeRequest {
     pub peer: Option<Vec<u8>>,
     /// Every header the filter asked for, in order (each is a host call in a real proxy).
     pub reads: std::cell::RefCell<Vec<String>>,
+    /// Headers the request carries more than once (`headers` holds the first value).
+    pub repeated: std::collections::HashSet<String>,
 }
 
 impl FakeRequest {
     pub fn with(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
         self.headers.insert(name.into(), value.as_ref().to_vec());
+        self
+    }
+
+    /// The request carries `name` a second time (with another value).
+    pub fn twice(mut self, name: &str) -> Self {
+        self.repeated.insert(name.into());
         self
     }
 
@@ -28,9 +36,18 @@ impl RequestView for FakeRequest {
         self.headers.get(name).cloned()
     }
 
+    fn repeated(&self, name: &str) -> bool {
+        self.repeated.contains(name)
+    }
+
     fn source_address(&self) -> Option<Vec<u8>> {
         self.peer.clone()
     }
+}
+
+/// An identity that must resolve (no repeated header in these requests).
+fn resolve(source: &Source, req: &FakeRequest) -> Option<String> {
+    super::resolve(source, req).unwrap()
 }
 
 fn header(name: &str) -> Source {
@@ -254,4 +271,31 @@ fn ipv6_clients_are_keyed_on_their_prefix_and_mapped_ipv4_as_ipv4() {
     });
     let req = at("10.0.0.1:1").with("x-forwarded-for", "2001:db8:1:2::77");
     assert_eq!(resolve(&xff64, &req), a);
+}
+
+#[test]
+fn a_repeated_identity_header_cannot_be_resolved() {
+    let req = FakeRequest::default()
+        .with("x-user-id", "victim")
+        .twice("x-user-id");
+    assert_eq!(
+        super::resolve(&header("x-user-id"), &req),
+        Err(Repeated("x-user-id".into()))
+    );
+    let jwt = Source::Jwt {
+        header: "x-user-id".into(),
+        claim: "sub".into(),
+        unverified: false,
+    };
+    assert_eq!(
+        super::resolve(&jwt, &req),
+        Err(Repeated("x-user-id".into()))
+    );
+    let other = FakeRequest::default()
+        .with("x-user-id", "alice")
+        .twice("x-other");
+    assert_eq!(
+        resolve(&header("x-user-id"), &other).as_deref(),
+        Some("alice")
+    );
 }

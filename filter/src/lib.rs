@@ -11,6 +11,7 @@ pub mod config_error;
 pub mod counters;
 pub mod digest;
 pub mod exchange;
+pub mod header_map;
 pub mod identity;
 pub mod jwt;
 pub mod limit;

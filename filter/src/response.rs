@@ -101,6 +101,19 @@ pub fn unavailable() -> LocalReply {
     }
 }
 
+/// The 400 for a request whose identity cannot be told: `header` came more than once.
+pub fn repeated_header(header: &str) -> LocalReply {
+    // Header names are validated at load ([A-Za-z0-9-_!#$%&'*+.^`|~]): no JSON escaping
+    // needed beyond what that alphabet already rules out.
+    LocalReply {
+        status: 400,
+        headers: vec![("content-type", "application/json".into())],
+        body: format!(
+            "{{\"error\": \"Bad request\", \"message\": \"The {header} header appears more than once.\"}}"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

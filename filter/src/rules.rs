@@ -2,7 +2,7 @@
 
 use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
 use crate::digest;
-use crate::identity::{self, RequestView};
+use crate::identity::{self, Repeated, RequestView};
 use crate::limit::Limit;
 use crate::path;
 use ratelimit_protocol::MAX_KEY_LEN;
@@ -36,10 +36,11 @@ impl Matcher {
     }
 }
 
-/// Every rule that applies to the request and whose identities it carries, in config order.
-pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
-    // Each header read is a host call (and an allocation the host makes in the VM): read
-    // :method and :path only when some rule matches on them.
+/// Every rule that applies to the request and whose identities it carries, in config order;
+/// or the identity header the request repeats, which refuses the request.
+pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, Repeated> {
+    // Reading :method and :path costs a scan of the headers and a normalization: only
+    // when some rule matches on them.
     let matching = config.rules.iter().any(|r| r.matcher != Matcher::default());
     let read = |name| {
         matching
@@ -51,18 +52,18 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
     let path = path::normalize(&read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
-    let mut value_of = |index: usize| -> Option<String> {
-        let slot = values.get_mut(index)?;
-        slot.get_or_insert_with(|| {
-            config
-                .identities
-                .get(index)
-                .and_then(|id| identity::resolve(&id.source, req))
-        })
-        .clone()
+    let mut value_of = |index: usize| -> Result<Option<String>, Repeated> {
+        let (Some(slot), Some(identity)) = (values.get_mut(index), config.identities.get(index))
+        else {
+            return Ok(None);
+        };
+        if slot.is_none() {
+            *slot = Some(identity::resolve(&identity.source, req)?);
+        }
+        Ok(slot.clone().flatten())
     };
     let mut planned = Vec::new();
-    for (index, rule) in config.rules.iter().enumerate() {
+    'rules: for (index, rule) in config.rules.iter().enumerate() {
         if !rule.matcher.matches(&method, &path) {
             continue;
         }
@@ -70,19 +71,18 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
         key.push_str(&config.key_prefix);
         key.push(':');
         key.push_str(&rule.name);
-        let complete = rule.key.iter().all(|&id| match value_of(id) {
-            Some(value) => {
-                key.push(':');
-                key.push_str(&value);
-                true
-            }
-            None => false,
-        });
-        if !complete {
-            continue;
+        for &id in &rule.key {
+            let Some(value) = value_of(id)? else {
+                continue 'rules;
+            };
+            key.push(':');
+            key.push_str(&value);
         }
         bound_key(&mut key, config.key_prefix.len() + 1 + rule.name.len());
-        let tier = rule.tier_identity.and_then(&mut value_of);
+        let tier = match rule.tier_identity {
+            Some(id) => value_of(id)?,
+            None => None,
+        };
         planned.push(PlannedRule {
             rule: index,
             key,
@@ -90,7 +90,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Vec<PlannedRule> {
             cost: rule.cost,
         });
     }
-    planned
+    Ok(planned)
 }
 
 /// Keeps a key within `MAX_KEY_LEN` by construction: past it, the identity values after

@@ -7,6 +7,11 @@ fn example() -> Config {
     Config::parse(EXAMPLE.as_bytes()).unwrap()
 }
 
+/// The rules planned for a request that repeats no identity header.
+fn plan(config: &Config, req: &FakeRequest) -> Vec<PlannedRule> {
+    super::plan(config, req).unwrap()
+}
+
 fn request(method: &str, path: &str) -> FakeRequest {
     FakeRequest::default()
         .with(":method", method)

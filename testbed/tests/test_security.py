@@ -91,3 +91,29 @@ def test_ipv6_clients_rotating_inside_their_64_share_one_bucket(stack_of):
     for rotated in ["2001:db8:1:2::2", "2001:db8:1:2:ffff:1:2:3", "2001:DB8:1:2:0:0:0:9"]:
         assert stack.get(0, "/", {"x-forwarded-for": rotated})[0] == 429, rotated
     assert stack.get(0, "/", {"x-forwarded-for": "2001:db8:1:3::1"})[0] == 200
+
+
+def test_a_repeated_identity_header_is_refused_not_ignored(stack_of):
+    import http.client
+    ident = {"user": {"header": "x-user-id"}}
+    stack = stack_of(plugin(rule("per-user", ["user"], 1), identity=ident))
+    assert stack.get(0, "/", {"x-user-id": "attacker"})[0] == 200
+    assert stack.get(0, "/", {"x-user-id": "attacker"})[0] == 429
+
+    def twice(first, second):
+        conn = http.client.HTTPConnection("127.0.0.1", stack.ports[0], timeout=10)
+        try:
+            conn.putrequest("GET", "/")
+            conn.putheader("x-user-id", first)
+            conn.putheader("x-user-id", second)
+            conn.endheaders()
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+        finally:
+            conn.close()
+
+    # Neither slips out of its bucket nor spends the victim's.
+    status, body = twice("victim", "attacker")
+    assert status == 400 and "x-user-id header appears more than once" in body
+    assert stack.get(0, "/", {"x-user-id": "victim"})[0] == 200
+    assert stack.stats().get("rejected") == 1

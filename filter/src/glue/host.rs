@@ -1,24 +1,38 @@
 //! The host as the filter's logic sees it (request, clock, shared data), the counters it
 //! exposes, and the host calls that carry out a verdict. Every host error is handled here.
 
+use super::transport;
 use crate::check::{Host, Outcome, Verdict};
 use crate::counters::{Counter, Counters};
+use crate::header_map::HeaderMap;
 use crate::identity::RequestView;
 use crate::local::SharedData;
 use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType};
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::time::UNIX_EPOCH;
 
 /// The current (effective) context's request, the clock and shared data.
-pub struct ProxyHost;
+#[derive(Default)]
+pub struct ProxyHost {
+    /// The request's headers, fetched in one host call the first time one is read.
+    headers: OnceCell<HeaderMap>,
+}
+
+impl ProxyHost {
+    fn headers(&self) -> &HeaderMap {
+        self.headers.get_or_init(transport::request_headers)
+    }
+}
 
 impl RequestView for ProxyHost {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-            .ok()
-            .flatten()
+        self.headers().values(name).next().map(<[u8]>::to_vec)
+    }
+
+    fn repeated(&self, name: &str) -> bool {
+        self.headers().values(name).nth(1).is_some()
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

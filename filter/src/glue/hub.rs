@@ -103,7 +103,7 @@ impl Hub {
         let mut exchanges = self.exchanges.try_borrow_mut().ok()?;
         // Only read the clock (a host call) when something will leave.
         (exchanges.is_waiting() && exchanges.has_room())
-            .then(|| exchanges.take(ProxyHost.now_ms()))
+            .then(|| exchanges.take(ProxyHost::default().now_ms()))
             .flatten()
     }
 
@@ -150,7 +150,7 @@ impl Hub {
             })
             .collect();
         let verdicts = with_worker(shared, |worker| {
-            conclude_exchange(&shared.config, worker, &ProxyHost, reply, checks)
+            conclude_exchange(&shared.config, worker, &ProxyHost::default(), reply, checks)
         });
         let mut out = Vec::with_capacity(members.len());
         for ((context_id, p), verdict) in taken.into_iter().zip(verdicts) {

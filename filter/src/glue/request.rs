@@ -152,7 +152,8 @@ impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let shared = Rc::clone(&self.shared);
         let start = with_worker(&shared, |worker| {
-            self.check.start(&shared.config, worker, &ProxyHost)
+            self.check
+                .start(&shared.config, worker, &ProxyHost::default())
         });
         match start {
             Start::Skip => Action::Continue,

@@ -59,7 +59,7 @@ impl Root {
 
     fn schedule_reopen(&mut self) {
         self.reopen_backoff_ms = (self.reopen_backoff_ms * 2).clamp(100, MAX_REOPEN_BACKOFF_MS);
-        self.reopen_at_ms = ProxyHost.now_ms() + self.reopen_backoff_ms;
+        self.reopen_at_ms = ProxyHost::default().now_ms() + self.reopen_backoff_ms;
     }
 
     /// Sends what waits and remembers the callouts this root now owns.
@@ -209,7 +209,7 @@ impl RootContext for Root {
         let Some(shared) = self.shared.clone() else {
             return;
         };
-        let now = ProxyHost.now_ms();
+        let now = ProxyHost::default().now_ms();
         let backend = &shared.config.backend;
         if backend.transport == Transport::Grpc {
             let late = match self.hub.exchanges.try_borrow_mut() {

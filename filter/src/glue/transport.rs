@@ -6,9 +6,10 @@
 //! worker. Opening goes through the SDK, which must learn the token to route the replies.
 
 use crate::backend::{Backend, Transport};
+use crate::header_map::HeaderMap;
 use crate::protocol::{self, GRPC_METHOD, GRPC_SERVICE, MAX_REPLY_LEN};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, Status};
+use proxy_wasm::types::{BufferType, MapType, Status};
 use ratelimit_protocol::MAX_ID_LINE;
 use std::time::Duration;
 
@@ -21,6 +22,11 @@ extern "C" {
         end_stream: bool,
     ) -> Status;
     fn proxy_grpc_close(token_id: u32) -> Status;
+    fn proxy_get_header_map_pairs(
+        map_type: MapType,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> Status;
     fn proxy_register_shared_queue(
         name_data: *const u8,
         name_size: usize,
@@ -128,4 +134,20 @@ pub fn stream_message(size: usize) -> Vec<u8> {
         .ok()
         .flatten()
         .unwrap_or_default()
+}
+
+/// The current request's headers, all values of each (empty if the host has none to give:
+/// the SDK's reader panics on a status it does not expect).
+pub fn request_headers() -> HeaderMap {
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size = 0;
+    // SAFETY: the host writes a buffer it allocated through the SDK's allocator (a `Vec`
+    // of `size` bytes), which the `Vec` below takes ownership of, as the SDK itself does.
+    let status =
+        unsafe { proxy_get_header_map_pairs(MapType::HttpRequestHeaders, &mut data, &mut size) };
+    if status != Status::Ok || data.is_null() {
+        return HeaderMap::default();
+    }
+    // SAFETY: see above; `data` is non-null and holds `size` initialized bytes.
+    HeaderMap::new(unsafe { Vec::from_raw_parts(data, size, size) })
 }

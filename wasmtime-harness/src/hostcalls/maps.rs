@@ -56,8 +56,14 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         "env",
         "proxy_get_header_map_pairs",
         |mut c: Ctx<'_>, m: i32, ret_ptr: i32, ret_size: i32| -> wasmtime::Result<i32> {
+            // Envoy stores names lower-cased, whatever the client sent.
             let bytes = match map(c.data(), m) {
-                Ok(pairs) => encode_pairs(pairs),
+                Ok(pairs) => encode_pairs(
+                    &pairs
+                        .iter()
+                        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                        .collect::<Vec<_>>(),
+                ),
                 Err(s) => return Ok(s.code()),
             };
             Ok(hand_over(&mut c, &bytes, ret_ptr, ret_size)?.code())

@@ -46,11 +46,23 @@ fn header_maps_cross_the_abi_in_envoys_layout() {
 }
 
 #[test]
-fn header_names_are_matched_case_insensitively_and_duplicates_keep_the_first() {
+fn header_names_are_matched_case_insensitively_and_a_repeated_identity_is_refused() {
     let config = crate::common::one_rule(r#"{"header": "x-user-id"}"#, "closed");
     let mut host = boot(&config);
     let id = host.new_stream().unwrap();
-    // Envoy lower-cases names and returns the first of repeated headers.
+    // Envoy lower-cases names: X-User-Id is the identity header.
+    let headers = pairs(&[(":path", "/"), ("X-User-Id", "first")]);
+    assert_eq!(
+        host.request_headers_raw(id, headers, true).unwrap(),
+        Action::Pause
+    );
+    assert_eq!(
+        host.callout_of(id).unwrap().body_text(),
+        "rl:r:first,10,1,6000,1\n"
+    );
+    // Envoy's single-value read would give the first of a repeated header; the filter
+    // sees both and refuses, whichever spelling each copy has.
+    let id = host.new_stream().unwrap();
     let headers = pairs(&[
         (":path", "/"),
         ("X-User-Id", "first"),
@@ -60,10 +72,8 @@ fn header_names_are_matched_case_insensitively_and_duplicates_keep_the_first() {
         host.request_headers_raw(id, headers, true).unwrap(),
         Action::Pause
     );
-    assert_eq!(
-        host.callout_of(id).unwrap().body_text(),
-        "rl:r:first,10,1,6000,1\n"
-    );
+    assert!(host.callout_of(id).is_none());
+    assert_eq!(host.stream(id).unwrap().local_reply().unwrap().status, 400);
 }
 
 #[test]

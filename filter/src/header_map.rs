@@ -1,0 +1,105 @@
+//! The proxy-wasm ABI's serialized header map, read in place.
+//!
+//! The filter must see every value of an identity header (Envoy's single-value read
+//! returns the first only, so a repeated header would go unnoticed). Fetching the whole
+//! map is one host call; reading it in place, instead of building a `String` and a `Vec`
+//! per header as the SDK does, keeps that call nearly free.
+//!
+//! Layout: the number of pairs `n` (u32, little-endian), then `n` pairs of sizes (key,
+//! value; u32 each), then each key and value in order, each followed by a NUL byte.
+
+/// A serialized header map; a malformed one reads as empty, never panics.
+#[derive(Debug, Default)]
+pub struct HeaderMap {
+    bytes: Vec<u8>,
+}
+
+impl HeaderMap {
+    pub fn new(bytes: Vec<u8>) -> HeaderMap {
+        HeaderMap { bytes }
+    }
+
+    /// Every `(name, value)` pair in order; stops at the first inconsistency.
+    pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let count = read_u32(&self.bytes, 0).unwrap_or(0);
+        let data_start = usize::try_from(count)
+            .ok()
+            .and_then(|n| n.checked_mul(8)?.checked_add(4));
+        let mut data = data_start.unwrap_or(usize::MAX);
+        (0..count).map_while(move |i| {
+            let sizes = usize::try_from(i).ok()?.checked_mul(8)?.checked_add(4)?;
+            let key_len = usize::try_from(read_u32(&self.bytes, sizes)?).ok()?;
+            let value_len = usize::try_from(read_u32(&self.bytes, sizes + 4)?).ok()?;
+            let key = self.bytes.get(data..data.checked_add(key_len)?)?;
+            let value_at = data.checked_add(key_len)?.checked_add(1)?;
+            let value = self.bytes.get(value_at..value_at.checked_add(value_len)?)?;
+            data = value_at.checked_add(value_len)?.checked_add(1)?;
+            Some((key, value))
+        })
+    }
+
+    /// The values of header `name` (lower-case, as the host delivers names), in order.
+    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+        self.pairs()
+            .filter(move |(key, _)| *key == name.as_bytes())
+            .map(|(_, value)| value)
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    let raw = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes(raw.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serialize(pairs: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = (pairs.len() as u32).to_le_bytes().to_vec();
+        for (k, v) in pairs {
+            out.extend((k.len() as u32).to_le_bytes());
+            out.extend((v.len() as u32).to_le_bytes());
+        }
+        for (k, v) in pairs {
+            out.extend(k.as_bytes());
+            out.push(0);
+            out.extend(*v);
+            out.push(0);
+        }
+        out
+    }
+
+    #[test]
+    fn every_value_of_a_header_is_seen_in_order() {
+        let map = HeaderMap::new(serialize(&[
+            (":path", b"/a"),
+            ("x-user-id", b"victim"),
+            ("x-empty", b""),
+            ("x-user-id", b"\xffattacker"),
+        ]));
+        let users: Vec<&[u8]> = map.values("x-user-id").collect();
+        assert_eq!(users, [&b"victim"[..], b"\xffattacker"]);
+        assert_eq!(map.values(":path").collect::<Vec<_>>(), [b"/a"]);
+        assert_eq!(map.values("x-empty").collect::<Vec<_>>(), [b""]);
+        assert_eq!(map.values("x-none").count(), 0);
+        assert_eq!(map.pairs().count(), 4);
+    }
+
+    #[test]
+    fn malformed_maps_read_as_far_as_they_are_consistent() {
+        let good = serialize(&[("a", b"1"), ("b", b"2")]);
+        // The last NUL is not needed to read the last value.
+        for cut in 0..good.len() - 1 {
+            let map = HeaderMap::new(good[..cut].to_vec());
+            assert!(map.pairs().count() < 2, "cut at {cut}");
+        }
+        let mut huge = good.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(HeaderMap::new(huge).pairs().count(), 0);
+        let mut lying = good;
+        lying[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(HeaderMap::new(lying).pairs().count(), 0);
+        assert_eq!(HeaderMap::default().pairs().count(), 0);
+    }
+}
