@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod grpc;
+pub mod limits;
 pub mod script;
 pub mod server;
 pub mod slot;

@@ -7,7 +7,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::server::{start, Bridge};
+use common::server::{start, start_with, Bridge, RELAXED};
 use common::Valkey;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -59,7 +59,11 @@ fn receiver_stream<T: Send + 'static>(
 
 impl Stream {
     async fn send(&self, message: &str) {
-        let frame = Frame::data(prefixed(message.as_bytes()));
+        self.send_bytes(prefixed(message.as_bytes())).await;
+    }
+
+    async fn send_bytes(&self, bytes: Bytes) {
+        let frame = Frame::data(bytes);
         self.send.as_ref().unwrap().send(Ok(frame)).await.unwrap();
     }
 
@@ -152,4 +156,38 @@ async fn plain_http_on_the_stream_path_is_refused() {
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+#[tokio::test]
+async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
+    let valkey = Valkey::start();
+    let short = Duration::from_millis(300);
+    let limits = ratelimit_bridge::limits::Limits {
+        header_timeout: short,
+        body_timeout: short,
+        ..RELAXED
+    };
+    let bridge = start_with(&valkey.url(), limits).await;
+    let (_, mut s) = open(&bridge).await;
+    tokio::time::sleep(short * 5).await;
+    s.send("1\ng:idle,5,1,1000,1\n").await;
+    assert!(s.next().await.unwrap().starts_with("1\n"));
+}
+
+#[tokio::test]
+async fn a_message_that_stalls_midway_ends_the_stream_at_the_body_deadline() {
+    let valkey = Valkey::start();
+    let limits = ratelimit_bridge::limits::Limits {
+        body_timeout: Duration::from_millis(300),
+        ..RELAXED
+    };
+    let bridge = start_with(&valkey.url(), limits).await;
+    let (_, mut s) = open(&bridge).await;
+    s.send("1\ng:a,5,1,1000,1\n").await;
+    assert!(s.next().await.unwrap().starts_with("1\n"));
+    // A prefix announcing 100 bytes, then 10 of them.
+    let whole = prefixed(&[b'x'; 100]);
+    s.send_bytes(whole.slice(..15)).await;
+    let end = s.next().await.unwrap_err();
+    assert!(end.starts_with("4 "), "{end}");
 }

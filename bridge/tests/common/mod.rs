@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
 
 pub mod buckets;
+pub mod client;
 pub mod model;
 pub mod server;
 

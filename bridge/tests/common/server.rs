@@ -1,5 +1,6 @@
 //! The bridge's server in-process on a free port, against a given Redis, stopped on demand.
 
+use ratelimit_bridge::limits::Limits;
 use ratelimit_bridge::server;
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
@@ -13,7 +14,18 @@ pub struct Bridge {
     pub task: tokio::task::JoinHandle<()>,
 }
 
+/// Deadlines far longer than any test, so that only the tests about them see them.
+pub const RELAXED: Limits = Limits {
+    header_timeout: Duration::from_secs(60),
+    body_timeout: Duration::from_secs(60),
+    max_connections: 1024,
+};
+
 pub async fn start(redis_url: &str) -> Bridge {
+    start_with(redis_url, RELAXED).await
+}
+
+pub async fn start_with(redis_url: &str, limits: Limits) -> Bridge {
     let options = StoreOptions {
         connect_timeout: Duration::from_millis(500),
         response_timeout: Duration::from_secs(2),
@@ -22,7 +34,7 @@ pub async fn start(redis_url: &str) -> Bridge {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::run(listener, store, async move {
+    let task = tokio::spawn(server::run(listener, store, limits, async move {
         let _ = stopped.await;
     }));
     Bridge {
