@@ -1,6 +1,7 @@
 //! ratelimit-bridge: a stateless service that runs ratelimit.wasm's checks as atomic Lua
 //! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
 
+pub mod access;
 pub mod batch;
 pub mod grpc;
 pub mod limits;

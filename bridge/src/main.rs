@@ -1,10 +1,12 @@
 //! Command line and process lifecycle of `ratelimit-bridge`.
 
 use clap::Parser;
+use ratelimit_bridge::access::Access;
 use ratelimit_bridge::limits::Limits;
-use ratelimit_bridge::server;
+use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -80,6 +82,10 @@ struct Args {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     max_connections: u32,
+    /// File holding the token gateways must present (`authorization: Bearer <token>`) to
+    /// check; surrounding whitespace is trimmed. Without it any caller may check.
+    #[arg(long, env = "RATELIMIT_BRIDGE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -106,6 +112,16 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
+    let access = match &args.token_file {
+        Some(path) => Access::from_token_file(path)?,
+        None => {
+            log::warn!(
+                "no --token-file: any caller that reaches the bridge may check, and consume, \
+                 any bucket"
+            );
+            Access::open()
+        }
+    };
     let options = StoreOptions {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
@@ -140,6 +156,6 @@ async fn serve(args: Args) -> Result<(), String> {
         body_timeout: Duration::from_millis(args.body_timeout_ms),
         max_connections: args.max_connections,
     };
-    server::run(listener, store, limits, shutdown).await;
+    server::run(listener, store, Config { limits, access }, shutdown).await;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! The network side: `POST /v1/check` (HTTP/1.1 and h2c), the gRPC stream
 //! `/ratelimit.v1.Bridge/Check` (h2c) and `GET /healthz`, all on one port, with graceful
 //! shutdown (in-flight checks finish, streams end with UNAVAILABLE so gateways reconnect
-//! elsewhere, new connections are refused). What a connection may hold is `limits`'s.
+//! elsewhere, new connections are refused). What a connection may hold is `limits`'s; who
+//! may check is `access`'s.
 
+use crate::access::Access;
 use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
 use crate::store::Store;
 use crate::{grpc, wire};
@@ -11,6 +13,7 @@ use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Incoming};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -32,13 +35,21 @@ const H2_MAX_STREAMS: u32 = 256;
 /// The bridge's requests carry a handful of short headers.
 const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
 
+/// How the server treats its clients.
+#[derive(Clone)]
+pub struct Config {
+    pub limits: Limits,
+    pub access: Access,
+}
+
 /// Serves connections from `listener` until `shutdown` completes, then drains.
 pub async fn run(
     listener: TcpListener,
     store: Store,
-    limits: Limits,
+    config: Config,
     shutdown: impl Future<Output = ()>,
 ) {
+    let limits = config.limits;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -70,9 +81,10 @@ pub async fn run(
                 let _ = stream.set_nodelay(true);
                 let activity = Activity::default();
                 let (store, stop, requests) = (store.clone(), stop_seen.clone(), activity.clone());
+                let config = config.clone();
                 let service = hyper::service::service_fn(move |req| {
                     let busy = requests.busy();
-                    let reply = handle(store.clone(), stop.clone(), limits, req);
+                    let reply = handle(store.clone(), stop.clone(), config.clone(), req);
                     async move { Ok::<_, hyper::Error>(held(reply.await?, busy)) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
@@ -114,15 +126,26 @@ fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
 async fn handle(
     store: Store,
     stop: watch::Receiver<bool>,
-    limits: Limits,
+    config: Config,
     req: Request<Incoming>,
 ) -> Result<Reply, hyper::Error> {
     let path = req.uri().path();
-    if path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD)) {
-        return Ok(stream_checks(store, stop, limits.body_timeout, req));
+    let stream =
+        path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD));
+    if (stream || path == PATH) && !config.access.admits(req.headers()) {
+        log::debug!("refused a request to {path} without the token");
+        let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
+        refused
+            .headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        return Ok(refused);
+    }
+    let body_timeout = config.limits.body_timeout;
+    if stream {
+        return Ok(stream_checks(store, stop, body_timeout, req));
     }
     Ok(match (req.method(), path) {
-        (&Method::POST, PATH) => check(&store, limits.body_timeout, req).await,
+        (&Method::POST, PATH) => check(&store, body_timeout, req).await,
         (&Method::GET, "/healthz") => {
             if store.ping().await {
                 reply(StatusCode::OK, "ok\n")
@@ -167,10 +190,9 @@ fn stream_checks(
         Some((Ok::<_, Infallible>(frame), frames))
     });
     let mut response = Response::new(StreamBody::new(body).boxed_unsync());
-    response.headers_mut().insert(
-        "content-type",
-        hyper::header::HeaderValue::from_static("application/grpc"),
-    );
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
     response
 }
 

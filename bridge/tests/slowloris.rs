@@ -10,7 +10,7 @@ mod common;
 
 use bytes::Bytes;
 use common::client::{h2c, http1, req};
-use common::server::start_with;
+use common::server::{start_with, without_token};
 use common::Valkey;
 use futures_util::stream::BoxStream;
 use http_body_util::StreamBody;
@@ -18,6 +18,7 @@ use hyper::body::Frame;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::server::Config;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -30,12 +31,12 @@ use tokio::time::Instant;
 const SLACK: Duration = Duration::from_secs(5);
 const LONG: Duration = Duration::from_secs(60);
 
-fn limits(header_timeout: Duration, body_timeout: Duration, max_connections: u32) -> Limits {
-    Limits {
+fn limits(header_timeout: Duration, body_timeout: Duration, max_connections: u32) -> Config {
+    without_token(Limits {
         header_timeout,
         body_timeout,
         max_connections,
-    }
+    })
 }
 
 async fn connect(addr: SocketAddr, send: &[u8]) -> TcpStream {

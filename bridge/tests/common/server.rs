@@ -1,9 +1,11 @@
 //! The bridge's server in-process on a free port, against a given Redis, stopped on demand.
 
+use ratelimit_bridge::access::Access;
 use ratelimit_bridge::limits::Limits;
-use ratelimit_bridge::server;
+use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -21,11 +23,37 @@ pub const RELAXED: Limits = Limits {
     max_connections: 1024,
 };
 
-pub async fn start(redis_url: &str) -> Bridge {
-    start_with(redis_url, RELAXED).await
+/// Open to every caller, with `limits`.
+pub fn without_token(limits: Limits) -> Config {
+    Config {
+        limits,
+        access: Access::open(),
+    }
 }
 
-pub async fn start_with(redis_url: &str, limits: Limits) -> Bridge {
+/// Serving only callers that present `token`, read from a token file as the binary does.
+pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
+    static FILES: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "ratelimit-token-{}-{}",
+        std::process::id(),
+        FILES.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    let access = Access::from_token_file(&path);
+    std::fs::remove_file(&path).unwrap();
+    let config = Config {
+        limits: RELAXED,
+        access: access.unwrap(),
+    };
+    start_with(redis_url, config).await
+}
+
+pub async fn start(redis_url: &str) -> Bridge {
+    start_with(redis_url, without_token(RELAXED)).await
+}
+
+pub async fn start_with(redis_url: &str, config: Config) -> Bridge {
     let options = StoreOptions {
         connect_timeout: Duration::from_millis(500),
         response_timeout: Duration::from_secs(2),
@@ -34,7 +62,7 @@ pub async fn start_with(redis_url: &str, limits: Limits) -> Bridge {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::run(listener, store, limits, async move {
+    let task = tokio::spawn(server::run(listener, store, config, async move {
         let _ = stopped.await;
     }));
     Bridge {
