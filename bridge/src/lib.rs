@@ -4,6 +4,7 @@
 pub mod access;
 pub mod batch;
 pub mod grpc;
+pub mod health;
 pub mod limits;
 pub mod script;
 pub mod server;

@@ -7,7 +7,7 @@
 use crate::access::Access;
 use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
 use crate::store::Store;
-use crate::{grpc, wire};
+use crate::{grpc, health, wire};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -63,6 +63,7 @@ pub async fn run(
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(H2_MAX_HEADER_BYTES);
     let mut slots = Slots::new(limits.max_connections);
+    let watching = tokio::spawn(health::watch(store.clone()));
     let (stopping, stop_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -101,6 +102,7 @@ pub async fn run(
     if !slots.drained(DRAIN_TIMEOUT + Duration::from_secs(1)).await {
         log::warn!("drain timed out after {DRAIN_TIMEOUT:?}");
     }
+    watching.abort();
 }
 
 type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
