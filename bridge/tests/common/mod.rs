@@ -6,6 +6,8 @@
 
 pub mod buckets;
 pub mod client;
+pub mod cluster;
+pub mod cutter;
 pub mod model;
 pub mod server;
 
