@@ -7,6 +7,10 @@
 //! trailers); the messages are the protocol crate's text envelopes, so neither side needs
 //! protobuf. Messages are answered concurrently, each as soon as its checks are done; the
 //! id in the envelope pairs a reply with its exchange.
+//!
+//! A stream may idle as long as its gateway likes between messages, but a message that has
+//! begun must be complete within the body timeout: a gateway sends each one at once, so a
+//! message that trickles in is a stalled or hostile peer holding the stream's buffer.
 
 use crate::store::Store;
 use crate::wire;
@@ -16,8 +20,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue};
 use ratelimit_protocol::{split_message, stream_message, MAX_BODY, MAX_ID_LINE};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// Messages of one stream checked at the same time; past it the bridge stops reading the
 /// stream and HTTP/2 flow control makes the gateway wait.
@@ -28,6 +34,7 @@ const MAX_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
 /// gRPC status codes used here.
 const OK: u32 = 0;
 const INVALID_ARGUMENT: u32 = 3;
+const DEADLINE_EXCEEDED: u32 = 4;
 const UNAVAILABLE: u32 = 14;
 
 /// Splits a byte stream into gRPC messages.
@@ -39,6 +46,11 @@ pub struct Deframer {
 impl Deframer {
     pub fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
+    }
+
+    /// Whether part of a message has arrived and the rest has not.
+    pub fn is_partway(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     /// The next complete message, `Ok(None)` if more bytes are needed.
@@ -82,20 +94,34 @@ fn trailers(status: u32, message: &str) -> Frame<Bytes> {
 }
 
 /// Serves one stream: reads messages from `body` until the gateway closes its side (or
-/// `shutdown` turns true), answers each on `out`, then ends with the trailers.
+/// `shutdown` turns true, or a message takes longer than `message_timeout` to arrive),
+/// answers each on `out`, then ends with the trailers.
 pub async fn serve(
     store: Store,
     mut body: Incoming,
     out: mpsc::Sender<Frame<Bytes>>,
     mut shutdown: watch::Receiver<bool>,
+    message_timeout: Duration,
 ) {
     let mut deframer = Deframer::default();
     let mut answering = JoinSet::new();
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_MESSAGES));
+    // When the message now partway in must be complete.
+    let mut due: Option<Instant> = None;
     let (status, why) = 'read: loop {
+        let overdue = async move {
+            match due {
+                Some(due) => tokio::time::sleep_until(due).await,
+                None => std::future::pending().await,
+            }
+        };
         let frame = tokio::select! {
             frame = body.frame() => frame,
             _ = shutdown.wait_for(|stop| *stop) => break (UNAVAILABLE, "bridge shutting down".into()),
+            () = overdue => break (
+                DEADLINE_EXCEEDED,
+                format!("a message did not arrive whole within {message_timeout:?}"),
+            ),
         };
         let data = match frame {
             None => break (OK, String::new()),
@@ -106,12 +132,14 @@ pub async fn serve(
             },
         };
         deframer.push(&data);
+        let mut completed = false;
         loop {
             let message = match deframer.next_message() {
                 Ok(Some(message)) => message,
                 Ok(None) => break,
                 Err(e) => break 'read (INVALID_ARGUMENT, e),
             };
+            completed = true;
             let Some((id, _)) = split_message(&message) else {
                 break 'read (INVALID_ARGUMENT, "message without an exchange id".into());
             };
@@ -125,6 +153,11 @@ pub async fn serve(
                 drop(permit);
             });
         }
+        due = match (deframer.is_partway(), due) {
+            (false, _) => None,
+            (true, Some(due)) if !completed => Some(due),
+            (true, _) => Some(Instant::now() + message_timeout),
+        };
     };
     // Every message read is answered before the stream ends.
     while answering.join_next().await.is_some() {}

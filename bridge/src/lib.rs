@@ -1,9 +1,12 @@
 //! ratelimit-bridge: a stateless service that runs ratelimit.wasm's checks as atomic Lua
 //! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
 
+pub mod access;
 pub mod batch;
 pub mod grpc;
+pub mod health;
 pub mod keyspace;
+pub mod limits;
 pub mod script;
 pub mod server;
 pub mod slot;

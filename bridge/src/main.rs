@@ -1,10 +1,13 @@
 //! Command line and process lifecycle of `ratelimit-bridge`.
 
 use clap::Parser;
+use ratelimit_bridge::access::Access;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
-use ratelimit_bridge::server;
+use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -56,6 +59,38 @@ struct Args {
     /// Worker threads (0: one per core).
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
     threads: usize,
+    /// A connection with no request in progress is closed unless its next request's
+    /// headers are complete within this, in milliseconds (slowloris). An open gRPC stream
+    /// is a request in progress, however long it idles.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_HEADER_TIMEOUT_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    header_timeout_ms: u64,
+    /// A request body (`POST /v1/check`: 408 past it), or a message on the gRPC stream (the
+    /// stream ends with DEADLINE_EXCEEDED), must arrive whole within this once begun, in
+    /// milliseconds.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_BODY_TIMEOUT_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    body_timeout_ms: u64,
+    /// Connections served at once; past it new connections are closed at once.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_MAX_CONNECTIONS",
+        default_value_t = 4096,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_connections: u32,
+    /// File holding the token gateways must present (`authorization: Bearer <token>`) to
+    /// check; surrounding whitespace is trimmed. Without it any caller may check.
+    #[arg(long, env = "RATELIMIT_BRIDGE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -82,6 +117,16 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
+    let access = match &args.token_file {
+        Some(path) => Access::from_token_file(path)?,
+        None => {
+            log::warn!(
+                "no --token-file: any caller that reaches the bridge may check, and consume, \
+                 any bucket"
+            );
+            Access::open()
+        }
+    };
     let options = StoreOptions {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
@@ -112,6 +157,11 @@ async fn serve(args: Args) -> Result<(), String> {
     };
     let mode = if args.cluster { "cluster" } else { "single" };
     log::info!("listening on {} (redis {mode} {})", args.listen, args.redis);
-    server::run(listener, store, shutdown).await;
+    let limits = Limits {
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
+        body_timeout: Duration::from_millis(args.body_timeout_ms),
+        max_connections: args.max_connections,
+    };
+    server::run(listener, store, Config { limits, access }, shutdown).await;
     Ok(())
 }

@@ -1,19 +1,22 @@
 //! The network side: `POST /v1/check` (HTTP/1.1 and h2c), the gRPC stream
 //! `/ratelimit.v1.Bridge/Check` (h2c) and `GET /healthz`, all on one port, with graceful
 //! shutdown (in-flight checks finish, streams end with UNAVAILABLE so gateways reconnect
-//! elsewhere, new connections are refused).
+//! elsewhere, new connections are refused). What a connection may hold is `limits`'s; who
+//! may check is `access`'s.
 
+use crate::access::Access;
+use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
 use crate::store::Store;
-use crate::{grpc, wire};
+use crate::{grpc, health, wire};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use ratelimit_protocol::{GRPC_METHOD, GRPC_SERVICE, MAX_BODY, PATH};
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,13 +24,46 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-/// Longest wait for in-flight requests once shutdown is asked for.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 keep-alive: a connection whose peer stops answering pings (a gateway gone without
+/// a FIN) is closed, so that a long-lived stream does not hold its slot forever. A live
+/// peer answers pings by itself, so an idle stream is never closed by this.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(20);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP/2 streams per connection: a gateway worker needs one for its gRPC stream, or a few
+/// for callouts; past this a client opens another connection (and takes another slot).
+const H2_MAX_STREAMS: u32 = 256;
+/// The bridge's requests carry a handful of short headers.
+const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
+
+/// How the server treats its clients.
+#[derive(Clone)]
+pub struct Config {
+    pub limits: Limits,
+    pub access: Access,
+}
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
-pub async fn run(listener: TcpListener, store: Store, shutdown: impl Future<Output = ()>) {
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
+pub async fn run(
+    listener: TcpListener,
+    store: Store,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) {
+    let limits = config.limits;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_PING_INTERVAL)
+        .keep_alive_timeout(H2_PING_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_BYTES);
+    let mut slots = Slots::new(limits.max_connections);
+    let watching = tokio::spawn(health::watch(store.clone()));
     let (stopping, stop_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -41,18 +77,20 @@ pub async fn run(listener: TcpListener, store: Store, shutdown: impl Future<Outp
                         continue;
                     }
                 };
+                // Over the cap: closed at once (dropped), see `limits`.
+                let Some(slot) = slots.take() else { continue };
                 let _ = stream.set_nodelay(true);
-                let (store, stop) = (store.clone(), stop_seen.clone());
+                let activity = Activity::default();
+                let (store, stop, requests) = (store.clone(), stop_seen.clone(), activity.clone());
+                let config = config.clone();
                 let service = hyper::service::service_fn(move |req| {
-                    handle(store.clone(), stop.clone(), req)
+                    let busy = requests.busy();
+                    let reply = handle(store.clone(), stop.clone(), config.clone(), req);
+                    async move { Ok::<_, hyper::Error>(held(reply.await?, busy)) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        log::debug!("connection ended: {e}");
-                    }
-                });
+                let stop = stop_seen.clone();
+                tokio::spawn(limits::drive(conn, activity, limits.header_timeout, stop, slot));
             }
             () = &mut shutdown => break,
         }
@@ -60,15 +98,26 @@ pub async fn run(listener: TcpListener, store: Store, shutdown: impl Future<Outp
     drop(listener);
     log::info!("shutting down: draining in-flight requests");
     let _ = stopping.send(true);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    // Each connection has DRAIN_TIMEOUT from now; a little more covers the last ones.
+    if !slots.drained(DRAIN_TIMEOUT + Duration::from_secs(1)).await {
         log::warn!("drain timed out after {DRAIN_TIMEOUT:?}");
     }
+    watching.abort();
 }
 
 type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
+
+/// `reply`, with its request in progress until the body is sent (or dropped with the
+/// connection).
+fn held(reply: Reply, busy: Busy) -> Reply {
+    reply.map(|body| {
+        body.map_frame(move |frame| {
+            let _ = &busy;
+            frame
+        })
+        .boxed_unsync()
+    })
+}
 
 fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut response = Response::new(Full::new(body.into()).boxed_unsync());
@@ -79,14 +128,26 @@ fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
 async fn handle(
     store: Store,
     stop: watch::Receiver<bool>,
+    config: Config,
     req: Request<Incoming>,
 ) -> Result<Reply, hyper::Error> {
     let path = req.uri().path();
-    if path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD)) {
-        return Ok(stream_checks(store, stop, req));
+    let stream =
+        path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD));
+    if (stream || path == PATH) && !config.access.admits(req.headers()) {
+        log::debug!("refused a request to {path} without the token");
+        let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
+        refused
+            .headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        return Ok(refused);
+    }
+    let body_timeout = config.limits.body_timeout;
+    if stream {
+        return Ok(stream_checks(store, stop, body_timeout, req));
     }
     Ok(match (req.method(), path) {
-        (&Method::POST, PATH) => check(&store, req).await,
+        (&Method::POST, PATH) => check(&store, body_timeout, req).await,
         (&Method::GET, "/healthz") => {
             if store.ping().await {
                 reply(StatusCode::OK, "ok\n")
@@ -101,7 +162,12 @@ async fn handle(
 
 /// Starts serving a gRPC stream and answers with its headers at once; the messages and the
 /// trailers follow as the stream goes on.
-fn stream_checks(store: Store, stop: watch::Receiver<bool>, req: Request<Incoming>) -> Reply {
+fn stream_checks(
+    store: Store,
+    stop: watch::Receiver<bool>,
+    message_timeout: Duration,
+    req: Request<Incoming>,
+) -> Reply {
     let grpc = req
         .headers()
         .get("content-type")
@@ -114,26 +180,47 @@ fn stream_checks(store: Store, stop: watch::Receiver<bool>, req: Request<Incomin
         );
     }
     let (out, frames) = mpsc::channel(16);
-    tokio::spawn(grpc::serve(store, req.into_body(), out, stop));
+    tokio::spawn(grpc::serve(
+        store,
+        req.into_body(),
+        out,
+        stop,
+        message_timeout,
+    ));
     let body = stream::unfold(frames, |mut frames| async move {
         let frame = frames.recv().await?;
         Some((Ok::<_, Infallible>(frame), frames))
     });
     let mut response = Response::new(StreamBody::new(body).boxed_unsync());
-    response.headers_mut().insert(
-        "content-type",
-        hyper::header::HeaderValue::from_static("application/grpc"),
-    );
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
     response
 }
 
-async fn check(store: &Store, req: Request<Incoming>) -> Reply {
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(e) => {
+/// One exchange over HTTP. A body announced larger than the bound is refused before it is
+/// read; one that takes longer than `body_timeout` to arrive is given up (408).
+async fn check(store: &Store, body_timeout: Duration, req: Request<Incoming>) -> Reply {
+    let announced = req.body().size_hint().lower();
+    if announced > MAX_BODY as u64 {
+        return reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a body of {announced} bytes exceeds {MAX_BODY}\n"),
+        );
+    }
+    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout(body_timeout, read).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(e)) => {
             return reply(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("unreadable body: {e}\n"),
+            )
+        }
+        Err(_) => {
+            return reply(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {body_timeout:?}\n"),
             )
         }
     };

@@ -5,6 +5,12 @@
 //! A batch of checks costs one script call per server, or per hash slot in a cluster
 //! (`batch` plans the calls and keeps multi-slot checks all-or-nothing with refunds), so
 //! Redis pays a script call's fixed cost once per batch rather than once per check.
+//!
+//! A script call is never sent twice: it takes tokens, so one whose answer was lost may
+//! have run, and sending it again would take them twice. Neither client re-sends a command
+//! after an I/O error (see `new` and `cluster`); a call is sent again only after an answer
+//! that proves it did not run: `NOSCRIPT` (`redis::Script` loads the script first), and in
+//! a cluster no connection to send it on, or a node that does not serve its slot (yet).
 
 use crate::batch::{self, Call, Tally};
 use crate::keyspace::Keyspace;
@@ -14,6 +20,7 @@ use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -49,7 +56,9 @@ pub struct Store {
 
 impl Store {
     /// One server. Prepares the connection without dialing: the bridge starts (and reports
-    /// unhealthy) even while Redis is down.
+    /// unhealthy) even while Redis is down. The manager never re-sends a command: a failed
+    /// one only makes it reconnect in the background, and its "retries" are attempts to
+    /// connect (two, then the next command tries again; `health` makes sure one does).
     pub fn new(url: &str, options: StoreOptions) -> redis::RedisResult<Store> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
@@ -64,12 +73,15 @@ impl Store {
         })
     }
 
-    /// A Redis Cluster reached through any of `seeds`.
+    /// A Redis Cluster reached through any of `seeds`. Without the client's retries: it
+    /// re-sends a command on an I/O error (a dropped connection, a response timeout) as
+    /// readily as on `MOVED`, so a script call that ran could run twice. `on_cluster`
+    /// re-sends only what provably did not run.
     pub fn cluster(seeds: &[String], options: StoreOptions) -> redis::RedisResult<Store> {
         let client = ClusterClient::builder(seeds.to_vec())
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
-            .retries(2)
+            .retries(0)
             .build()?;
         Ok(Store {
             backend: Backend::Cluster {
@@ -142,9 +154,7 @@ impl Store {
         let reply: Vec<i64> = match &self.backend {
             Backend::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
             Backend::Cluster { .. } => {
-                invocation
-                    .invoke_async(&mut self.cluster_conn().await?)
-                    .await
+                on_cluster(&invocation, &mut self.cluster_conn().await?).await
             }
         }
         .map_err(|e| format!("redis: {e}"))?;
@@ -172,4 +182,45 @@ impl Store {
             },
         }
     }
+}
+
+/// Attempts at a script call on a cluster, when the cluster refused it without running it.
+const CLUSTER_ATTEMPTS: u32 = 3;
+/// Pause before the next attempt, times the attempts made: time for the client to
+/// reconnect or to refresh its slot map, which the refusal set off.
+const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
+
+/// Runs `invocation` on the cluster, sending it again only when it provably did not run.
+async fn on_cluster(
+    invocation: &ScriptInvocation<'_>,
+    conn: &mut ClusterConnection,
+) -> RedisResult<Vec<i64>> {
+    let mut attempts = 1;
+    loop {
+        match invocation.invoke_async(conn).await {
+            Err(e) if attempts < CLUSTER_ATTEMPTS && did_not_run(&e) => {
+                tokio::time::sleep(CLUSTER_PAUSE * attempts).await;
+                attempts += 1;
+            }
+            reply => return reply,
+        }
+    }
+}
+
+/// Whether the cluster refused a command without running it: no connection to send it on,
+/// or a node that does not serve its slot (a redirect, a slot failing over, a node still
+/// loading). Never an I/O error: the command may have run. Not `ASK` either: sent again
+/// the same way, the call would only meet it again (it needs `ASKING` on the target).
+fn did_not_run(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+            )
+    )
 }

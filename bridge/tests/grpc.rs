@@ -7,7 +7,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::server::{start, Bridge};
+use common::server::{start, start_with, start_with_token, without_token, Bridge, RELAXED};
 use common::Valkey;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -27,6 +27,11 @@ struct Stream {
 }
 
 async fn open(bridge: &Bridge) -> (StatusCode, Stream) {
+    open_as(bridge, None).await
+}
+
+/// Opens a stream with `authorization` as its initial metadata.
+async fn open_as(bridge: &Bridge, authorization: Option<&str>) -> (StatusCode, Stream) {
     let io = TokioIo::new(TcpStream::connect(bridge.addr).await.unwrap());
     let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
         .await
@@ -34,11 +39,13 @@ async fn open(bridge: &Bridge) -> (StatusCode, Stream) {
     tokio::spawn(conn);
     let (send, frames) = mpsc::channel(16);
     let body = StreamBody::new(receiver_stream(frames));
-    let request = Request::post("http://bridge/ratelimit.v1.Bridge/Check")
+    let mut request = Request::post("http://bridge/ratelimit.v1.Bridge/Check")
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(body)
-        .unwrap();
+        .header("te", "trailers");
+    if let Some(authorization) = authorization {
+        request = request.header("authorization", authorization);
+    }
+    let request = request.body(body).unwrap();
     let response: Response<Incoming> = sender.send_request(request).await.unwrap();
     let status = response.status();
     let stream = Stream {
@@ -59,7 +66,11 @@ fn receiver_stream<T: Send + 'static>(
 
 impl Stream {
     async fn send(&self, message: &str) {
-        let frame = Frame::data(prefixed(message.as_bytes()));
+        self.send_bytes(prefixed(message.as_bytes())).await;
+    }
+
+    async fn send_bytes(&self, bytes: Bytes) {
+        let frame = Frame::data(bytes);
         self.send.as_ref().unwrap().send(Ok(frame)).await.unwrap();
     }
 
@@ -152,4 +163,53 @@ async fn plain_http_on_the_stream_path_is_refused() {
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+#[tokio::test]
+async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
+    let valkey = Valkey::start();
+    let short = Duration::from_millis(300);
+    let limits = ratelimit_bridge::limits::Limits {
+        header_timeout: short,
+        body_timeout: short,
+        ..RELAXED
+    };
+    let bridge = start_with(&valkey.url(), without_token(limits)).await;
+    let (_, mut s) = open(&bridge).await;
+    tokio::time::sleep(short * 5).await;
+    s.send("1\ng:idle,5,1,1000,1\n").await;
+    assert!(s.next().await.unwrap().starts_with("1\n"));
+}
+
+#[tokio::test]
+async fn a_message_that_stalls_midway_ends_the_stream_at_the_body_deadline() {
+    let valkey = Valkey::start();
+    let limits = ratelimit_bridge::limits::Limits {
+        body_timeout: Duration::from_millis(300),
+        ..RELAXED
+    };
+    let bridge = start_with(&valkey.url(), without_token(limits)).await;
+    let (_, mut s) = open(&bridge).await;
+    s.send("1\ng:a,5,1,1000,1\n").await;
+    assert!(s.next().await.unwrap().starts_with("1\n"));
+    // A prefix announcing 100 bytes, then 10 of them.
+    let whole = prefixed(&[b'x'; 100]);
+    s.send_bytes(whole.slice(..15)).await;
+    let end = s.next().await.unwrap_err();
+    assert!(end.starts_with("4 "), "{end}");
+}
+
+#[tokio::test]
+async fn with_a_token_a_stream_must_present_it_or_is_refused_401_before_it_starts() {
+    let valkey = Valkey::start();
+    let bridge = start_with_token(&valkey.url(), "s3cret-Token").await;
+    for wrong in [None, Some("Bearer wrong"), Some("Bearer s3cret-token")] {
+        let (status, _) = open_as(&bridge, wrong).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong:?}");
+    }
+    assert_eq!(common::buckets::script_calls(&valkey), 0);
+    let (status, mut s) = open_as(&bridge, Some("Bearer s3cret-Token")).await;
+    assert_eq!(status, StatusCode::OK);
+    s.send("1\ng:auth,5,1,1000,1\n").await;
+    assert!(s.next().await.unwrap().starts_with("1\n"));
 }

@@ -5,46 +5,12 @@
 
 mod common;
 
-use bytes::Bytes;
+use common::client::{h2c, http1, req};
 use common::server::start;
 use common::{Connect, Valkey};
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::net::SocketAddr;
+use hyper::{Method, StatusCode};
 use std::time::Duration;
 use tokio::net::TcpStream;
-
-fn req(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
-    Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "bridge")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap()
-}
-
-async fn http1(addr: SocketAddr, r: Request<Full<Bytes>>) -> (StatusCode, String) {
-    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
-    tokio::spawn(conn);
-    let resp = sender.send_request(r).await.unwrap();
-    let status = resp.status();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(body.to_vec()).unwrap())
-}
-
-async fn h2c(addr: SocketAddr, r: Request<Full<Bytes>>) -> (StatusCode, String) {
-    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let resp = sender.send_request(r).await.unwrap();
-    let status = resp.status();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(body.to_vec()).unwrap())
-}
 
 #[tokio::test]
 async fn checks_answer_over_http1_and_h2c() {

@@ -87,40 +87,56 @@ fn exchange(addr: SocketAddr, request: &[u8], done: impl Fn(&[u8]) -> bool) -> O
 
 /// A Valkey server that lives as long as this value.
 pub struct Valkey {
-    _child: Guard,
+    child: Option<Guard>,
     pub port: u16,
 }
 
 impl Valkey {
     pub fn start() -> Valkey {
-        let binary = program(
-            "RATELIMIT_VALKEY",
-            ".venv/bin/valkey-server",
-            &["valkey-server", "redis-server"],
-        );
         for _ in 0..5 {
             let port = free_port();
-            let child = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start valkey-server");
-            let mut guard = Guard(child);
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let pong = || {
-                exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
-                    .is_some_and(|r| r.starts_with(b"+PONG"))
-            };
-            if wait_until(&mut guard.0, pong) {
+            if let Some(child) = Valkey::spawn(port) {
                 return Valkey {
-                    _child: guard,
+                    child: Some(child),
                     port,
                 };
             }
         }
         panic!("valkey-server did not start");
+    }
+
+    /// Kills the server (as a crash would: no shutdown, nothing saved).
+    pub fn stop(&mut self) {
+        self.child = None;
+    }
+
+    /// A new, empty server on the same port, as after a restart.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = Some(Valkey::spawn(self.port).expect("valkey-server restarts on its port"));
+    }
+
+    /// A server on `port`, once it answers `PING`; `None` if it exits first.
+    fn spawn(port: u16) -> Option<Guard> {
+        let binary = program(
+            "RATELIMIT_VALKEY",
+            ".venv/bin/valkey-server",
+            &["valkey-server", "redis-server"],
+        );
+        let child = Command::new(&binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start valkey-server");
+        let mut guard = Guard(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let pong = || {
+            exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
+                .is_some_and(|r| r.starts_with(b"+PONG"))
+        };
+        wait_until(&mut guard.0, pong).then_some(guard)
     }
 
     pub fn url(&self) -> String {

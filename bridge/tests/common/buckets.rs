@@ -36,10 +36,10 @@ pub async fn batch(store: &Store, checks: &[Check]) -> Vec<(u64, Vec<RuleOutcome
 
 /// Reads a bucket's stored state: tag 1, then its level in units and the Redis time (ms)
 /// of that level, as little-endian doubles.
-pub fn stored(valkey: &Valkey, key: &str) -> Option<Bucket> {
+pub fn stored(server: &impl Connect, key: &str) -> Option<Bucket> {
     let value: Option<Vec<u8>> = redis::cmd("GET")
         .arg(key)
-        .query(&mut valkey.connection())
+        .query(&mut server.connection())
         .unwrap();
     let value = value?;
     assert!(value.len() == 17 && value[0] == 1, "stored {value:?}");
@@ -78,11 +78,11 @@ pub fn age(valkey: &Valkey, key: &str, ms: u128) {
         .unwrap();
 }
 
-/// Script calls (`EVALSHA`) Valkey ran since the last `CONFIG RESETSTAT`.
-pub fn script_calls(valkey: &Valkey) -> u64 {
+/// Script calls (`EVALSHA`) the server ran since the last `CONFIG RESETSTAT`.
+pub fn script_calls(server: &impl Connect) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query(&mut valkey.connection())
+        .query(&mut server.connection())
         .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
@@ -90,10 +90,10 @@ pub fn script_calls(valkey: &Valkey) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-pub fn reset_stats(valkey: &Valkey) {
+pub fn reset_stats(server: &impl Connect) {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
-        .query(&mut valkey.connection())
+        .query(&mut server.connection())
         .unwrap();
 }
 

@@ -5,6 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
 
 pub mod buckets;
+pub mod client;
+pub mod cluster;
+pub mod cutter;
 pub mod model;
 pub mod server;
 

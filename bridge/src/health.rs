@@ -1,0 +1,38 @@
+//! Notices that Redis is back before a check has to. The connection reconnects only when a
+//! command fails on it, and gives up after a couple of attempts while Redis is down; left
+//! alone, the first check after Redis returns would fail on the dead connection and only
+//! set off the reconnection (a gateway answering 503 seconds after Redis was back). So the
+//! bridge pings Redis in the background: often while it does not answer, so the connection
+//! is remade within a fraction of a second of Redis returning, and now and then while it
+//! does, so a restart is noticed even when no check came in meanwhile.
+
+use crate::store::Store;
+use std::time::Duration;
+
+/// Between pings while Redis answers: also bounds how long a restart of Redis that no check
+/// saw goes unnoticed.
+const WHILE_HEALTHY: Duration = Duration::from_millis(500);
+/// Between pings while it does not.
+const WHILE_UNHEALTHY: Duration = Duration::from_millis(250);
+
+/// Pings Redis for as long as it runs, logging when it goes away and comes back.
+pub async fn watch(store: Store) {
+    let mut healthy = true;
+    loop {
+        let now = store.ping().await;
+        if now != healthy {
+            if now {
+                log::info!("redis answers again");
+            } else {
+                log::warn!("redis does not answer; checking again every {WHILE_UNHEALTHY:?}");
+            }
+            healthy = now;
+        }
+        let pause = if healthy {
+            WHILE_HEALTHY
+        } else {
+            WHILE_UNHEALTHY
+        };
+        tokio::time::sleep(pause).await;
+    }
+}
