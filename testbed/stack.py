@@ -143,7 +143,8 @@ class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
     `raw_paths` as in `envoy_config`."""
 
-    def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False):
+    def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
+                 bridge_args=()):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -161,8 +162,8 @@ class Stack:
         redis = ["--cluster", "--redis", cluster.seeds()] if cluster else \
             ["--redis", f"redis://127.0.0.1:{self.redis_port}"]
         self.bridge = Process("bridge", [
-            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}", *redis, "--threads", "1"],
-            self.workdir)
+            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}", *redis, "--threads", "1",
+            *bridge_args], self.workdir)
         self.envoys = []
         self.ports = []
         self.admin_ports = []

@@ -13,8 +13,8 @@ def stack_of():
     """Starts a stack with the given plugin configuration; stops it after the test."""
     started = []
 
-    def make(plugin, gateways=1, raw_paths=False):
-        stack = Stack(plugin, gateways=gateways, raw_paths=raw_paths)
+    def make(plugin, gateways=1, raw_paths=False, bridge_args=()):
+        stack = Stack(plugin, gateways=gateways, raw_paths=raw_paths, bridge_args=bridge_args)
         started.append(stack)
         return stack.start()
 

@@ -1,6 +1,8 @@
 """End to end, the way an attacker would try it: hostile request data against the real
 ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
 
+import http.client
+
 import pytest
 
 from stack import Stack
@@ -94,7 +96,6 @@ def test_ipv6_clients_rotating_inside_their_64_share_one_bucket(stack_of):
 
 
 def test_a_repeated_identity_header_is_refused_not_ignored(stack_of):
-    import http.client
     ident = {"user": {"header": "x-user-id"}}
     stack = stack_of(plugin(rule("per-user", ["user"], 1), identity=ident))
     assert stack.get(0, "/", {"x-user-id": "attacker"})[0] == 200
@@ -117,3 +118,42 @@ def test_a_repeated_identity_header_is_refused_not_ignored(stack_of):
     assert status == 400 and "x-user-id header appears more than once" in body
     assert stack.get(0, "/", {"x-user-id": "victim"})[0] == 200
     assert stack.stats().get("rejected") == 1
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_only_gateways_with_the_token_reach_the_bridge(stack_of, tmp_path, transport):
+    secret = "s3cret-Token_for.tests"
+    token_file = tmp_path / "token"
+    token_file.write_text(secret + "\n")
+    ident = {"user": {"header": "x-user-id"}}
+    rules = [rule("per-user", ["user"], 2)]
+
+    def gateway(token):
+        config = plugin(*rules, identity=ident)
+        config["backend"]["transport"] = transport
+        if token:
+            config["backend"]["token"] = token
+        return stack_of(config, bridge_args=["--token-file", str(token_file)])
+
+    stack = gateway(secret)
+    alice = {"x-user-id": "alice"}
+    assert [stack.get(0, "/", alice)[0] for _ in range(3)] == [200, 200, 429]
+    assert secret not in stack.logs("envoy-0")
+    # Anyone else who reaches the bridge is turned away and changes nothing: refilling
+    # alice's empty bucket was the attack.
+    refill = "rl:per-user:alice,9007199254740,9007199254740,1,1\n"
+    status, _, _ = request_to(stack.bridge_port, "/v1/check", refill)
+    assert status == 401
+    assert stack.get(0, "/", alice)[0] == 429
+    # A gateway with a wrong token gets its failure mode (closed: 503), never an answer.
+    assert gateway("wrong-token").get(0, "/", alice)[0] == 503
+
+
+def request_to(port, path, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers={"content-type": "text/plain"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
