@@ -6,7 +6,10 @@
 -- KEYS             the bucket of every rule of every check, in order
 -- ARGV[1]          'check': each check takes `cost` from every bucket of its rules if all
 --                  of them hold it; 'refund': each check gives `cost` back to every bucket
---                  (Redis Cluster: what a check that another slot denied took here)
+--                  (Redis Cluster: what a check that another slot denied took here);
+--                  'peek': answers as 'check' would, writing nothing (Redis Cluster: a
+--                  check spanning slots learns whether every slot admits it before any
+--                  slot takes a token)
 -- ARGV[2]          S (at most 255), the number of rule shapes that follow
 -- ARGV[3..2+4S]    burst, num, den, cost of shape s (a rule's parameters, sent once per
 --                  call however many rules share them): the bucket holds `burst` tokens and
@@ -162,6 +165,7 @@ end
 if r ~= nkeys then
   return redis.error_reply('token_bucket: ' .. nkeys .. ' keys for ' .. r .. ' rules')
 end
+if ARGV[1] == 'peek' then return out end
 
 -- Writes, once per changed key, each expiring EXPIRY_SLACK_MS after the Redis time its
 -- bucket is full. Keys that share that time (fresh buckets of one limit,

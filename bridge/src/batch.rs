@@ -4,8 +4,11 @@
 //! On a single server the whole batch is one call (a few if it is very large). In a Redis
 //! Cluster a check's rules usually hash to different slots, and one call may only touch
 //! one slot: each slot gets one call holding every check's rules of that slot, in batch
-//! order. A check spanning several slots is then admitted only if every slot admitted its
-//! part; otherwise the parts that did take tokens are refunded.
+//! order. A check spanning several slots first peeks at each of its slots (a call that
+//! takes nothing) and is sent to take only if every slot would admit it, so a check that
+//! one slot denies never drains the buckets it shares with others elsewhere. Between peek
+//! and take another gateway may still take the last token: the parts that did take are
+//! then refunded.
 
 use crate::script::{self, Part, ScriptOutcome, Shape};
 use crate::slot::slot;
@@ -57,6 +60,43 @@ pub fn plan(checks: &[Check], clustered: bool) -> Vec<Call> {
         parts.extend(by_slot.into_values().map(|rules| Part { check: i, rules }));
     }
     group(checks, parts, clustered)
+}
+
+/// Which checks went to more than one call (`checks` in all): in a cluster they peek at
+/// every slot before any slot takes.
+pub fn spanning(checks: usize, calls: &[Call]) -> Vec<bool> {
+    let mut seen_in: Vec<Option<usize>> = vec![None; checks];
+    let mut spanning = vec![false; checks];
+    for (c, call) in calls.iter().enumerate() {
+        for part in &call.parts {
+            match seen_in.get_mut(part.check) {
+                Some(Some(first)) if *first != c => {
+                    if let Some(s) = spanning.get_mut(part.check) {
+                        *s = true;
+                    }
+                }
+                Some(slot) => *slot = Some(c),
+                None => {}
+            }
+        }
+    }
+    spanning
+}
+
+/// `calls` with only the parts of the checks `keep` selects; calls left empty drop out.
+pub fn only(calls: &[Call], keep: impl Fn(usize) -> bool) -> Vec<Call> {
+    calls
+        .iter()
+        .map(|call| Call {
+            parts: call
+                .parts
+                .iter()
+                .filter(|p| keep(p.check))
+                .cloned()
+                .collect(),
+        })
+        .filter(|call| !call.parts.is_empty())
+        .collect()
 }
 
 /// Puts `parts` (in batch order) into calls: by slot when `clustered`, within the bounds
@@ -184,12 +224,48 @@ impl Tally {
                     }
                 }
             }
-            Err(e) => {
-                for part in &call.parts {
-                    if let Some(t) = self.checks.get_mut(part.check) {
-                        t.failure = Some(e.clone());
-                    }
+            Err(e) => self.failed(call, e),
+        }
+    }
+
+    /// Records the answer to a `Mode::Peek` call: a check that a slot would deny is
+    /// decided now (denied, having taken nothing anywhere), as is one whose peek failed.
+    pub fn peeked(&mut self, call: &Call, reply: Reply) {
+        let (now, outcomes) = match reply {
+            Ok(answer) => answer,
+            Err(reason) => return self.failed(call, reason),
+        };
+        let mut outcomes = outcomes.into_iter();
+        for part in &call.parts {
+            let Some(t) = self.checks.get_mut(part.check) else {
+                continue;
+            };
+            t.now = t.now.max(now);
+            for &r in &part.rules {
+                let answered = outcomes.next();
+                if answered == Some(None) {
+                    t.failure = Some(FOREIGN_VALUE.into());
                 }
+                let outcome = answered.flatten();
+                t.denied |= !outcome.is_some_and(|o| o.allowed);
+                if let Some(slot) = t.rules.get_mut(r) {
+                    *slot = outcome;
+                }
+            }
+        }
+    }
+
+    /// Whether check `i` is decided already (a peek found it denied or failing).
+    pub fn decided(&self, i: usize) -> bool {
+        self.checks
+            .get(i)
+            .is_some_and(|t| t.denied || t.failure.is_some())
+    }
+
+    fn failed(&mut self, call: &Call, reason: String) {
+        for part in &call.parts {
+            if let Some(t) = self.checks.get_mut(part.check) {
+                t.failure = Some(reason.clone());
             }
         }
     }
@@ -245,175 +321,5 @@ impl Tally {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::RuleSpec;
-
-    fn rule(key: &str) -> RuleSpec {
-        RuleSpec {
-            key: key.into(),
-            burst: 1,
-            num: 1,
-            den: 1,
-            cost: 1,
-        }
-    }
-
-    fn outcome(allowed: bool) -> ScriptOutcome {
-        Some(RuleOutcome {
-            allowed,
-            remaining: 0,
-            full_ms: 1,
-            wait_ms: u64::from(!allowed),
-        })
-    }
-
-    #[test]
-    fn a_single_server_gets_the_whole_batch_in_one_call() {
-        let checks = vec![vec![rule("a"), rule("b")], vec![], vec![rule("a")]];
-        let calls = plan(&checks, false);
-        assert_eq!(calls.len(), 1);
-        let shape: Vec<(usize, Vec<usize>)> = calls[0]
-            .parts
-            .iter()
-            .map(|p| (p.check, p.rules.clone()))
-            .collect();
-        assert_eq!(shape, [(0, vec![0, 1]), (1, vec![]), (2, vec![0])]);
-    }
-
-    #[test]
-    fn large_batches_are_cut_between_checks() {
-        let checks: Vec<Check> = (0..MAX_KEYS_PER_CALL)
-            .map(|i| vec![rule(&format!("{i}a")), rule(&format!("{i}b"))])
-            .collect();
-        let calls = plan(&checks, false);
-        assert_eq!(calls.len(), 2);
-        assert!(calls.iter().all(|c| c.rules() == MAX_KEYS_PER_CALL));
-        assert_eq!(calls[1].parts[0].check, MAX_KEYS_PER_CALL / 2);
-    }
-
-    #[test]
-    fn a_call_names_at_most_255_shapes_and_an_oversized_check_goes_alone() {
-        let shaped = |i: u64| RuleSpec {
-            burst: 1 + i,
-            ..rule(&format!("s{i}"))
-        };
-        let mut checks: Vec<Check> = (0..300).map(|i| vec![shaped(i)]).collect();
-        checks.push((0..300).map(|i| rule(&format!("big{i}"))).collect());
-        checks.push(vec![rule("after")]);
-        let calls = plan(&checks, false);
-        let sizes: Vec<usize> = calls.iter().map(|c| c.parts.len()).collect();
-        assert_eq!(sizes, [255, 45, 1, 1]);
-        assert_eq!(calls[2].parts[0].check, 300);
-    }
-
-    #[test]
-    fn a_cluster_gets_one_call_per_slot_in_batch_order() {
-        // {x} and {y} are different slots; a check with rules in both has two parts.
-        let checks = vec![
-            vec![rule("{x}1"), rule("{y}1")],
-            vec![rule("{y}2")],
-            vec![rule("{x}3"), rule("{x}4")],
-        ];
-        let calls = plan(&checks, true);
-        assert_eq!(calls.len(), 2);
-        for call in &calls {
-            let slots: Vec<u16> = call
-                .parts
-                .iter()
-                .flat_map(|p| {
-                    p.rules
-                        .iter()
-                        .map(|&r| slot(checks[p.check][r].key.as_bytes()))
-                })
-                .collect();
-            assert!(slots.windows(2).all(|w| w[0] == w[1]), "{call:?}");
-            assert!(call.parts.windows(2).all(|w| w[0].check < w[1].check));
-        }
-        assert_eq!(calls.iter().map(Call::rules).sum::<usize>(), 5);
-    }
-
-    #[test]
-    fn a_check_denied_in_one_slot_refunds_the_others() {
-        let checks = vec![vec![rule("{x}1"), rule("{y}1")], vec![rule("{x}2")]];
-        let calls = plan(&checks, true);
-        let mut tally = Tally::new(&checks);
-        for call in &calls {
-            // {y} denies; {x} admits everything.
-            let y = call.parts[0]
-                .rules
-                .iter()
-                .any(|&r| checks[call.parts[0].check][r].key.starts_with("{y}"));
-            let n = call.rules();
-            tally.checked(call, Ok((7, vec![outcome(!y); n])));
-        }
-        let refunds = tally.refunds();
-        assert_eq!(
-            refunds,
-            [Part {
-                check: 0,
-                rules: vec![0]
-            }]
-        );
-        assert!(tally.refunds().is_empty(), "refunded once");
-        let refund_calls = group(&checks, refunds, true);
-        assert_eq!(refund_calls.len(), 1);
-        tally.refunded(&refund_calls[0], Ok((8, vec![outcome(true)])));
-        let out = tally.finish();
-        let (now, rules) = out[0].clone().unwrap();
-        assert_eq!(now, 7);
-        assert!(rules[0].allowed && !rules[1].allowed);
-        assert!(out[1].as_ref().unwrap().1[0].allowed);
-    }
-
-    #[test]
-    fn a_failed_call_fails_its_checks_and_refunds_their_other_parts() {
-        let checks = vec![vec![rule("{x}1"), rule("{y}1")], vec![rule("{x}2")]];
-        let calls = plan(&checks, true);
-        let mut tally = Tally::new(&checks);
-        for call in &calls {
-            let y = checks[call.parts[0].check][call.parts[0].rules[0]]
-                .key
-                .starts_with("{y}");
-            let reply = if y {
-                Err("down".to_string())
-            } else {
-                Ok((7, vec![outcome(true); call.rules()]))
-            };
-            tally.checked(call, reply);
-        }
-        assert_eq!(tally.refunds().len(), 1);
-        let out = tally.finish();
-        assert_eq!(out[0], Err("down".into()));
-        assert!(out[1].is_ok());
-    }
-
-    #[test]
-    fn a_foreign_value_fails_its_check_and_refunds_its_other_parts() {
-        let checks = vec![vec![rule("{x}1"), rule("{y}1")], vec![rule("{y}2")]];
-        let calls = plan(&checks, true);
-        let mut tally = Tally::new(&checks);
-        for call in &calls {
-            let y = checks[call.parts[0].check][call.parts[0].rules[0]]
-                .key
-                .starts_with("{y}");
-            // On y's node, the first check's key holds a foreign value.
-            let outcomes = call
-                .parts
-                .iter()
-                .map(|p| {
-                    if y && p.check == 0 {
-                        None
-                    } else {
-                        outcome(true)
-                    }
-                })
-                .collect();
-            tally.checked(call, Ok((7, outcomes)));
-        }
-        assert_eq!(tally.refunds().len(), 1, "x's part gives its token back");
-        let out = tally.finish();
-        assert_eq!(out[0], Err(FOREIGN_VALUE.into()));
-        assert!(out[1].is_ok());
-    }
-}
+#[path = "batch_tests.rs"]
+mod tests;

@@ -28,6 +28,9 @@ pub enum Mode {
     Check,
     /// Give each check's cost back (what a check another slot denied took here).
     Refund,
+    /// Answer as `Check` would, taking nothing: whether every slot of a check spanning
+    /// several would admit it, before any of them takes.
+    Peek,
 }
 
 /// Some rules of one check that go to one script call: all of the check's rules on a
@@ -64,6 +67,7 @@ pub fn invocation<'s>(
     invocation.arg(match mode {
         Mode::Check => "check",
         Mode::Refund => "refund",
+        Mode::Peek => "peek",
     });
     invocation.arg(layout.shapes.len());
     for shape in &layout.shapes {

@@ -108,18 +108,29 @@ impl Store {
 
     /// Runs a batch: one script call for all of it on a single server (a few for a very
     /// large batch), one per hash slot in a cluster, all in parallel. Checks are applied in
-    /// order and each stays all-or-nothing; in a cluster, by refunding the slots that
-    /// admitted a check another slot denied. One outcome per check, in order.
+    /// order and each stays all-or-nothing; in a cluster, a check spanning slots peeks at
+    /// all of them first and takes only if all would admit (refunds cover the races). One
+    /// outcome per check, in order.
     pub async fn check_all(&self, checks: &[Check]) -> Vec<CheckOutcome> {
         let clustered = matches!(self.backend, Backend::Cluster { .. });
-        let calls = batch::plan(checks, clustered);
+        let mut calls = batch::plan(checks, clustered);
+        let mut tally = Tally::new(checks);
+        let spanning = batch::spanning(checks.len(), &calls);
+        if spanning.contains(&true) {
+            let peeks = batch::only(&calls, |c| spanning.get(c) == Some(&true));
+            let replies =
+                join_all(peeks.iter().map(|call| self.call(Mode::Peek, checks, call))).await;
+            for (call, reply) in peeks.iter().zip(replies) {
+                tally.peeked(call, reply);
+            }
+            calls = batch::only(&calls, |c| !tally.decided(c));
+        }
         let replies = join_all(
             calls
                 .iter()
                 .map(|call| self.call(Mode::Check, checks, call)),
         )
         .await;
-        let mut tally = Tally::new(checks);
         for (call, reply) in calls.iter().zip(replies) {
             tally.checked(call, reply);
         }

@@ -1,6 +1,7 @@
 //! The store in Redis Cluster mode, on a one-node Valkey Cluster holding every slot: a
-//! batch costs one script call per slot, and a check spanning slots stays all-or-nothing
-//! through refunds even when other checks of the batch share its buckets. (Several nodes,
+//! batch costs one script call per slot, and a check spanning slots peeks at all of them
+//! before any takes, so one that a slot denies takes nothing elsewhere, even when other
+//! checks of the batch share its buckets. (Several nodes,
 //! failover and node routing are the testbed's `test_cluster.py`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
@@ -23,19 +24,32 @@ fn rule(key: &str, burst: u64) -> RuleSpec {
     }
 }
 
-#[tokio::test]
-async fn a_check_denied_in_one_slot_is_refunded_in_the_others_within_a_batch() {
-    let node = OneNodeCluster::start();
+async fn store(node: &OneNodeCluster) -> Store {
     let options = StoreOptions {
         connect_timeout: Duration::from_secs(2),
         response_timeout: Duration::from_secs(5),
     };
     let store = Store::cluster(&[node.url()], options).unwrap();
-    let (roomy, tight) = (rule("{a}user", 10), rule("{b}ip", 1));
-    assert_ne!(slot(roomy.key.as_bytes()), slot(tight.key.as_bytes()));
     let warm = store.check(&vec![rule("{a}warm-up", 1)]).await.unwrap();
     assert!(warm.1[0].allowed, "the script is loaded");
     let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
+    store
+}
+
+fn script_calls(node: &OneNodeCluster) -> String {
+    let info: String = node.cmd(redis::cmd("INFO").arg("commandstats"));
+    info.lines()
+        .find(|l| l.contains("evalsha"))
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_check_denied_in_one_slot_takes_nothing_in_the_others_within_a_batch() {
+    let node = OneNodeCluster::start();
+    let store = store(&node).await;
+    let (roomy, tight) = (rule("{a}user", 10), rule("{b}ip", 1));
+    assert_ne!(slot(roomy.key.as_bytes()), slot(tight.key.as_bytes()));
 
     let both: Check = vec![roomy.clone(), tight];
     let out: Vec<_> = store
@@ -48,22 +62,42 @@ async fn a_check_denied_in_one_slot_is_refunded_in_the_others_within_a_batch() {
         .iter()
         .map(|(_, o)| o.iter().map(|r| r.allowed).collect())
         .collect();
-    // The second check is denied by {b}; {a} admitted its part and gave it back.
+    // The first check takes {b}'s only token, so the peek finds the second denied by
+    // {b}: it takes nothing from {a}, where the first and third took one each.
     assert_eq!(allowed, [vec![true, true], vec![true, false], vec![true]]);
-    // {a}'s call applied the three parts in order (9, 8, 7 left), then the refund: 8.
-    assert_eq!(out[2].1[0].remaining, 7);
-    assert_eq!(
-        out[1].1[0].remaining, 8,
-        "the refunded rule reports its bucket"
-    );
+    assert_eq!(out[2].1[0].remaining, 8);
     let value: Vec<u8> = node.cmd(redis::cmd("GET").arg("{a}user"));
     let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
     assert_eq!(units as u64 / 3_600_000, 8);
-    // One call per slot, then one refund call.
-    let info: String = node.cmd(redis::cmd("INFO").arg("commandstats"));
+    // A peek and a take per slot, no refund.
     assert!(
-        info.contains("cmdstat_evalsha:calls=3,"),
+        script_calls(&node).contains("calls=4,"),
         "{}",
-        info.lines().find(|l| l.contains("evalsha")).unwrap_or("")
+        script_calls(&node)
+    );
+}
+
+#[tokio::test]
+async fn a_client_over_its_limit_never_touches_the_buckets_it_shares_elsewhere() {
+    let node = OneNodeCluster::start();
+    let store = store(&node).await;
+    // A global bucket on one slot, this client's own (empty) bucket on another.
+    let (global, own) = (rule("{g}global", 1000), rule("{u}alice", 1));
+    assert!(store.check(&vec![own.clone()]).await.unwrap().1[0].allowed);
+    let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
+    for _ in 0..5 {
+        let (_, out) = store
+            .check(&vec![global.clone(), own.clone()])
+            .await
+            .unwrap();
+        assert_eq!((out[0].allowed, out[1].allowed), (true, false));
+    }
+    // The global bucket was never written: not taken, not refunded.
+    let exists: i64 = node.cmd(redis::cmd("EXISTS").arg("{g}global"));
+    assert_eq!(exists, 0);
+    assert!(
+        script_calls(&node).contains("calls=10,"),
+        "{}",
+        script_calls(&node)
     );
 }
