@@ -159,7 +159,7 @@ impl Check {
                     .map(|p| config.rules.get(p.rule).map_or("", |r| r.name.as_str()))
                     .collect();
                 let now_ms = host.now_ms();
-                match local::check(host, &self.planned, &names, config.local_share, now_ms) {
+                match local::check(host, &self.planned, &names, config.local, now_ms) {
                     Some(results) => self.decide(config, now_ms, &results),
                     None => Verdict::Reply(response::unavailable()),
                 }

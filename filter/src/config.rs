@@ -33,6 +33,7 @@ struct RawConfig {
     #[serde(default)]
     headers: HeaderOptions,
     local_share: Option<f64>,
+    local_buckets: Option<u64>,
     #[serde(default)]
     circuit_breaker: BreakerConfig,
 }
@@ -133,6 +134,20 @@ pub struct Rule {
     pub tiers: Vec<(String, Limit)>,
 }
 
+/// Local buckets per rule by default (`failure_mode: "local"`).
+pub const DEFAULT_BUCKETS: u64 = 1024;
+/// Most local buckets per rule (each costs shared data once touched: about 60 bytes).
+pub const MAX_BUCKETS: u64 = 65_536;
+
+/// How the local failure mode divides the global limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalOptions {
+    /// The share of each global limit one gateway enforces alone.
+    pub share: f64,
+    /// Buckets per rule that clients hash into.
+    pub buckets: u64,
+}
+
 /// The validated plugin configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -143,7 +158,9 @@ pub struct Config {
     pub rules: Vec<Rule>,
     pub headers: HeaderOptions,
     /// Share of each global limit one gateway enforces in `FailureMode::Local`.
-    pub local_share: f64,
+    /// With `failure_mode: "local"`: the share of each limit enforced alone, and how many
+    /// buckets per rule clients hash into.
+    pub local: LocalOptions,
     pub circuit_breaker: BreakerConfig,
 }
 
@@ -203,6 +220,22 @@ impl RawConfig {
             }
             (_, None) => 1.0,
         };
+        let local_buckets = match (self.failure_mode, self.local_buckets) {
+            (FailureMode::Local, Some(n)) if !(1..=MAX_BUCKETS).contains(&n) => {
+                return err(
+                    "local_buckets",
+                    format!("must be between 1 and {MAX_BUCKETS}"),
+                )
+            }
+            (FailureMode::Local, n) => n.unwrap_or(DEFAULT_BUCKETS),
+            (_, Some(_)) => {
+                return err(
+                    "local_buckets",
+                    "only applies to \"failure_mode\": \"local\"",
+                )
+            }
+            (_, None) => DEFAULT_BUCKETS,
+        };
         let breaker = self.circuit_breaker;
         if breaker.failures > 0 && (breaker.open_ms == 0 || breaker.max_open_ms < breaker.open_ms) {
             return err(
@@ -223,7 +256,10 @@ impl RawConfig {
             identities,
             rules: Vec::new(),
             headers: self.headers,
-            local_share,
+            local: LocalOptions {
+                share: local_share,
+                buckets: local_buckets,
+            },
             circuit_breaker: breaker,
         };
         if self.rules.is_empty() {

@@ -201,6 +201,9 @@ fn bad_configs_are_refused_naming_the_field() {
         (r#"{"backend": {"cluster": "b"}, "rules": []}"#.into(), "rules"),
         (r#"{"backend": {"cluster": "b"}, "rulez": []}"#.into(), "rulez"),
         (r#"{"backend": {"cluster": "b"}, "failure_mode": "maybe", "rules": []}"#.into(), "failure_mode"),
+        (r#"{"backend": {"cluster": "b"}, "local_buckets": 8, "rules": []}"#.into(), "local_buckets"),
+        (r#"{"backend": {"cluster": "b"}, "failure_mode": "local", "local_buckets": 0, "rules": []}"#.into(), "local_buckets"),
+        (r#"{"backend": {"cluster": "b"}, "failure_mode": "local", "local_buckets": 65537, "rules": []}"#.into(), "local_buckets"),
         (r#"{"backend": {"cluster": "b"}, "key_prefix": "a:b", "rules": []}"#.into(), "key_prefix"),
         (
             r#"{"backend": {"cluster": "b"}, "identity": {"u": {"header": "x", "source": "peer"}}, "rules": []}"#.into(),
