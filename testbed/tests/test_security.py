@@ -2,6 +2,7 @@
 ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
 
 import http.client
+import time
 
 import pytest
 
@@ -157,3 +158,17 @@ def request_to(port, path, body):
         return resp.status, dict(resp.getheaders()), resp.read()
     finally:
         conn.close()
+
+
+def test_after_redis_comes_back_the_first_request_is_checked_not_failed(stack_of):
+    stack = stack_of(plugin(rule("per-user", ["user"], 100), identity={"user": {"header": "x-user-id"}}))
+    alice = {"x-user-id": "alice"}
+    assert stack.get(0, "/", alice)[0] == 200
+    stack.valkey.stop()
+    assert stack.get(0, "/", alice)[0] == 503  # failure_mode closed, while it is down
+    stack.start_valkey()
+    time.sleep(1.5)
+    status, headers, _ = stack.get(0, "/", alice)
+    assert status == 200, "the first request after Redis came back"
+    # Valkey restarted empty: alice's bucket starts full again.
+    assert headers["x-ratelimit-remaining"] == "99"
