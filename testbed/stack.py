@@ -139,6 +139,20 @@ def default_plugin():
     return json.loads(wasm["configuration"]["value"])
 
 
+def load_error(plugin):
+    """The log of an Envoy asked to load `plugin`, which it must refuse (the stack fails to
+    start)."""
+    stack = Stack(plugin, gateways=1)
+    try:
+        try:
+            stack.start()
+        except RuntimeError:
+            return stack.logs("envoy-0")
+        raise AssertionError("the gateway accepted the plugin configuration")
+    finally:
+        stack.close()
+
+
 class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
     `raw_paths` as in `envoy_config`."""

@@ -11,6 +11,13 @@ fn rule(key: &str) -> RuleSpec {
     }
 }
 
+/// Whether `call` goes to `{y}`'s slot (its first rule is there).
+fn in_slot_y(checks: &[Check], call: &Call) -> bool {
+    checks[call.parts[0].check][call.parts[0].rules[0]]
+        .key
+        .starts_with("{y}")
+}
+
 fn outcome(allowed: bool) -> ScriptOutcome {
     Some(RuleOutcome {
         allowed,
@@ -124,9 +131,7 @@ fn a_failed_call_fails_its_checks_and_refunds_their_other_parts() {
     let calls = plan(&checks, true);
     let mut tally = Tally::new(&checks);
     for call in &calls {
-        let y = checks[call.parts[0].check][call.parts[0].rules[0]]
-            .key
-            .starts_with("{y}");
+        let y = in_slot_y(&checks, call);
         let reply = if y {
             Err("down".to_string())
         } else {
@@ -146,9 +151,7 @@ fn a_foreign_value_fails_its_check_and_refunds_its_other_parts() {
     let calls = plan(&checks, true);
     let mut tally = Tally::new(&checks);
     for call in &calls {
-        let y = checks[call.parts[0].check][call.parts[0].rules[0]]
-            .key
-            .starts_with("{y}");
+        let y = in_slot_y(&checks, call);
         // On y's node, the first check's key holds a foreign value.
         let outcomes = call
             .parts
@@ -184,9 +187,7 @@ fn checks_spanning_calls_peek_and_only_the_undecided_ones_take() {
         .all(|call| call.parts.iter().all(|p| p.check != 1)));
     let mut tally = Tally::new(&checks);
     for call in &peeks {
-        let y = checks[call.parts[0].check][call.parts[0].rules[0]]
-            .key
-            .starts_with("{y}");
+        let y = in_slot_y(&checks, call);
         // y's slot would deny the third check.
         let outcomes = call
             .parts

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from stack import Stack
+from stack import load_error
 
 LONG_IDENTITIES = {f"h{i}": {"header": f"x-h{i}"} for i in range(4)}
 
@@ -77,13 +77,7 @@ def test_xff_trusted_hops_count_the_proxies_in_front_of_envoy(stack_of):
 def test_a_tier_from_a_client_header_is_refused_at_load():
     ident = {"user": {"header": "x-user-id"}, "tier": {"header": "x-tier"}}
     tiered = dict(rule("per-user", ["user"], 2), tiers={"gold": {"requests": 1000, "per": "1h"}})
-    stack = Stack(plugin(tiered, identity=ident), gateways=1)
-    try:
-        with pytest.raises(RuntimeError):
-            stack.start()
-        assert "rules[0].tier_identity" in stack.logs("envoy-0")
-    finally:
-        stack.close()
+    assert "rules[0].tier_identity" in load_error(plugin(tiered, identity=ident))
 
 
 def test_ipv6_clients_rotating_inside_their_64_share_one_bucket(stack_of):
