@@ -10,9 +10,9 @@
 //! and take another gateway may still take the last token: the parts that did take are
 //! then refunded.
 
+use crate::check::{Check, CheckOutcome, RuleOutcome};
 use crate::script::{self, Part, ScriptOutcome, Shape};
 use crate::slot::slot;
-use crate::wire::{Check, CheckOutcome, RuleOutcome};
 use std::collections::{BTreeMap, HashSet};
 
 /// Most keys one script call carries: bounds the script's `unpack` (Lua's C stack holds

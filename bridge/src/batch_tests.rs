@@ -1,5 +1,5 @@
 use super::*;
-use crate::wire::RuleSpec;
+use crate::check::RuleSpec;
 
 fn rule(key: &str) -> RuleSpec {
     RuleSpec {

@@ -3,7 +3,7 @@
 //! without this bound a caller could overwrite or expire any key of a shared Redis
 //! (sessions, queues), not only rate-limit buckets.
 
-use crate::wire::Check;
+use crate::check::Check;
 
 /// The default prefix, the filter's default `key_prefix`.
 pub const DEFAULT_PREFIX: &str = "rl";
@@ -61,7 +61,7 @@ impl Keyspace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::RuleSpec;
+    use crate::check::RuleSpec;
 
     fn check(keys: &[&str]) -> Check {
         keys.iter()

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod batch;
+pub mod check;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;

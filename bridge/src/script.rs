@@ -7,7 +7,7 @@
 //! different clients) send them once per call as a *shape*, and which check has which
 //! rules travels as one byte string, so a rule costs one key and two bytes.
 
-use crate::wire::{Check, RuleOutcome, RuleSpec};
+use crate::check::{Check, RuleOutcome, RuleSpec};
 use std::collections::HashMap;
 
 /// The token bucket script, the single source of truth for the algorithm.

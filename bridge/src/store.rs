@@ -13,9 +13,9 @@
 //! a cluster no connection to send it on, or a node that does not serve its slot (yet).
 
 use crate::batch::{self, Call, Tally};
+use crate::check::{Check, CheckOutcome};
 use crate::keyspace::Keyspace;
 use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
-use crate::wire::{Check, CheckOutcome};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;

@@ -1,16 +1,10 @@
-//! The bridge's view of the wire format defined in the `ratelimit-protocol` crate: the
-//! shapes the store works with, and one exchange (a batch in, its answer out) shared by the
-//! HTTP and the gRPC stream transports.
+//! One exchange of the wire format (defined in the `ratelimit-protocol` crate): a batch in,
+//! its answer out, shared by the HTTP and the gRPC stream transports.
 
+use crate::check::Check;
 use crate::store::Store;
+pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult};
-pub use ratelimit_protocol::{RuleResult as RuleOutcome, RuleSpec, MAX_BODY};
-
-/// One request's rules, checked all-or-nothing.
-pub type Check = Vec<RuleSpec>;
-
-/// The outcome of one check: Redis time and per-rule outcomes, or why it failed.
-pub type CheckOutcome = Result<(u64, Vec<RuleOutcome>), String>;
 
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is
 /// checked (together, in order); any other line is refused alone (`?`, which the filter

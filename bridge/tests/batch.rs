@@ -8,8 +8,8 @@ mod common;
 
 use common::buckets::{batch, redis_now_ms, reset_stats, rule, run, script_calls, store, stored};
 use common::{Connect, Valkey};
+use ratelimit_bridge::check::Check;
 use ratelimit_bridge::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
-use ratelimit_bridge::wire::Check;
 
 #[tokio::test]
 async fn buckets_written_together_each_expire_a_second_after_full() {

@@ -9,9 +9,9 @@
 mod common;
 
 use common::cluster::OneNodeCluster;
+use ratelimit_bridge::check::{Check, RuleSpec};
 use ratelimit_bridge::slot::slot;
 use ratelimit_bridge::store::{Store, StoreOptions};
-use ratelimit_bridge::wire::{Check, RuleSpec};
 use std::time::Duration;
 
 fn rule(key: &str, burst: u64) -> RuleSpec {

@@ -9,8 +9,8 @@ mod common;
 use common::buckets::{age, batch, redis_now_ms, rule, run, store, stored};
 use common::model::{self, Buckets};
 use common::{Connect, Valkey};
+use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::Store;
-use ratelimit_bridge::wire::{Check, RuleOutcome, RuleSpec};
 use std::time::Duration;
 
 #[tokio::test]

@@ -3,8 +3,8 @@
 
 use super::model::Bucket;
 use super::{Connect, Valkey};
+use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::{Store, StoreOptions};
-use ratelimit_bridge::wire::{Check, RuleOutcome, RuleSpec};
 use std::time::Duration;
 
 pub fn store(valkey: &Valkey) -> Store {

@@ -1,7 +1,7 @@
 //! The token bucket in plain Rust, exact (u128), written from the specification in
 //! `lua/token_bucket.lua`, so that the script can be checked against it.
 
-use ratelimit_bridge::wire::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
 use std::collections::HashMap;
 
 /// A bucket's stored state: its level in units at Redis time `at` (ms).
