@@ -14,9 +14,14 @@ BRIDGE := dist/ratelimit-bridge
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 
-.PHONY: all build setup test test-unit test-wasm test-e2e lint demo testbed clean
+.PHONY: all help build setup test test-unit test-wasm test-e2e lint demo testbed clean \
+	bench bench-smoke bench-build
 
 all: build
+
+## help: this list
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 ## setup: the wasm target, and Envoy + Valkey + pytest in .venv
 setup: $(STAMP) .rust-target
@@ -59,7 +64,8 @@ test-wasm: .rust-target
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests
 
-lint:
+## lint: rustfmt and clippy (native and wasm32)
+lint: .rust-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
@@ -77,7 +83,6 @@ clean:
 
 ## bench: the performance report (bench/REPORT.md + bench/latency.svg), ~10 minutes
 ## bench-smoke: the bench scripts for ~1 s per configuration, asserting sane output
-.PHONY: bench bench-smoke bench-build
 bench-build: setup build
 	$(CARGO) build --release -p ratelimit-bench
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-bench-noop

@@ -6,7 +6,7 @@ patterns of the incumbents, each run on the same Valkey over the same keys.
             parameters, so they are sent once per call as one shape)
   incrby    envoyproxy/ratelimit's fixed window: INCRBY + EXPIRE, pipelined
   getincr   a GET / INCR / EXPIRE / TTL fixed-window script (Higress's pattern)
-  naive     HMGET, then MULTI / HSET / EXPIRE / EXEC (the design study's naive bucket:
+  naive     HMGET, then MULTI / HSET / EXPIRE / EXEC (the textbook naive bucket:
             two round trips, not atomic across them)
 
 For each: server time of the commands the client sent (INFO commandstats, `usec`) per
@@ -14,9 +14,9 @@ rule-check, Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) normalised to 100
 and MEMORY USAGE of one bucket. The scripts below are written for this bench from the
 patterns' public descriptions.
 
-Standalone: `python3 bench/redis_cost.py --port 6379 [--checks N] [--previous FILE]`, where
-FILE is an older token_bucket.lua taking one check per call (e.g. from `git show`), run
-first for comparison.
+Standalone: `python3 bench/redis_cost.py --port 6379 [--checks N] [--previous FILE
+[--previous-takes-mode]]`, where FILE is an older token_bucket.lua taking one check per
+call (e.g. from `git show`), run first for comparison.
 """
 
 import argparse
@@ -130,11 +130,11 @@ def run_script(r, checks, prefix, batch=1):
     return ["evalsha"]
 
 
-def run_previous(r, checks, prefix, text):
+def run_previous(r, checks, prefix, text, takes_mode):
     """An older script taking one check per call: KEYS[1], then [mode,] burst, num, den,
-    cost (newer of those versions took a mode first)."""
+    cost (`takes_mode`: the later of those versions took a mode first)."""
     sha = r.call("SCRIPT", "LOAD", text)
-    mode = ["check"] if "'check'" in text else []
+    mode = ["check"] if takes_mode else []
     for start in range(0, checks, BATCH):
         r.pipeline([("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE)
                     for i in range(start, min(checks, start + BATCH))])
@@ -192,14 +192,15 @@ PATTERNS = [
 ]
 
 
-def measure(port, checks, previous=None):
+def measure(port, checks, previous=None, previous_takes_mode=False):
     """Runs every pattern for `checks` checks; returns one result dict per pattern
     (`usec_per_check` is per rule-check: each check here has one rule). `previous`: the
     text of an older one-check-per-call script, measured first."""
     patterns = list(PATTERNS)
     if previous is not None:
         patterns.insert(0, ("previous", "previous token_bucket.lua, 1 check per call",
-                            functools.partial(run_previous, text=previous)))
+                            functools.partial(run_previous, text=previous,
+                                              takes_mode=previous_takes_mode)))
     r = Resp(port)
     results = []
     try:
@@ -235,9 +236,11 @@ def main():
     parser.add_argument("--port", type=int, required=True, help="a Valkey on 127.0.0.1")
     parser.add_argument("--checks", type=int, default=100_000)
     parser.add_argument("--previous", type=Path, help="an older one-check-per-call script")
+    parser.add_argument("--previous-takes-mode", action="store_true",
+                        help="the --previous script takes a mode ('check') before its numbers")
     args = parser.parse_args()
     previous = args.previous.read_text() if args.previous else None
-    for row in measure(args.port, args.checks, previous):
+    for row in measure(args.port, args.checks, previous, args.previous_takes_mode):
         print(f"{row['usec_per_check']:7.2f} µs/rule-check  {row['cpu_s_per_100k']:5.2f} CPU s/100k  "
               f"{row['bytes_per_bucket']:4.0f} B  {row['label']}")
 

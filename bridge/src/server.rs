@@ -11,7 +11,7 @@ use crate::{grpc, health, wire};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
 use hyper::body::{Body, Incoming};
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
@@ -211,12 +211,15 @@ async fn check(store: &Store, body_timeout: Duration, req: Request<Incoming>) ->
     let read = Limited::new(req.into_body(), MAX_BODY).collect();
     let body = match tokio::time::timeout(body_timeout, read).await {
         Ok(Ok(body)) => body.to_bytes(),
-        Ok(Err(e)) => {
+        // Past the bound is the client's size; anything else (a reset, a broken chunk)
+        // is a bad request, not "too large".
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
             return reply(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("unreadable body: {e}\n"),
+                format!("the body exceeds {MAX_BODY} bytes\n"),
             )
         }
+        Ok(Err(e)) => return reply(StatusCode::BAD_REQUEST, format!("unreadable body: {e}\n")),
         Err(_) => {
             return reply(
                 StatusCode::REQUEST_TIMEOUT,

@@ -169,6 +169,30 @@ async fn a_body_announced_too_large_is_refused_before_it_is_sent() {
 }
 
 #[tokio::test]
+async fn only_a_body_past_the_bound_is_too_large_a_broken_one_is_a_bad_request() {
+    let valkey = Valkey::start();
+    let bridge = start_with(&valkey.url(), limits(LONG, LONG, 64)).await;
+    // Chunked, so no length is announced: the bound is found while reading.
+    let chunk = "x".repeat(64 * 1024);
+    let mut big =
+        b"POST /v1/check HTTP/1.1\r\nhost: bridge\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..5 {
+        big.extend(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
+    }
+    let mut conn = connect(bridge.addr, &big).await;
+    let status = status_line(&mut conn, SLACK).await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 413 Payload Too Large"));
+    // A chunk size that is not hex: the body is broken, not large.
+    let mut conn = connect(
+        bridge.addr,
+        b"POST /v1/check HTTP/1.1\r\nhost: bridge\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nrl:k\r\n",
+    )
+    .await;
+    let status = status_line(&mut conn, SLACK).await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 400 Bad Request"));
+}
+
+#[tokio::test]
 async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
     let valkey = Valkey::start();
     let body_timeout = Duration::from_millis(500);

@@ -117,10 +117,19 @@ impl Breaker {
     /// A callout failed. Only failures of calls made while closed, and of the probe, count:
     /// the late failures of calls sent before the breaker opened say nothing new.
     pub fn record_failure(&mut self, now_ms: u64, was_probe: bool) -> Failure {
-        if self.config.failures == 0 {
-            return Failure::Counted;
-        }
         let (state, failure) = match self.state {
+            // Turned off: never opens, but still tells the first failure of a run apart,
+            // so an outage is logged as loudly as with the breaker on.
+            State::Closed { failures } if self.config.failures == 0 => (
+                State::Closed {
+                    failures: failures.saturating_add(1),
+                },
+                if failures == 0 {
+                    Failure::FirstOfRun
+                } else {
+                    Failure::Counted
+                },
+            ),
             State::Closed { failures } if failures + 1 < self.config.failures => (
                 State::Closed {
                     failures: failures + 1,
@@ -275,9 +284,13 @@ mod tests {
             },
             25,
         );
+        // The first failure of each run is still told apart, for the warning in the log.
+        assert_eq!(b.record_failure(0, false), Failure::FirstOfRun);
         (0..100).for_each(|_| {
-            b.record_failure(0, false);
+            assert_eq!(b.record_failure(0, false), Failure::Counted);
         });
         assert_eq!(b.allow(0), Permit::Call);
+        b.record_success();
+        assert_eq!(b.record_failure(0, false), Failure::FirstOfRun);
     }
 }

@@ -129,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn denial_renders_the_headers_and_body_of_the_mission() {
+    fn denial_renders_the_documented_headers_and_body() {
         let result = RuleResult {
             allowed: false,
             remaining: 0,
