@@ -2,8 +2,10 @@
 //! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
 
 pub mod batch;
+pub mod connect;
 pub mod grpc;
 pub mod keyspace;
+pub mod redis_tls;
 pub mod script;
 pub mod server;
 pub mod slot;

@@ -12,7 +12,7 @@ use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
 use crate::wire::{Check, CheckOutcome};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,11 @@ impl Store {
     /// One server. Prepares the connection without dialing: the bridge starts (and reports
     /// unhealthy) even while Redis is down.
     pub fn new(url: &str, options: StoreOptions) -> redis::RedisResult<Store> {
-        let client = redis::Client::open(url)?;
+        Store::with_client(redis::Client::open(url)?, options)
+    }
+
+    /// One server through `client`, which carries TLS and credentials (see `connect`).
+    pub fn with_client(client: redis::Client, options: StoreOptions) -> redis::RedisResult<Store> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
@@ -66,7 +70,15 @@ impl Store {
 
     /// A Redis Cluster reached through any of `seeds`.
     pub fn cluster(seeds: &[String], options: StoreOptions) -> redis::RedisResult<Store> {
-        let client = ClusterClient::builder(seeds.to_vec())
+        Store::with_cluster(ClusterClient::builder(seeds.to_vec()), options)
+    }
+
+    /// A Redis Cluster through `builder`, which carries TLS and credentials (see `connect`).
+    pub fn with_cluster(
+        builder: ClusterClientBuilder,
+        options: StoreOptions,
+    ) -> redis::RedisResult<Store> {
+        let client = builder
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
             .retries(2)
