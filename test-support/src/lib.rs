@@ -1,8 +1,12 @@
 //! Real servers for the Rust tests: a Valkey (or Redis) server and the built
-//! `ratelimit-bridge`, each on a free loopback port, stopped when dropped. Test-only code:
-//! it fails loudly, with how to fix the environment.
+//! `ratelimit-bridge`, each on a free loopback port, stopped when dropped; and a TLS proxy
+//! with test-time certificates to put in front of Valkey. Test-only code: it fails loudly,
+//! with how to fix the environment.
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod pki;
+pub mod tls_proxy;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -93,6 +97,11 @@ pub struct Valkey {
 
 impl Valkey {
     pub fn start() -> Valkey {
+        Valkey::start_with(&[])
+    }
+
+    /// With extra command line arguments, e.g. `["--requirepass", "pw"]`.
+    pub fn start_with(args: &[&str]) -> Valkey {
         let binary = program(
             "RATELIMIT_VALKEY",
             ".venv/bin/valkey-server",
@@ -103,15 +112,17 @@ impl Valkey {
             let child = Command::new(&binary)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
+                .args(args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("start valkey-server");
             let mut guard = Guard(child);
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            // Asking for a password (`-NOAUTH`) means up, too.
             let pong = || {
                 exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
-                    .is_some_and(|r| r.starts_with(b"+PONG"))
+                    .is_some_and(|r| r.starts_with(b"+PONG") || r.starts_with(b"-NOAUTH"))
             };
             if wait_until(&mut guard.0, pong) {
                 return Valkey {
