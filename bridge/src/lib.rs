@@ -4,10 +4,12 @@
 pub mod access;
 pub mod batch;
 pub mod check;
+pub mod connect;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
 pub mod limits;
+pub mod redis_tls;
 pub mod script;
 pub mod server;
 pub mod slot;

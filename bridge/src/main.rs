@@ -2,8 +2,10 @@
 
 use clap::Parser;
 use ratelimit_bridge::access::Access;
+use ratelimit_bridge::connect::{redact, RedisAccess};
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::redis_tls::TlsFiles;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
@@ -27,17 +29,42 @@ struct Args {
         default_value = "127.0.0.1:8081"
     )]
     listen: SocketAddr,
-    /// Redis or Valkey URL (redis://[user:pass@]host:port[/db], rediss:// for TLS). With
-    /// --cluster: comma-separated seed nodes of the cluster (any reachable one suffices).
+    /// Redis or Valkey URL: redis://[[user]:password@]host:port[/db], or rediss://... for TLS
+    /// (rustls; the system's CA roots unless --redis-ca-file). With --cluster:
+    /// comma-separated seed nodes of the cluster (any reachable one suffices). Passwords are
+    /// masked in logs; --redis-password-file keeps them out of the process list too.
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_REDIS",
-        default_value = "redis://127.0.0.1:6379"
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
     )]
     redis: String,
     /// Treat --redis as a Redis Cluster: slot routing, MOVED/ASK, topology refresh.
     #[arg(long, env = "RATELIMIT_BRIDGE_CLUSTER")]
     cluster: bool,
+    /// PEM bundle of the CAs that sign Redis's certificate, trusted instead of the system's
+    /// roots (rediss:// only).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CA_FILE", value_name = "PATH")]
+    redis_ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) the bridge presents to Redis for mutual TLS (rediss:// only;
+    /// needs --redis-client-key).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_CERT", value_name = "PATH")]
+    redis_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-client-cert.
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY", value_name = "PATH")]
+    redis_client_key: Option<PathBuf>,
+    /// ACL user to authenticate as, instead of user@ in --redis (needs a password).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_USERNAME", value_name = "USER")]
+    redis_username: Option<String>,
+    /// File holding the Redis password (surrounding whitespace ignored), instead of
+    /// :password@ in --redis. With no username: the default user (requirepass).
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_REDIS_PASSWORD_FILE",
+        value_name = "PATH"
+    )]
+    redis_password_file: Option<PathBuf>,
     /// Bound on connecting to Redis, in milliseconds.
     #[arg(
         long,
@@ -131,19 +158,29 @@ async fn serve(args: Args) -> Result<(), String> {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
     };
+    let redis_access = RedisAccess {
+        tls: TlsFiles {
+            ca_file: args.redis_ca_file,
+            client_cert: args.redis_client_cert,
+            client_key: args.redis_client_key,
+        },
+        username: args.redis_username,
+        password_file: args.redis_password_file,
+    };
+    let redis = redact(&args.redis);
     let store = if args.cluster {
         let seeds: Vec<String> = args
             .redis
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
-        Store::cluster(&seeds, options)
+        Store::with_cluster(redis_access.cluster(&seeds)?, options)
     } else if args.redis.contains(',') {
         return Err("--redis: several URLs need --cluster".into());
     } else {
-        Store::new(&args.redis, options)
+        Store::with_client(redis_access.single(&args.redis)?, options)
     }
-    .map_err(|e| format!("--redis {}: {e}", args.redis))?
+    .map_err(|e| format!("--redis {redis}: {e}"))?
     .with_keyspace(Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?);
     let listener = TcpListener::bind(args.listen)
         .await
@@ -156,7 +193,7 @@ async fn serve(args: Args) -> Result<(), String> {
         }
     };
     let mode = if args.cluster { "cluster" } else { "single" };
-    log::info!("listening on {} (redis {mode} {})", args.listen, args.redis);
+    log::info!("listening on {} (redis {mode} {redis})", args.listen);
     let limits = Limits {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         body_timeout: Duration::from_millis(args.body_timeout_ms),

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
-use hyper::body::{Body, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,6 +20,8 @@ use hyper_util::server::conn::auto;
 use ratelimit_protocol::{GRPC_METHOD, GRPC_SERVICE, MAX_BODY, PATH};
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -110,13 +112,34 @@ type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
 /// `reply`, with its request in progress until the body is sent (or dropped with the
 /// connection).
 fn held(reply: Reply, busy: Busy) -> Reply {
-    reply.map(|body| {
-        body.map_frame(move |frame| {
-            let _ = &busy;
-            frame
-        })
-        .boxed_unsync()
-    })
+    reply.map(|body| Held { body, _busy: busy }.boxed_unsync())
+}
+
+/// A body that keeps its request counted as in progress while it lives. It passes the size
+/// on, so a whole answer still goes out with a `content-length`, not chunked.
+struct Held {
+    body: UnsyncBoxBody<Bytes, Infallible>,
+    _busy: Busy,
+}
+
+impl Body for Held {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {

@@ -18,7 +18,7 @@ use crate::keyspace::Keyspace;
 use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind};
 use std::sync::Arc;
@@ -60,7 +60,11 @@ impl Store {
     /// one only makes it reconnect in the background, and its "retries" are attempts to
     /// connect (two, then the next command tries again; `health` makes sure one does).
     pub fn new(url: &str, options: StoreOptions) -> redis::RedisResult<Store> {
-        let client = redis::Client::open(url)?;
+        Store::with_client(redis::Client::open(url)?, options)
+    }
+
+    /// One server through `client`, which carries TLS and credentials (see `connect`).
+    pub fn with_client(client: redis::Client, options: StoreOptions) -> redis::RedisResult<Store> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
@@ -78,7 +82,15 @@ impl Store {
     /// readily as on `MOVED`, so a script call that ran could run twice. `on_cluster`
     /// re-sends only what provably did not run.
     pub fn cluster(seeds: &[String], options: StoreOptions) -> redis::RedisResult<Store> {
-        let client = ClusterClient::builder(seeds.to_vec())
+        Store::with_cluster(ClusterClient::builder(seeds.to_vec()), options)
+    }
+
+    /// A Redis Cluster through `builder`, which carries TLS and credentials (see `connect`).
+    pub fn with_cluster(
+        builder: ClusterClientBuilder,
+        options: StoreOptions,
+    ) -> redis::RedisResult<Store> {
+        let client = builder
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
             .retries(0)

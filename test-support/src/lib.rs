@@ -1,8 +1,12 @@
 //! Real servers for the Rust tests: a Valkey (or Redis) server and the built
-//! `ratelimit-bridge`, each on a free loopback port, stopped when dropped. Test-only code:
-//! it fails loudly, with how to fix the environment.
+//! `ratelimit-bridge`, each on a free loopback port, stopped when dropped; and a TLS proxy
+//! with test-time certificates to put in front of Valkey. Test-only code: it fails loudly,
+//! with how to fix the environment.
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod pki;
+pub mod tls_proxy;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -89,16 +93,25 @@ fn exchange(addr: SocketAddr, request: &[u8], done: impl Fn(&[u8]) -> bool) -> O
 pub struct Valkey {
     child: Option<Guard>,
     pub port: u16,
+    /// Extra command line arguments, kept for a restart.
+    args: Vec<String>,
 }
 
 impl Valkey {
     pub fn start() -> Valkey {
+        Valkey::start_with(&[])
+    }
+
+    /// With extra command line arguments, e.g. `["--requirepass", "pw"]`.
+    pub fn start_with(args: &[&str]) -> Valkey {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = Valkey::spawn(port) {
+            if let Some(child) = Valkey::spawn(port, &args) {
                 return Valkey {
                     child: Some(child),
                     port,
+                    args,
                 };
             }
         }
@@ -110,14 +123,16 @@ impl Valkey {
         self.child = None;
     }
 
-    /// A new, empty server on the same port, as after a restart.
+    /// A new, empty server on the same port with the same arguments, as after a restart.
     pub fn restart(&mut self) {
         self.stop();
-        self.child = Some(Valkey::spawn(self.port).expect("valkey-server restarts on its port"));
+        let child = Valkey::spawn(self.port, &self.args);
+        self.child = Some(child.expect("valkey-server restarts on its port"));
     }
 
-    /// A server on `port`, once it answers `PING`; `None` if it exits first.
-    fn spawn(port: u16) -> Option<Guard> {
+    /// A server on `port`, once it answers `PING` (or asks for a password: up, too);
+    /// `None` if it exits first.
+    fn spawn(port: u16, args: &[String]) -> Option<Guard> {
         let binary = program(
             "RATELIMIT_VALKEY",
             ".venv/bin/valkey-server",
@@ -126,6 +141,7 @@ impl Valkey {
         let child = Command::new(&binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -134,7 +150,7 @@ impl Valkey {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let pong = || {
             exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
-                .is_some_and(|r| r.starts_with(b"+PONG"))
+                .is_some_and(|r| r.starts_with(b"+PONG") || r.starts_with(b"-NOAUTH"))
         };
         wait_until(&mut guard.0, pong).then_some(guard)
     }

@@ -1,5 +1,6 @@
 //! Test support: a real Valkey per test (from the `test-support` crate), a Redis client
-//! connection to it, and the native model of the token bucket the Lua script is held to.
+//! connection to it, the native model of the token bucket the Lua script is held to, a
+//! three-node cluster, and the bridge binary run as a process.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
@@ -9,6 +10,7 @@ pub mod client;
 pub mod cluster;
 pub mod cutter;
 pub mod model;
+pub mod process;
 pub mod server;
 
 pub use test_support::Valkey;
