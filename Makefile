@@ -48,8 +48,9 @@ build: .rust-target
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
 ## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
-## and a smoke run of the benchmark scripts so they cannot rot
-test: setup build lint test-unit test-wasm test-e2e bench-smoke
+## a few seconds of each fuzz target, and a smoke run of the benchmark scripts so they
+## cannot rot
+test: setup build lint test-unit fuzz-smoke test-wasm test-e2e bench-smoke
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -67,8 +68,10 @@ test-e2e: setup build
 ## lint: rustfmt and clippy (native and wasm32)
 lint: .rust-target
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
 ## demo: two gateways, one Valkey, scripted traffic, a table, teardown
 demo: setup build
@@ -94,3 +97,33 @@ bench: bench-build
 
 bench-smoke: bench-build
 	$(PY) bench/run.py --smoke
+
+## fuzz: each fuzz target (fuzz/) for FUZZ_SECONDS (60) seconds: executions run, findings
+## fuzz-smoke: each fuzz target for FUZZ_SMOKE_SECONDS (5) seconds, failing on any finding
+.PHONY: fuzz fuzz-smoke fuzz-build
+FUZZ_TARGETS := config identity jwt path request reply stream bridge_frames
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_HOST = $(shell rustc -vV | sed -n 's/^host: //p')
+FUZZ_BIN = target/fuzz/$(FUZZ_HOST)/release
+# libFuzzer's coverage instrumentation, as `cargo fuzz build --sanitizer none` sets it: all
+# stable flags, so no nightly and no cargo-fuzz needed (AddressSanitizer would need
+# nightly; the code under test is safe Rust, where a bug shows as a panic). Not its
+# -Ccodegen-units=1: faster runs are not worth a slower build for seconds of fuzzing. The
+# explicit --target keeps the flags off build scripts and proc macros, and target/fuzz
+# keeps this build from evicting the main one.
+FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+	-Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares \
+	-Cllvm-args=-sanitizer-coverage-stack-depth \
+	-Cllvm-args=-simplifycfg-branch-fold-threshold=0 --cfg fuzzing
+
+fuzz-build:
+	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" $(CARGO) build --release --bins \
+		--manifest-path fuzz/Cargo.toml --target $(FUZZ_HOST) --target-dir target/fuzz
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_BIN) $(FUZZ_TARGETS)

@@ -1,0 +1,40 @@
+//! Holds `Config::parse` to refusing any bad input without panicking, and every
+//! configuration it accepts to planning, for any request, a check the bridge accepts as is.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ratelimit_filter::config::Config;
+use ratelimit_filter::protocol::encode_check;
+use ratelimit_filter::rules::plan;
+use ratelimit_fuzz::Request;
+use ratelimit_protocol::{parse_batch, RuleSpec};
+
+fuzz_target!(|data: &[u8]| {
+    // The configuration, then after a NUL (which JSON never holds) the request.
+    let mut parts = data.splitn(2, |&b| b == 0);
+    let json = parts.next().unwrap_or_default();
+    let Ok(config) = Config::parse(json) else {
+        return;
+    };
+    let planned = plan(
+        &config,
+        &Request::from_lines(parts.next().unwrap_or_default()),
+    );
+    assert!(planned.windows(2).all(|w| w[0].rule < w[1].rule));
+    if planned.is_empty() {
+        return;
+    }
+    let mut line = String::new();
+    encode_check(&mut line, &planned);
+    let sent: Vec<RuleSpec> = planned
+        .iter()
+        .map(|p| RuleSpec {
+            key: p.key.clone(),
+            burst: p.limit.burst,
+            num: p.limit.num,
+            den: p.limit.den,
+            cost: p.cost,
+        })
+        .collect();
+    assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");
+});

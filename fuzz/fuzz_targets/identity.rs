@@ -1,0 +1,47 @@
+//! Holds `identity::resolve` to turning hostile headers, tokens and addresses, through every
+//! kind of source, into nothing or a value that is key-safe and bounded.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ratelimit_filter::config::Source;
+use ratelimit_filter::identity::{resolve, MAX_VALUE_LEN};
+use ratelimit_fuzz::{bearer, payload, Request};
+
+fuzz_target!(|data: &[u8]| {
+    // A byte choosing the source (its high bit: an unverified JWT, or a gateway that appends
+    // to X-Forwarded-For), a byte of trusted hops, then the request (`Request::from_lines`).
+    let [kind, hops, request @ ..] = data else {
+        return;
+    };
+    let flag = kind & 0x80 != 0;
+    let mut request = Request::from_lines(request);
+    let jwt = Source::Jwt {
+        header: "authorization".into(),
+        claim: "sub".into(),
+        unverified: flag,
+    };
+    let source = match (kind & 0x7f) % 5 {
+        0 => Source::Header("x-user-id".into()),
+        1 => jwt,
+        2 => {
+            for value in &mut request.headers {
+                let sub = payload(&String::from_utf8_lossy(value));
+                *value = if flag { bearer(&sub) } else { sub }.into_bytes();
+            }
+            jwt
+        }
+        3 => Source::Peer,
+        _ => Source::ForwardedFor {
+            hops: u32::from(*hops),
+            gateway_appends: flag,
+        },
+    };
+    if let Some(v) = resolve(&source, &request) {
+        assert!(!v.is_empty() && v.len() <= MAX_VALUE_LEN, "{v:?}");
+        assert!(
+            v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._@+=!~%#-".contains(&b)),
+            "{v:?}"
+        );
+    }
+});

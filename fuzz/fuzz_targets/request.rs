@@ -1,0 +1,23 @@
+//! Holds the bridge's batch parser to refusing any bad body or line without panicking,
+//! within the format's bounds, and every line it accepts to surviving the filter's encoding:
+//! re-encoded and parsed again, the same rules.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ratelimit_protocol::{encode_rule, end_check, parse_batch, MAX_CHECKS, MAX_RULES};
+
+fuzz_target!(|body: &[u8]| {
+    let Ok(checks) = parse_batch(body) else {
+        return;
+    };
+    assert!(!checks.is_empty() && checks.len() <= MAX_CHECKS);
+    for rules in checks.into_iter().flatten() {
+        assert!(!rules.is_empty() && rules.len() <= MAX_RULES);
+        let mut line = String::new();
+        for (i, r) in rules.iter().enumerate() {
+            encode_rule(&mut line, i == 0, (&r.key, r.burst, r.num, r.den, r.cost));
+        }
+        end_check(&mut line);
+        assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(rules)]), "{line}");
+    }
+});

@@ -1,0 +1,62 @@
+//! What the fuzz targets share: a request made of fuzz bytes, and well-formed tokens around
+//! any claim (raw fuzz bytes are rarely base64 of JSON, so without them the fuzzer would
+//! hardly ever get past the JWT decoding to what is done with a claim).
+
+use ratelimit_filter::identity::RequestView;
+
+/// A request whose every header name is answered by one of `headers`, picked by a hash of
+/// the name: whatever headers a configuration reads, the fuzzer controls their values
+/// without having to guess the names. An empty value is an absent header.
+pub struct Request {
+    pub peer: Option<Vec<u8>>,
+    pub headers: Vec<Vec<u8>>,
+}
+
+impl Request {
+    /// The peer address on the first line, header values on the others.
+    pub fn from_lines(data: &[u8]) -> Request {
+        let mut lines = data.split(|&b| b == b'\n').map(<[u8]>::to_vec);
+        Request {
+            peer: lines.next().filter(|peer| !peer.is_empty()),
+            headers: lines.collect(),
+        }
+    }
+}
+
+impl RequestView for Request {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        let hash = name.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        });
+        let value = self.headers.get(hash.checked_rem(self.headers.len())?)?;
+        (!value.is_empty()).then(|| value.clone())
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        self.peer.clone()
+    }
+}
+
+/// A JWT payload as Envoy's `jwt_authn` forwards it: base64url of `{"sub": sub}`.
+pub fn payload(sub: &str) -> String {
+    base64url(serde_json::json!({ "sub": sub }).to_string().as_bytes())
+}
+
+/// A bearer token carrying `payload`, its signature unchecked as `unverified` reads it.
+pub fn bearer(payload: &str) -> String {
+    format!("Bearer e30.{payload}.c2ln")
+}
+
+fn base64url(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let mut buf = [0u8; 3];
+        buf[..chunk.len()].copy_from_slice(chunk);
+        let n = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]);
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+        }
+    }
+    out
+}
