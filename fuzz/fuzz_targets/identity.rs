@@ -3,13 +3,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::config::Source;
-use ratelimit_filter::identity::{resolve, MAX_VALUE_LEN};
+use ratelimit_filter::config::{Address, Forwarded, Source};
+use ratelimit_filter::identity::{resolve, Repeated, RequestView, MAX_VALUE_LEN};
 use ratelimit_fuzz::{bearer, payload, Request};
 
 fuzz_target!(|data: &[u8]| {
     // A byte choosing the source (its high bit: an unverified JWT, or a gateway that appends
-    // to X-Forwarded-For), a byte of trusted hops, then the request (`Request::from_lines`).
+    // to X-Forwarded-For), a byte of trusted hops (and of the IPv6 prefix), then the
+    // request (`Request::from_lines`).
     let [kind, hops, request @ ..] = data else {
         return;
     };
@@ -30,18 +31,24 @@ fuzz_target!(|data: &[u8]| {
             }
             jwt
         }
-        3 => Source::Peer,
-        _ => Source::ForwardedFor {
-            hops: u32::from(*hops),
-            gateway_appends: flag,
-        },
+        kind => Source::Address(Address {
+            forwarded: (kind == 4).then_some(Forwarded {
+                hops: u32::from(*hops),
+                gateway_appends: flag,
+            }),
+            ipv6_prefix: 1 + hops % 128,
+        }),
     };
-    if let Some(v) = resolve(&source, &request) {
-        assert!(!v.is_empty() && v.len() <= MAX_VALUE_LEN, "{v:?}");
-        assert!(
-            v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._@+=!~%#-".contains(&b)),
-            "{v:?}"
-        );
+    match resolve(&source, &request) {
+        Ok(Some(v)) => {
+            assert!(!v.is_empty() && v.len() <= MAX_VALUE_LEN, "{v:?}");
+            assert!(
+                v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._@+=!~%#-".contains(&b)),
+                "{v:?}"
+            );
+        }
+        Ok(None) => {}
+        Err(Repeated(name)) => assert!(request.repeated(&name), "{name} is not repeated"),
     }
 });

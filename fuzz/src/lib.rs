@@ -6,7 +6,8 @@ use ratelimit_filter::identity::RequestView;
 
 /// A request whose every header name is answered by one of `headers`, picked by a hash of
 /// the name: whatever headers a configuration reads, the fuzzer controls their values
-/// without having to guess the names. An empty value is an absent header.
+/// without having to guess the names. An empty value is an absent header; a value that
+/// starts with byte 1 stands for a header the request carries twice.
 pub struct Request {
     pub peer: Option<Vec<u8>>,
     pub headers: Vec<Vec<u8>>,
@@ -23,13 +24,23 @@ impl Request {
     }
 }
 
-impl RequestView for Request {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
+impl Request {
+    fn value(&self, name: &str) -> Option<&Vec<u8>> {
         let hash = name.bytes().fold(0usize, |h, b| {
             h.wrapping_mul(31).wrapping_add(usize::from(b))
         });
         let value = self.headers.get(hash.checked_rem(self.headers.len())?)?;
-        (!value.is_empty()).then(|| value.clone())
+        (!value.is_empty()).then_some(value)
+    }
+}
+
+impl RequestView for Request {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.value(name).cloned()
+    }
+
+    fn repeated(&self, name: &str) -> bool {
+        self.value(name).is_some_and(|v| v.first() == Some(&1))
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
