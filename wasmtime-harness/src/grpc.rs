@@ -6,10 +6,9 @@
 //! upstream closes, sends still return `Ok` (and go nowhere) until the guest closes or
 //! cancels the token; after the guest half-closes, the upstream may still answer and close.
 
-use crate::abi::Pair;
+use crate::abi::{pairs, Pair};
 use crate::error::HarnessError;
 use crate::host::Host;
-use crate::stream::pairs;
 use std::net::SocketAddr;
 
 /// gRPC `UNAVAILABLE`: what Envoy reports when the upstream cannot be reached.

@@ -18,7 +18,7 @@ pub mod state;
 pub mod stream;
 pub mod wasm;
 
-pub use abi::{Action, LogLevel, MapType, Pair, Status};
+pub use abi::{pairs, Action, LogLevel, MapType, Pair, Status};
 pub use callout::{CallResponse, Callout, CalloutState};
 pub use error::HarnessError;
 pub use grpc::GrpcStream;
@@ -26,5 +26,4 @@ pub use host::Host;
 pub use hostcalls::wasi::ProcExit;
 pub use queue::SharedQueue;
 pub use state::{Event, HostState, LocalReply, Stream};
-pub use stream::pairs;
 pub use wasm::Wasm;

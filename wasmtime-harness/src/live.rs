@@ -8,6 +8,7 @@
 //! `/v1/check` body); it is forwarded as that HTTP request and answered as `id\n` + the
 //! reply body, so one bridge endpoint serves both transports here.
 
+use crate::abi::{first, pairs};
 use crate::callout::{CallResponse, Callout, CalloutState};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,7 +36,7 @@ pub fn forward_message(
         token: 0,
         context_id: 0,
         upstream: upstream.to_owned(),
-        headers: crate::stream::pairs(&[
+        headers: pairs(&[
             (":method", "POST"),
             (":path", ratelimit_protocol::PATH),
             (":authority", upstream),
@@ -154,7 +155,7 @@ fn parse(raw: &[u8], eof: bool) -> Option<CallResponse> {
         ));
     }
     let rest = &raw[head_end + 4..];
-    let value = |name: &str| crate::state::first(&headers, name);
+    let value = |name: &str| first(&headers, name);
     let body = if value("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
         dechunk(rest)?
     } else if let Some(len) = value("content-length").and_then(|l| l.parse::<usize>().ok()) {

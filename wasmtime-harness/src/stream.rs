@@ -1,20 +1,12 @@
 //! Driving HTTP streams through the guest, and delivering what the world answers: callout
 //! replies (given by the test, failed, timed out, or fetched live) and redis replies.
 
-use crate::abi::{Action, Pair, Status};
+use crate::abi::{pairs, Action, Pair, Status};
 use crate::callout::{CallResponse, Callout, CalloutState};
 use crate::error::HarnessError;
 use crate::host::Host;
 use crate::state::Stream;
 use std::net::SocketAddr;
-
-/// Header pairs from text, names lower-cased as Envoy hands them to wasm.
-pub fn pairs(headers: &[(&str, &str)]) -> Vec<Pair> {
-    headers
-        .iter()
-        .map(|(k, v)| (k.to_ascii_lowercase().into_bytes(), v.as_bytes().to_vec()))
-        .collect()
-}
 
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
