@@ -309,7 +309,7 @@ impl Host {
             .find(|k| k.name == call.cluster)
             .map_or(1000, |k| u64::from(k.timeout_ms.max(1)));
         let query = call.query.clone();
-        match crate::redis::execute(addr, &query, std::time::Duration::from_millis(timeout)) {
+        match crate::live::execute_redis(addr, &query, std::time::Duration::from_millis(timeout)) {
             Ok(reply) => {
                 self.answer_redis(token, 0, &reply)?;
                 Ok(reply)
