@@ -1,11 +1,14 @@
 //! A loaded VM and the callbacks into it, with the lifecycle Envoy follows: `_initialize`,
-//! root context, `proxy_on_vm_start`, `proxy_on_configure`, ticks, and the clock.
+//! root context, `proxy_on_vm_start`, `proxy_on_configure`, ticks, and the clock; and the
+//! event loop around them, which delivers the shared-queue notifications an event posted
+//! once it is over.
 //!
 //! Every callback runs with a fresh fuel budget and its cost is recorded; a trap becomes a
 //! `HarnessError::Trap` carrying the guest's last log lines, and the VM is marked failed.
 
 use crate::error::{HarnessError, TRAP_LOG_LINES};
 use crate::hostcalls::{self, wasi::ProcExit};
+use crate::queue::{SharedQueue, MAX_POSTED_PER_EVENT};
 use crate::state::{FuelRecord, HostState};
 use crate::wasm::Wasm;
 use std::time::Duration;
@@ -104,6 +107,49 @@ impl Host {
             self.deliver_posted()?;
         }
         Ok(value)
+    }
+
+    pub fn shared_queues(&self) -> &[SharedQueue] {
+        &self.state().queues.queues
+    }
+
+    /// The queue registered as `name` (under any VM id).
+    pub fn shared_queue(&self, name: &str) -> Option<&SharedQueue> {
+        self.shared_queues().iter().find(|q| q.name == name)
+    }
+
+    /// `proxy_on_queue_ready` notifications posted and not yet delivered.
+    pub fn posted_notifications(&self) -> usize {
+        self.state().queues.posted.len()
+    }
+
+    /// Delivers every posted `proxy_on_queue_ready`, oldest first, including those the
+    /// notified callbacks post. A failed VM gets none (Envoy finds no live context).
+    pub(crate) fn deliver_posted(&mut self) -> Result<(), HarnessError> {
+        let mut delivered = 0;
+        loop {
+            if self.vm_failed() {
+                self.state_mut().queues.posted.clear();
+                return Ok(());
+            }
+            if delivered == MAX_POSTED_PER_EVENT && !self.state().queues.posted.is_empty() {
+                return Err(HarnessError::Usage(format!(
+                    "{MAX_POSTED_PER_EVENT} proxy_on_queue_ready in one event: the guest \
+                     enqueues again in every one"
+                )));
+            }
+            let Some((root, token)) = self.state_mut().queues.posted.pop_front() else {
+                return Ok(());
+            };
+            delivered += 1;
+            let params = (root as i32, token as i32);
+            let ran = self.call_guest::<(i32, i32), ()>("proxy_on_queue_ready", root, params)?;
+            if ran.is_some() {
+                if let Some(queue) = self.state_mut().queues.get_mut(token) {
+                    queue.ready_delivered += 1;
+                }
+            }
+        }
     }
 
     pub(crate) fn vm_failed(&self) -> bool {
