@@ -8,6 +8,7 @@ pub mod abi;
 pub mod callout;
 pub mod error;
 pub mod grpc;
+mod grpc_upstream;
 pub mod host;
 mod hostcalls;
 pub mod live;
