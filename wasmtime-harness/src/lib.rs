@@ -6,6 +6,7 @@
 
 pub mod abi;
 pub mod callout;
+mod clock;
 pub mod error;
 pub mod grpc;
 mod grpc_upstream;
