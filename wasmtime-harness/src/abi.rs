@@ -176,6 +176,11 @@ fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A count or size (headers, body bytes) as the `i32` parameter a callback takes.
+pub(crate) fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// Parses Envoy's pair serialization; `None` if the bytes are not exactly one such map.
 pub fn decode_pairs(bytes: &[u8]) -> Option<Vec<Pair>> {
     if bytes.is_empty() {

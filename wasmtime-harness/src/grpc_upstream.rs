@@ -3,15 +3,11 @@
 //! callbacks Envoy 1.40 uses. Kept apart from `grpc`, the streams' state, because
 //! delivering needs the running VM (`Host`), which itself holds that state.
 
-use crate::abi::{pairs, Pair};
+use crate::abi::{count, pairs, Pair};
 use crate::error::HarnessError;
 use crate::grpc::{GrpcStream, UNAVAILABLE};
 use crate::host::Host;
 use std::net::SocketAddr;
-
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
 
 /// The response headers of a gRPC stream, as Envoy's async client sees them.
 fn default_initial_metadata() -> Vec<Pair> {

@@ -1,16 +1,12 @@
 //! Driving HTTP streams through the guest, and delivering what the world answers: callout
 //! replies (given by the test, failed, timed out, or fetched live) and redis replies.
 
-use crate::abi::{pairs, Action, Pair, Status};
+use crate::abi::{count, pairs, Action, Pair, Status};
 use crate::callout::{CallResponse, Callout, CalloutState};
 use crate::error::HarnessError;
 use crate::host::Host;
 use crate::state::Stream;
 use std::net::SocketAddr;
-
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
 
 impl Host {
     /// Creates an HTTP context (`proxy_on_context_create` under the root); returns its id.
