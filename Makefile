@@ -64,8 +64,9 @@ test-wasm: .rust-target
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests
 
-## lint: rustfmt and clippy (native and wasm32)
+## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32)
 lint: .rust-target
+	$(PYTHON) tools/layers.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings

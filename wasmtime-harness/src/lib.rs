@@ -3,6 +3,11 @@
 //!
 //! All host state lives in the wasmtime `Store` of one [`Host`], so tests run in parallel;
 //! every callback's fuel is metered; a guest trap is an error carrying its last log lines.
+//!
+//! Modules build on those below them only (`tools/layers.py` checks it): `abi`, `error`,
+//! `wasm`; the data (`callout`, `grpc`, `queue`, `redis`, held together by `state`) and
+//! `live`; `memory`; `hostcalls`; `host`; then what drives a `Host` (`stream`,
+//! `grpc_upstream`, `clock`).
 
 pub mod abi;
 pub mod callout;
