@@ -65,8 +65,9 @@ test-wasm: .rust-target
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests
 
-## lint: rustfmt and clippy (native and wasm32)
+## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32)
 lint: .rust-target
+	$(PYTHON) tools/layers.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

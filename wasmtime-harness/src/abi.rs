@@ -137,6 +137,22 @@ impl LogLevel {
 /// One header (or trailer, or metadata) entry; bytes, because clients send non-UTF-8.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
+/// Header pairs from text, names lower-cased as Envoy hands them to wasm.
+pub fn pairs(headers: &[(&str, &str)]) -> Vec<Pair> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase().into_bytes(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// First value of `name` in `pairs`, lossily decoded.
+pub fn first(pairs: &[Pair], name: &str) -> Option<String> {
+    pairs
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
 /// Serializes pairs as Envoy does: count, then each key and value size, then each key and
 /// value followed by a NUL (all integers u32 little-endian).
 pub fn encode_pairs(pairs: &[Pair]) -> Vec<u8> {
@@ -158,6 +174,11 @@ pub fn encode_pairs(pairs: &[Pair]) -> Vec<u8> {
 
 fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A count or size (headers, body bytes) as the `i32` parameter a callback takes.
+pub(crate) fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Parses Envoy's pair serialization; `None` if the bytes are not exactly one such map.

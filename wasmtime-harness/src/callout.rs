@@ -5,8 +5,7 @@
 //! up when the upstream is unreachable or too slow), or a reset, delivered as a callback
 //! with zero headers during which the reply header map does not exist at all.
 
-use crate::abi::Pair;
-use crate::state::first;
+use crate::abi::{first, Pair};
 
 /// Where a callout stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

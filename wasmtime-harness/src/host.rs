@@ -1,14 +1,16 @@
 //! A loaded VM and the callbacks into it, with the lifecycle Envoy follows: `_initialize`,
-//! root context, `proxy_on_vm_start`, `proxy_on_configure`, ticks, and the clock.
+//! root context, `proxy_on_vm_start`, `proxy_on_configure`, ticks; and the event loop
+//! around them, which delivers the shared-queue notifications an event posted once it is
+//! over. What drives the VM (streams, callouts, gRPC, the clock) is built on this.
 //!
 //! Every callback runs with a fresh fuel budget and its cost is recorded; a trap becomes a
 //! `HarnessError::Trap` carrying the guest's last log lines, and the VM is marked failed.
 
 use crate::error::{HarnessError, TRAP_LOG_LINES};
 use crate::hostcalls::{self, wasi::ProcExit};
+use crate::queue::{SharedQueue, MAX_POSTED_PER_EVENT};
 use crate::state::{FuelRecord, HostState};
 use crate::wasm::Wasm;
-use std::time::Duration;
 use wasmtime::{Instance, Linker, Store, WasmParams, WasmResults};
 
 /// Fuel one callback may burn; past it the guest is stuck in a loop.
@@ -104,6 +106,49 @@ impl Host {
             self.deliver_posted()?;
         }
         Ok(value)
+    }
+
+    pub fn shared_queues(&self) -> &[SharedQueue] {
+        &self.state().queues.queues
+    }
+
+    /// The queue registered as `name` (under any VM id).
+    pub fn shared_queue(&self, name: &str) -> Option<&SharedQueue> {
+        self.shared_queues().iter().find(|q| q.name == name)
+    }
+
+    /// `proxy_on_queue_ready` notifications posted and not yet delivered.
+    pub fn posted_notifications(&self) -> usize {
+        self.state().queues.posted.len()
+    }
+
+    /// Delivers every posted `proxy_on_queue_ready`, oldest first, including those the
+    /// notified callbacks post. A failed VM gets none (Envoy finds no live context).
+    pub(crate) fn deliver_posted(&mut self) -> Result<(), HarnessError> {
+        let mut delivered = 0;
+        loop {
+            if self.vm_failed() {
+                self.state_mut().queues.posted.clear();
+                return Ok(());
+            }
+            if delivered == MAX_POSTED_PER_EVENT && !self.state().queues.posted.is_empty() {
+                return Err(HarnessError::Usage(format!(
+                    "{MAX_POSTED_PER_EVENT} proxy_on_queue_ready in one event: the guest \
+                     enqueues again in every one"
+                )));
+            }
+            let Some((root, token)) = self.state_mut().queues.posted.pop_front() else {
+                return Ok(());
+            };
+            delivered += 1;
+            let params = (root as i32, token as i32);
+            let ran = self.call_guest::<(i32, i32), ()>("proxy_on_queue_ready", root, params)?;
+            if ran.is_some() {
+                if let Some(queue) = self.state_mut().queues.get_mut(token) {
+                    queue.ready_delivered += 1;
+                }
+            }
+        }
     }
 
     pub(crate) fn vm_failed(&self) -> bool {
@@ -227,54 +272,6 @@ impl Host {
         let root = self.root_id()?;
         self.call::<i32, ()>("proxy_on_tick", root, root as i32)?;
         Ok(())
-    }
-
-    /// Moves both clocks forward by `by`, firing due ticks and timing out due callouts in
-    /// time order, as the event loop of a real proxy would: each its own event, followed by
-    /// the notifications it posted.
-    pub fn advance(&mut self, by: Duration) -> Result<(), HarnessError> {
-        self.event(|host| host.advance_now(by))
-    }
-
-    fn advance_now(&mut self, by: Duration) -> Result<(), HarnessError> {
-        let by_ns = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        let target = self.store.data().now_ns.saturating_add(by_ns);
-        loop {
-            let state = self.store.data();
-            let offset = state.now_ns.wrapping_sub(state.monotonic_ns);
-            let tick = state.next_tick_ns.filter(|&t| t <= target);
-            let callout = state
-                .callouts
-                .iter()
-                .filter(|c| c.state == crate::callout::CalloutState::Pending)
-                .map(|c| (c.deadline_ns().wrapping_add(offset), c.token))
-                .filter(|&(at, _)| at <= target)
-                .min();
-            match (tick, callout) {
-                (Some(t), c) if c.is_none_or(|(at, _)| t <= at) => {
-                    self.set_now(t);
-                    let period = u64::from(self.store.data().tick_period_ms) * 1_000_000;
-                    self.store.data_mut().next_tick_ns = Some(t.saturating_add(period.max(1)));
-                    self.tick()?;
-                    self.deliver_posted()?;
-                }
-                (_, Some((at, token))) => {
-                    self.set_now(at);
-                    self.time_out_callout(token)?;
-                    self.deliver_posted()?;
-                }
-                _ => break,
-            }
-        }
-        self.set_now(target);
-        Ok(())
-    }
-
-    fn set_now(&mut self, now_ns: u64) {
-        let state = self.store.data_mut();
-        let delta = now_ns.saturating_sub(state.now_ns);
-        state.now_ns = state.now_ns.saturating_add(delta);
-        state.monotonic_ns = state.monotonic_ns.saturating_add(delta);
     }
 
     /// Fuel burnt by every callback since `mark` (an index into the fuel log).

@@ -3,11 +3,18 @@
 //!
 //! All host state lives in the wasmtime `Store` of one [`Host`], so tests run in parallel;
 //! every callback's fuel is metered; a guest trap is an error carrying its last log lines.
+//!
+//! Modules build on those below them only (`tools/layers.py` checks it): `abi`, `error`,
+//! `wasm`; the data (`callout`, `grpc`, `queue`, `redis`, held together by `state`) and
+//! `live`; `memory`; `hostcalls`; `host`; then what drives a `Host` (`stream`,
+//! `grpc_upstream`, `clock`).
 
 pub mod abi;
 pub mod callout;
+mod clock;
 pub mod error;
 pub mod grpc;
+mod grpc_upstream;
 pub mod host;
 mod hostcalls;
 pub mod live;
@@ -18,7 +25,7 @@ pub mod state;
 pub mod stream;
 pub mod wasm;
 
-pub use abi::{Action, LogLevel, MapType, Pair, Status};
+pub use abi::{pairs, Action, LogLevel, MapType, Pair, Status};
 pub use callout::{CallResponse, Callout, CalloutState};
 pub use error::HarnessError;
 pub use grpc::GrpcStream;
@@ -26,5 +33,4 @@ pub use host::Host;
 pub use hostcalls::wasi::ProcExit;
 pub use queue::SharedQueue;
 pub use state::{Event, HostState, LocalReply, Stream};
-pub use stream::pairs;
 pub use wasm::Wasm;

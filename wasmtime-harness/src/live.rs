@@ -7,8 +7,12 @@
 //! A gRPC stream message carries the same batch behind an id line (`id\n` + the
 //! `/v1/check` body); it is forwarded as that HTTP request and answered as `id\n` + the
 //! reply body, so one bridge endpoint serves both transports here.
+//!
+//! A redis call (the Higress ABI) goes to a real Redis as the raw RESP the guest wrote.
 
+use crate::abi::{first, pairs};
 use crate::callout::{CallResponse, Callout, CalloutState};
+use crate::redis::resp_len;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -35,7 +39,7 @@ pub fn forward_message(
         token: 0,
         context_id: 0,
         upstream: upstream.to_owned(),
-        headers: crate::stream::pairs(&[
+        headers: pairs(&[
             (":method", "POST"),
             (":path", ratelimit_protocol::PATH),
             (":authority", upstream),
@@ -75,6 +79,30 @@ pub fn forward(addr: SocketAddr, callout: &Callout) -> CallResponse {
             CallResponse::envoy_timeout()
         }
         Err(e) => CallResponse::envoy_unreachable(&e.to_string()),
+    }
+}
+
+/// Runs `query` (raw RESP) on the Redis at `addr` and returns its raw RESP reply.
+pub fn execute_redis(
+    addr: SocketAddr,
+    query: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Vec<u8>> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(query)?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(len) = resp_len(&reply, 0) {
+            reply.truncate(len);
+            return Ok(reply);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        reply.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -154,7 +182,7 @@ fn parse(raw: &[u8], eof: bool) -> Option<CallResponse> {
         ));
     }
     let rest = &raw[head_end + 4..];
-    let value = |name: &str| crate::state::first(&headers, name);
+    let value = |name: &str| first(&headers, name);
     let body = if value("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
         dechunk(rest)?
     } else if let Some(len) = value("content-length").and_then(|l| l.parse::<usize>().ok()) {

@@ -7,10 +7,8 @@
 //! runs it after the current event, never inside the callback that enqueued. The harness
 //! does the same: posted notifications are delivered when the outermost driving call
 //! (request, answer, tick, gRPC message...) has run its callbacks, looping while the
-//! notified callbacks post more.
+//! notified callbacks post more (`Host::event`, the harness's event loop).
 
-use crate::error::HarnessError;
-use crate::host::Host;
 use std::collections::VecDeque;
 
 /// Notifications one driving call may deliver before the harness calls it a livelock (a
@@ -98,50 +96,5 @@ impl QueueState {
         let context_id = queue.context_id;
         self.posted.push_back((context_id, token));
         true
-    }
-}
-
-impl Host {
-    pub fn shared_queues(&self) -> &[SharedQueue] {
-        &self.state().queues.queues
-    }
-
-    /// The queue registered as `name` (under any VM id).
-    pub fn shared_queue(&self, name: &str) -> Option<&SharedQueue> {
-        self.shared_queues().iter().find(|q| q.name == name)
-    }
-
-    /// `proxy_on_queue_ready` notifications posted and not yet delivered.
-    pub fn posted_notifications(&self) -> usize {
-        self.state().queues.posted.len()
-    }
-
-    /// Delivers every posted `proxy_on_queue_ready`, oldest first, including those the
-    /// notified callbacks post. A failed VM gets none (Envoy finds no live context).
-    pub(crate) fn deliver_posted(&mut self) -> Result<(), HarnessError> {
-        let mut delivered = 0;
-        loop {
-            if self.vm_failed() {
-                self.state_mut().queues.posted.clear();
-                return Ok(());
-            }
-            if delivered == MAX_POSTED_PER_EVENT && !self.state().queues.posted.is_empty() {
-                return Err(HarnessError::Usage(format!(
-                    "{MAX_POSTED_PER_EVENT} proxy_on_queue_ready in one event: the guest \
-                     enqueues again in every one"
-                )));
-            }
-            let Some((root, token)) = self.state_mut().queues.posted.pop_front() else {
-                return Ok(());
-            };
-            delivered += 1;
-            let params = (root as i32, token as i32);
-            let ran = self.call_guest::<(i32, i32), ()>("proxy_on_queue_ready", root, params)?;
-            if ran.is_some() {
-                if let Some(queue) = self.state_mut().queues.get_mut(token) {
-                    queue.ready_delivered += 1;
-                }
-            }
-        }
     }
 }

@@ -2,15 +2,9 @@
 //! `proxy_on_redis_call_response` callback and the reply in buffer type 9. Stock Envoy has
 //! none of it; serving it here lets the redis-call build be tested the day it exists.
 //!
-//! Queries and replies are raw RESP; a test answers them, or live mode runs them on Redis.
-
-use crate::abi::Status;
-use crate::memory::{arg, write_u32, Ctx};
-use crate::state::HostState;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
-use wasmtime::Linker;
+//! This is what the guest declared and asked for, and the RESP it is asked in; the host
+//! functions filling it are in `hostcalls`. Queries and replies are raw RESP; a test
+//! answers them, or live mode runs them on Redis.
 
 /// A cluster the guest declared with `proxy_redis_init`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,88 +32,6 @@ pub struct RedisState {
     pub calls: Vec<RedisCall>,
     /// The reply being delivered, only during `proxy_on_redis_call_response`.
     pub reply: Option<Vec<u8>>,
-}
-
-pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        "env",
-        "proxy_redis_init",
-        |mut c: Ctx<'_>,
-         cp: i32,
-         cl: i32,
-         up: i32,
-         ul: i32,
-         pp: i32,
-         pl: i32,
-         timeout: i32|
-         -> i32 {
-            let (Ok(name), Ok(username), Ok(password)) = (
-                arg(&mut c, cp, cl),
-                arg(&mut c, up, ul),
-                arg(&mut c, pp, pl),
-            ) else {
-                return Status::InvalidMemoryAccess.code();
-            };
-            let name = String::from_utf8_lossy(&name).into_owned();
-            let clusters = &mut c.data_mut().redis.clusters;
-            clusters.retain(|k| k.name != name);
-            clusters.push(RedisCluster {
-                name,
-                username,
-                password,
-                timeout_ms: timeout as u32,
-            });
-            Status::Ok.code()
-        },
-    )?;
-    linker.func_wrap(
-        "env",
-        "proxy_redis_call",
-        |mut c: Ctx<'_>, cp: i32, cl: i32, qp: i32, ql: i32, ret_token: i32| -> i32 {
-            let (Ok(cluster), Ok(query)) = (arg(&mut c, cp, cl), arg(&mut c, qp, ql)) else {
-                return Status::InvalidMemoryAccess.code();
-            };
-            let cluster = String::from_utf8_lossy(&cluster).into_owned();
-            let state = c.data_mut();
-            if !state.redis.clusters.iter().any(|k| k.name == cluster) {
-                return Status::BadArgument.code();
-            }
-            let token = state.next_token;
-            if write_u32(&mut c, ret_token, token).is_none() {
-                return Status::InvalidMemoryAccess.code();
-            }
-            let state = c.data_mut();
-            state.next_token += 1;
-            state.redis.calls.push(RedisCall {
-                token,
-                cluster,
-                query,
-                answered: false,
-            });
-            Status::Ok.code()
-        },
-    )?;
-    Ok(())
-}
-
-/// Runs `query` (raw RESP) on the Redis at `addr` and returns its raw RESP reply.
-pub fn execute(addr: SocketAddr, query: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.write_all(query)?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(len) = resp_len(&reply, 0) {
-            reply.truncate(len);
-            return Ok(reply);
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        reply.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// Length of the complete RESP value at `at`, or `None` while it is incomplete.

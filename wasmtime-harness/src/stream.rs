@@ -1,24 +1,12 @@
 //! Driving HTTP streams through the guest, and delivering what the world answers: callout
 //! replies (given by the test, failed, timed out, or fetched live) and redis replies.
 
-use crate::abi::{Action, Pair, Status};
+use crate::abi::{count, pairs, Action, Pair, Status};
 use crate::callout::{CallResponse, Callout, CalloutState};
 use crate::error::HarnessError;
 use crate::host::Host;
 use crate::state::Stream;
 use std::net::SocketAddr;
-
-/// Header pairs from text, names lower-cased as Envoy hands them to wasm.
-pub fn pairs(headers: &[(&str, &str)]) -> Vec<Pair> {
-    headers
-        .iter()
-        .map(|(k, v)| (k.to_ascii_lowercase().into_bytes(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
 
 impl Host {
     /// Creates an HTTP context (`proxy_on_context_create` under the root); returns its id.
@@ -317,7 +305,7 @@ impl Host {
             .find(|k| k.name == call.cluster)
             .map_or(1000, |k| u64::from(k.timeout_ms.max(1)));
         let query = call.query.clone();
-        match crate::redis::execute(addr, &query, std::time::Duration::from_millis(timeout)) {
+        match crate::live::execute_redis(addr, &query, std::time::Duration::from_millis(timeout)) {
             Ok(reply) => {
                 self.answer_redis(token, 0, &reply)?;
                 Ok(reply)

@@ -6,6 +6,7 @@ mod http;
 mod maps;
 mod misc;
 mod queue;
+mod redis;
 pub mod wasi;
 
 use crate::state::HostState;
@@ -20,7 +21,7 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     misc::link(linker)?;
     queue::link(linker)?;
     wasi::link(linker)?;
-    crate::redis::link(linker)
+    redis::link(linker)
 }
 
 /// Names (`module.name`) of the module's imports the linker does not serve, after giving
