@@ -6,17 +6,12 @@
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
-use crate::identity::{Repeated, RequestView};
-use crate::local::{self, SharedData};
+use crate::host::Host;
+use crate::identity::Repeated;
+use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, Shown};
 use crate::rules::{self, PlannedRule};
-
-/// What the filter needs from its host besides the request: a clock and shared data.
-pub trait Host: RequestView + SharedData {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
 
 /// State a worker keeps across its requests.
 #[derive(Debug)]

@@ -1,45 +1,6 @@
 use super::*;
-use crate::config::tests::EXAMPLE;
-use crate::identity::tests::FakeRequest;
-use crate::local::tests::FakeShared;
+use crate::fakes::{FakeHost, FakeRequest, FakeShared, EXAMPLE};
 use std::cell::Cell;
-
-/// A request plus the host's clock and shared data.
-pub(crate) struct FakeHost {
-    pub req: FakeRequest,
-    pub shared: FakeShared,
-    pub now: Cell<u64>,
-}
-
-impl RequestView for FakeHost {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.req.header(name)
-    }
-
-    fn repeated(&self, name: &str) -> bool {
-        self.req.repeated(name)
-    }
-
-    fn source_address(&self) -> Option<Vec<u8>> {
-        self.req.source_address()
-    }
-}
-
-impl SharedData for FakeHost {
-    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-        self.shared.get(key)
-    }
-
-    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
-        self.shared.set(key, value, cas)
-    }
-}
-
-impl Host for FakeHost {
-    fn now_ms(&self) -> u64 {
-        self.now.get()
-    }
-}
 
 fn host() -> FakeHost {
     FakeHost {

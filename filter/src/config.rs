@@ -393,4 +393,4 @@ impl RawMatch {
 
 #[cfg(test)]
 #[path = "config_tests.rs"]
-pub(crate) mod tests;
+mod tests;

@@ -1,8 +1,5 @@
 use super::*;
-
-/// The configuration of the core issue, exactly as users will write it (also used by the
-/// wasmtime harness's tests).
-pub(crate) const EXAMPLE: &str = include_str!("../example-config.json");
+use crate::fakes::EXAMPLE;
 
 fn refused(json: &str) -> ConfigError {
     match Config::parse(json.as_bytes()) {

@@ -5,21 +5,11 @@
 //! values are replaced by a digest), before it becomes part of a Redis key.
 
 use crate::digest;
+use crate::host::RequestView;
 use crate::jwt;
 use crate::source::{Address, Forwarded, Source};
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-
-/// The request data the filter reads; the proxy-wasm glue implements it over the host.
-pub trait RequestView {
-    /// A request header by lower-case name (pseudo-headers such as `:path` included); its
-    /// first value if it came more than once.
-    fn header(&self, name: &str) -> Option<Vec<u8>>;
-    /// Whether the request carries `name` more than once.
-    fn repeated(&self, name: &str) -> bool;
-    /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
-    fn source_address(&self) -> Option<Vec<u8>>;
-}
 
 /// Longest escaped value kept verbatim in a key; longer ones become a digest.
 pub const MAX_VALUE_LEN: usize = 128;
@@ -135,4 +125,4 @@ pub fn escape(raw: &[u8]) -> String {
 
 #[cfg(test)]
 #[path = "identity_tests.rs"]
-pub(crate) mod tests;
+mod tests;

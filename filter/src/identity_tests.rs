@@ -1,49 +1,5 @@
 use super::*;
-use std::collections::HashMap;
-
-/// A request made of raw header bytes and a peer address.
-#[derive(Default)]
-pub(crate) struct FakeRequest {
-    pub headers: HashMap<String, Vec<u8>>,
-    pub peer: Option<Vec<u8>>,
-    /// Every header the filter asked for, in order (each is a host call in a real proxy).
-    pub reads: std::cell::RefCell<Vec<String>>,
-    /// Headers the request carries more than once (`headers` holds the first value).
-    pub repeated: std::collections::HashSet<String>,
-}
-
-impl FakeRequest {
-    pub fn with(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
-        self.headers.insert(name.into(), value.as_ref().to_vec());
-        self
-    }
-
-    /// The request carries `name` a second time (with another value).
-    pub fn twice(mut self, name: &str) -> Self {
-        self.repeated.insert(name.into());
-        self
-    }
-
-    pub fn peer_at(mut self, addr: &str) -> Self {
-        self.peer = Some(addr.as_bytes().to_vec());
-        self
-    }
-}
-
-impl RequestView for FakeRequest {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.reads.borrow_mut().push(name.to_string());
-        self.headers.get(name).cloned()
-    }
-
-    fn repeated(&self, name: &str) -> bool {
-        self.repeated.contains(name)
-    }
-
-    fn source_address(&self) -> Option<Vec<u8>> {
-        self.peer.clone()
-    }
-}
+use crate::fakes::FakeRequest;
 
 /// An identity that must resolve (no repeated header in these requests).
 fn resolve(source: &Source, req: &FakeRequest) -> Option<String> {

@@ -11,7 +11,10 @@ pub mod config_error;
 pub mod counters;
 pub mod digest;
 pub mod exchange;
+#[cfg(test)]
+pub(crate) mod fakes;
 pub mod header_map;
+pub mod host;
 pub mod identity;
 pub mod jwt;
 pub mod limit;

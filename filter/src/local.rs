@@ -18,20 +18,12 @@
 
 use crate::config::LocalOptions;
 use crate::digest;
+use crate::host::SharedData;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
 
 /// Compare-and-swap attempts before giving up on a contended bucket.
 const CAS_ATTEMPTS: usize = 8;
-
-/// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).
-pub trait SharedData {
-    /// The value and its version (CAS token), `None` if absent.
-    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
-    /// Stores `value` if the entry is still at version `cas` (0: unconditionally, as for an
-    /// absent entry); `false` on a version mismatch or any host error.
-    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
-}
 
 /// A bucket's stored state: tokens at `at_ms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -203,32 +195,11 @@ fn update(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::config::DEFAULT_BUCKETS;
+    use crate::fakes::FakeShared;
     use crate::limit::Limit;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    /// Shared data as Envoy keeps it: a version per key, bumped on every write.
-    #[derive(Default)]
-    pub(crate) struct FakeShared(pub RefCell<HashMap<String, (Vec<u8>, u32)>>);
-
-    impl SharedData for FakeShared {
-        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-            self.0.borrow().get(key).cloned()
-        }
-
-        fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
-            let mut map = self.0.borrow_mut();
-            let version = map.get(key).map_or(0, |(_, v)| *v);
-            if cas != 0 && cas != version {
-                return false;
-            }
-            map.insert(key.into(), (value.to_vec(), version + 1));
-            true
-        }
-    }
 
     fn share(share: f64) -> LocalOptions {
         LocalOptions {

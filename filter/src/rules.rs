@@ -2,7 +2,8 @@
 
 use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
 use crate::digest;
-use crate::identity::{self, Repeated, RequestView};
+use crate::host::RequestView;
+use crate::identity::{self, Repeated};
 use crate::limit::Limit;
 use crate::path;
 use ratelimit_protocol::MAX_KEY_LEN;

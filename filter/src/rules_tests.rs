@@ -1,6 +1,5 @@
 use super::*;
-use crate::config::tests::EXAMPLE;
-use crate::identity::tests::FakeRequest;
+use crate::fakes::{FakeRequest, EXAMPLE};
 use crate::identity::MAX_VALUE_LEN;
 
 fn example() -> Config {

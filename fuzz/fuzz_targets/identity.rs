@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_filter::config::{Address, Forwarded, Source};
-use ratelimit_filter::identity::{resolve, Repeated, RequestView, MAX_VALUE_LEN};
+use ratelimit_filter::host::RequestView;
+use ratelimit_filter::identity::{resolve, Repeated, MAX_VALUE_LEN};
 use ratelimit_fuzz::{bearer, payload, Request};
 
 fuzz_target!(|data: &[u8]| {

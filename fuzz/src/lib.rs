@@ -2,7 +2,7 @@
 //! any claim (raw fuzz bytes are rarely base64 of JSON, so without them the fuzzer would
 //! hardly ever get past the JWT decoding to what is done with a claim).
 
-use ratelimit_filter::identity::RequestView;
+use ratelimit_filter::host::RequestView;
 
 /// A request whose every header name is answered by one of `headers`, picked by a hash of
 /// the name: whatever headers a configuration reads, the fuzzer controls their values

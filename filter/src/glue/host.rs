@@ -2,11 +2,10 @@
 //! exposes, and the host calls that carry out a verdict. Every host error is handled here.
 
 use super::transport;
-use crate::check::{Host, Outcome, Verdict};
+use crate::check::{Outcome, Verdict};
 use crate::counters::{Counter, Counters};
 use crate::header_map::HeaderMap;
-use crate::identity::RequestView;
-use crate::local::SharedData;
+use crate::host::{Host, RequestView, SharedData};
 use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType};

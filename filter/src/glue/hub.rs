@@ -5,9 +5,10 @@
 use super::host::{carry_out, Metrics, ProxyHost};
 use super::transport;
 use crate::backend::Transport;
-use crate::check::{conclude_exchange, Check, Host, Verdict, Worker};
+use crate::check::{conclude_exchange, Check, Verdict, Worker};
 use crate::config::Config;
 use crate::exchange::{Exchanges, Member};
+use crate::host::Host;
 use crate::protocol::CheckResult;
 use hashbrown::HashMap;
 use proxy_wasm::hostcalls;

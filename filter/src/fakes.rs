@@ -1,0 +1,111 @@
+//! The unit tests' stand-ins for the host (`host`'s traits) and the example configuration,
+//! in one place: a request of raw header bytes, shared data with Envoy's versioning, and
+//! both with a clock.
+
+use crate::host::{Host, RequestView, SharedData};
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+
+/// The configuration the README documents (`filter/example-config.json`).
+pub const EXAMPLE: &str = include_str!("../example-config.json");
+
+/// A request made of raw header bytes and a peer address.
+#[derive(Default)]
+pub struct FakeRequest {
+    pub headers: HashMap<String, Vec<u8>>,
+    pub peer: Option<Vec<u8>>,
+    /// Every header the filter asked for, in order (each is a host call in a real proxy).
+    pub reads: RefCell<Vec<String>>,
+    /// Headers the request carries more than once (`headers` holds the first value).
+    pub repeated: HashSet<String>,
+}
+
+impl FakeRequest {
+    pub fn with(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
+        self.headers.insert(name.into(), value.as_ref().to_vec());
+        self
+    }
+
+    /// The request carries `name` a second time (with another value).
+    pub fn twice(mut self, name: &str) -> Self {
+        self.repeated.insert(name.into());
+        self
+    }
+
+    pub fn peer_at(mut self, addr: &str) -> Self {
+        self.peer = Some(addr.as_bytes().to_vec());
+        self
+    }
+}
+
+impl RequestView for FakeRequest {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.reads.borrow_mut().push(name.to_string());
+        self.headers.get(name).cloned()
+    }
+
+    fn repeated(&self, name: &str) -> bool {
+        self.repeated.contains(name)
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        self.peer.clone()
+    }
+}
+
+/// Shared data as Envoy keeps it: a version per key, bumped on every write.
+#[derive(Default)]
+pub struct FakeShared(pub RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+impl SharedData for FakeShared {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.0.borrow().get(key).cloned()
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        let mut map = self.0.borrow_mut();
+        let version = map.get(key).map_or(0, |(_, v)| *v);
+        if cas != 0 && cas != version {
+            return false;
+        }
+        map.insert(key.into(), (value.to_vec(), version + 1));
+        true
+    }
+}
+
+/// A request plus the host's clock and shared data.
+pub struct FakeHost {
+    pub req: FakeRequest,
+    pub shared: FakeShared,
+    pub now: Cell<u64>,
+}
+
+impl RequestView for FakeHost {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.req.header(name)
+    }
+
+    fn repeated(&self, name: &str) -> bool {
+        self.req.repeated(name)
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        self.req.source_address()
+    }
+}
+
+impl SharedData for FakeHost {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.shared.get(key)
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        self.shared.set(key, value, cas)
+    }
+}
+
+impl Host for FakeHost {
+    fn now_ms(&self) -> u64 {
+        self.now.get()
+    }
+}

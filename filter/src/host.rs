@@ -1,0 +1,29 @@
+//! The filter's host boundary: everything its logic asks of the proxy, as three small
+//! traits. The proxy-wasm glue implements them over the host's ABI; the unit tests over
+//! `fakes`. Nothing here depends on the rest of the crate.
+
+/// The request data the filter reads; the proxy-wasm glue implements it over the host.
+pub trait RequestView {
+    /// A request header by lower-case name (pseudo-headers such as `:path` included); its
+    /// first value if it came more than once.
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Whether the request carries `name` more than once.
+    fn repeated(&self, name: &str) -> bool;
+    /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
+    fn source_address(&self) -> Option<Vec<u8>>;
+}
+
+/// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).
+pub trait SharedData {
+    /// The value and its version (CAS token), `None` if absent.
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
+    /// Stores `value` if the entry is still at version `cas` (0: unconditionally, as for an
+    /// absent entry); `false` on a version mismatch or any host error.
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
+}
+
+/// What the filter needs from its host besides the request: a clock and shared data.
+pub trait Host: RequestView + SharedData {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
