@@ -11,6 +11,7 @@ use common::model::{self, Buckets};
 use common::{Connect, Valkey};
 use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::Store;
+use ratelimit_protocol::gcd;
 use std::time::Duration;
 
 #[tokio::test]
@@ -264,12 +265,4 @@ async fn the_script_agrees_with_the_model_over_random_runs() {
         admitted > 500 && denied > 500,
         "{admitted} admitted, {denied} denied"
     );
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }

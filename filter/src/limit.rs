@@ -6,6 +6,7 @@
 //! every quantity the Lua script handles below 2^53, the exact-integer range of its doubles.
 
 use crate::config_error::ConfigError;
+use ratelimit_protocol::gcd;
 use serde::Deserialize;
 
 /// Largest integer a Lua (double) number holds exactly.
@@ -46,13 +47,6 @@ pub fn parse_duration_ms(text: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(scale).filter(|&ms| ms > 0)
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl RawLimit {

@@ -3,7 +3,8 @@
 //! gateway) sized to `local_share` of the global limit. Neither fail-open's flood nor
 //! fail-closed's outage.
 //!
-//! Approximate by design: buckets are float, and memory is bounded by hashing client keys
+//! Exact like Redis's buckets (the same integer arithmetic, `ratelimit_protocol::Shape`,
+//! with the share as a fraction of a million), but memory is bounded by hashing client keys
 //! into `buckets` buckets per rule (clients that collide share a bucket, which only makes
 //! the degraded mode stricter). A check is all-or-nothing: it takes from each of its
 //! buckets in turn, each take conditional (compare-and-swap) on the bucket still holding
@@ -21,46 +22,44 @@ use crate::digest;
 use crate::host::SharedData;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
+use ratelimit_protocol::{Level, Shape};
 
 /// Compare-and-swap attempts before giving up on a contended bucket.
 const CAS_ATTEMPTS: usize = 8;
+/// The local share is applied as the fraction `round(share x SHARE_SCALE) / SHARE_SCALE`,
+/// so the local buckets stay in exact integers like Redis's.
+const SHARE_SCALE: u64 = 1_000_000;
 
-/// A bucket's stored state: tokens at `at_ms`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Bucket {
-    tokens: f64,
-    at_ms: u64,
+/// A bucket as stored in shared data: its level in units (16 bytes) at `at_ms` (8 bytes).
+fn decode(bytes: &[u8]) -> Option<Level> {
+    let units = u128::from_le_bytes(bytes.get(..16)?.try_into().ok()?);
+    let at_ms = u64::from_le_bytes(bytes.get(16..24)?.try_into().ok()?);
+    Some(Level {
+        units,
+        at_ms: u128::from(at_ms),
+    })
 }
 
-impl Bucket {
-    fn decode(bytes: &[u8]) -> Option<Bucket> {
-        let tokens = f64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-        let at_ms = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
-        tokens.is_finite().then_some(Bucket { tokens, at_ms })
-    }
-
-    fn encode(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&self.tokens.to_le_bytes());
-        out[8..].copy_from_slice(&self.at_ms.to_le_bytes());
-        out
-    }
+fn encode(units: u128, now_ms: u64) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    out[..16].copy_from_slice(&units.to_le_bytes());
+    out[16..].copy_from_slice(&now_ms.to_le_bytes());
+    out
 }
 
-/// The local share of one rule's limit.
-struct Scaled {
-    capacity: f64,
-    per_ms: f64,
-    cost: f64,
-}
-
-fn scaled(rule: &PlannedRule, share: f64) -> Scaled {
+/// The local share (`p / SHARE_SCALE`) of one rule's bucket, in units of 1/(den x
+/// SHARE_SCALE) tokens: `p / SHARE_SCALE` of its capacity and of its refill, but never
+/// less than one request's cost, or a small share would lock everyone out.
+fn scaled(rule: &PlannedRule, share: f64) -> Shape {
     let l = &rule.limit;
-    Scaled {
-        // Never below one request's cost, or a small share would lock everyone out.
-        capacity: (l.burst as f64 * share).max(rule.cost as f64),
-        per_ms: l.requests as f64 * share / l.per_ms as f64,
-        cost: rule.cost as f64,
+    let p = u128::from(((share * SHARE_SCALE as f64).round() as u64).clamp(1, SHARE_SCALE));
+    let den = u128::from(l.den) * u128::from(SHARE_SCALE);
+    let cost = u128::from(rule.cost) * den;
+    Shape {
+        capacity: (u128::from(l.burst) * u128::from(l.den) * p).max(cost),
+        num: u128::from(l.num) * p,
+        den,
+        cost,
     }
 }
 
@@ -69,17 +68,12 @@ fn slot_key(rule_name: &str, bucket_key: &str, buckets: u64) -> String {
     format!("ratelimit.local.{rule_name}.{slot}")
 }
 
-fn level(store: &impl SharedData, key: &str, s: &Scaled, now_ms: u64) -> (f64, u32) {
-    match store.get(key) {
-        Some((bytes, cas)) => {
-            let tokens = Bucket::decode(&bytes).map_or(s.capacity, |b| {
-                let elapsed = now_ms.saturating_sub(b.at_ms) as f64;
-                (b.tokens + elapsed * s.per_ms).min(s.capacity)
-            });
-            (tokens, cas)
-        }
-        None => (s.capacity, 0),
-    }
+/// A bucket's level now and its version; an absent or unreadable entry is a full bucket.
+fn level(store: &impl SharedData, key: &str, s: &Shape, now_ms: u64) -> (u128, u32) {
+    let (stored, cas) = store
+        .get(key)
+        .map_or((None, 0), |(bytes, cas)| (decode(&bytes), cas));
+    (s.level_at(stored, u128::from(now_ms)), cas)
 }
 
 /// Checks `planned` against this gateway's local buckets, charging them only if every rule
@@ -97,54 +91,43 @@ pub fn check(
         .zip(rule_names)
         .map(|(p, name)| slot_key(name, &p.key, options.buckets))
         .collect();
-    let scales: Vec<Scaled> = planned.iter().map(|p| scaled(p, options.share)).collect();
-    let mut levels: Vec<f64> = keys
+    let shapes: Vec<Shape> = planned.iter().map(|p| scaled(p, options.share)).collect();
+    let mut levels: Vec<u128> = keys
         .iter()
-        .zip(&scales)
+        .zip(&shapes)
         .map(|(k, s)| level(store, k, s, now_ms).0)
         .collect();
-    let mut admitted = levels.iter().zip(&scales).all(|(l, s)| *l >= s.cost);
+    let mut admitted = levels.iter().zip(&shapes).all(|(l, s)| s.admits(*l));
     if admitted {
-        admitted = take_all(store, &keys, &scales, &mut levels, now_ms)?;
+        admitted = take_all(store, &keys, &shapes, &mut levels, now_ms)?;
     }
-    let results = scales
+    let results = shapes
         .iter()
         .zip(levels)
-        .map(|(s, tokens)| {
-            let wait = if admitted {
-                0.0
-            } else {
-                (s.cost - tokens).max(0.0) / s.per_ms
-            };
-            RuleResult {
-                allowed: wait == 0.0,
-                remaining: tokens.max(0.0) as u64,
-                full_ms: ((s.capacity - tokens).max(0.0) / s.per_ms).ceil() as u64,
-                wait_ms: wait.ceil() as u64,
-            }
-        })
+        .map(|(s, level)| s.settle(level, admitted).1)
         .collect();
     Some(results)
 }
 
-/// Takes each bucket's cost in turn; `levels` get what is left. If a bucket is short by
-/// now (another worker took since the first look), what was taken goes back and the check
-/// is denied (`false`). `None`: a bucket stayed contended (what was taken went back).
+/// Takes each bucket's cost in turn; `levels` get the level each take found. If a bucket
+/// is short by now (another worker took since the first look), what was taken goes back
+/// and the check is denied (`false`). `None`: a bucket stayed contended (what was taken
+/// went back).
 fn take_all(
     store: &impl SharedData,
     keys: &[String],
-    scales: &[Scaled],
-    levels: &mut [f64],
+    shapes: &[Shape],
+    levels: &mut [u128],
     now_ms: u64,
 ) -> Option<bool> {
-    for (i, (key, s)) in keys.iter().zip(scales).enumerate() {
-        let outcome = update(store, key, s, now_ms, |tokens| {
-            (tokens >= s.cost).then_some(tokens - s.cost)
+    for (i, (key, s)) in keys.iter().zip(shapes).enumerate() {
+        let outcome = update(store, key, s, now_ms, |level| {
+            s.admits(level).then(|| s.settle(level, true).0)
         });
         let taken = match outcome {
-            Some(Ok(left)) => {
+            Some(Ok(found)) => {
                 if let Some(level) = levels.get_mut(i) {
-                    *level = left;
+                    *level = found;
                 }
                 continue;
             }
@@ -156,9 +139,9 @@ fn take_all(
             }
             None => None,
         };
-        for (key, s) in keys.iter().zip(scales).take(i) {
-            let refunded = update(store, key, s, now_ms, |tokens| {
-                Some((tokens + s.cost).min(s.capacity))
+        for (key, s) in keys.iter().zip(shapes).take(i) {
+            let refunded = update(store, key, s, now_ms, |level| {
+                Some(level.saturating_add(s.cost).min(s.capacity))
             });
             if refunded.is_none() {
                 log::debug!("local bucket {key} contended: a taken token is lost");
@@ -169,26 +152,23 @@ fn take_all(
     Some(true)
 }
 
-/// Applies `change` to a bucket's level (compare-and-swap loop): `Ok(new level)` once
-/// stored, `Err(level)` if `change` refused it, `None` if the bucket stayed contended.
+/// Applies `change` to a bucket's level (compare-and-swap loop): `Ok(level found)` once
+/// the changed level is stored, `Err(level found)` if `change` refused it, `None` if the
+/// bucket stayed contended.
 fn update(
     store: &impl SharedData,
     key: &str,
-    s: &Scaled,
+    s: &Shape,
     now_ms: u64,
-    change: impl Fn(f64) -> Option<f64>,
-) -> Option<Result<f64, f64>> {
+    change: impl Fn(u128) -> Option<u128>,
+) -> Option<Result<u128, u128>> {
     for _ in 0..CAS_ATTEMPTS {
-        let (tokens, cas) = level(store, key, s, now_ms);
-        let Some(left) = change(tokens) else {
-            return Some(Err(tokens));
+        let (found, cas) = level(store, key, s, now_ms);
+        let Some(changed) = change(found) else {
+            return Some(Err(found));
         };
-        let bucket = Bucket {
-            tokens: left,
-            at_ms: now_ms,
-        };
-        if store.set(key, &bucket.encode(), cas) {
-            return Some(Ok(left));
+        if store.set(key, &encode(changed, now_ms), cas) {
+            return Some(Ok(found));
         }
     }
     None
@@ -278,11 +258,7 @@ mod tests {
             if key == self.victim {
                 self.looks.set(self.looks.get() + 1);
                 if self.looks.get() == 2 {
-                    let empty = Bucket {
-                        tokens: 0.0,
-                        at_ms: 0,
-                    };
-                    self.store.set(key, &empty.encode(), 0);
+                    self.store.set(key, &encode(0, 0), 0);
                 }
             }
             self.store.get(key)

@@ -28,12 +28,14 @@
 //! A check is all-or-nothing: either every rule was allowed and charged, or none was.
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
 
+mod bucket;
 mod limits;
 mod number;
 mod reply;
 mod request;
 mod stream;
 
+pub use bucket::{gcd, Level, Shape};
 pub use limits::*;
 pub use number::{push_u64, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};

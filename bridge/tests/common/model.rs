@@ -1,7 +1,10 @@
-//! The token bucket in plain Rust, exact (u128), written from the specification in
-//! `lua/token_bucket.lua`, so that the script can be checked against it.
+//! The token bucket over a batch, in plain Rust: the buckets of one Redis, each check of a
+//! batch applied in order and all-or-nothing, each bucket stepped by the one Rust
+//! definition of the arithmetic (`ratelimit_protocol::Shape`), so that
+//! `lua/token_bucket.lua` can be held to it.
 
 use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
+use ratelimit_protocol::{Level, Shape};
 use std::collections::HashMap;
 
 /// A bucket's stored state: its level in units at Redis time `at` (ms).
@@ -19,44 +22,36 @@ pub fn batch(state: &mut Buckets, checks: &[Vec<RuleSpec>], now: u128) -> Vec<Ve
     checks.iter().map(|c| check(state, c, now)).collect()
 }
 
-/// One all-or-nothing check at time `now`.
+/// One all-or-nothing check at time `now`, with the one Rust definition of the bucket
+/// (`ratelimit_protocol::Shape`) applied as the script applies its own.
 pub fn check(state: &mut Buckets, rules: &[RuleSpec], now: u128) -> Vec<RuleOutcome> {
+    let shape = |r: &RuleSpec| Shape::of(r.burst, r.num, r.den, r.cost);
     let levels: Vec<u128> = rules
         .iter()
         .map(|r| {
-            let cap = u128::from(r.burst) * u128::from(r.den);
-            state.get(&r.key).map_or(cap, |b| {
-                cap.min(b.units + now.saturating_sub(b.at) * u128::from(r.num))
-            })
+            let stored = state.get(&r.key).map(|b| Level {
+                units: b.units,
+                at_ms: b.at,
+            });
+            shape(r).level_at(stored, now)
         })
         .collect();
-    let need = |r: &RuleSpec| u128::from(r.cost) * u128::from(r.den);
-    let admitted = rules.iter().zip(&levels).all(|(r, &l)| l >= need(r));
+    let admitted = rules.iter().zip(&levels).all(|(r, &l)| shape(r).admits(l));
     rules
         .iter()
         .zip(levels)
-        .map(|(r, mut level)| {
-            let (num, den) = (u128::from(r.num), u128::from(r.den));
-            let cap = u128::from(r.burst) * den;
-            let mut wait = 0;
+        .map(|(r, level)| {
+            let (left, outcome) = shape(r).settle(level, admitted);
             if admitted {
-                level -= need(r);
                 state.insert(
                     r.key.clone(),
                     Bucket {
-                        units: level,
+                        units: left,
                         at: now,
                     },
                 );
-            } else if level < need(r) {
-                wait = (need(r) - level).div_ceil(num);
             }
-            RuleOutcome {
-                allowed: wait == 0,
-                remaining: (level / den) as u64,
-                full_ms: ((cap - level).div_ceil(num)) as u64,
-                wait_ms: wait as u64,
-            }
+            outcome
         })
         .collect()
 }
