@@ -21,7 +21,7 @@ windows:
     RSS_TOLERANCE (or RSS_SLACK_KIB) of the first quarter's.
 
 Prints the report and writes it to testbed/SOAK.md (--out); exits 1 when a check fails,
-keeping the logs and the per-request records. The load comes from Python threads on
+keeping the logs, the per-request records and the memory samples. The load comes from Python threads on
 keep-alive connections rather than bench's loadgen, which keeps only a summary: the soak
 needs each request's time and status. Every process is a stack.Process, stopped on
 success, failure, Ctrl-C or SIGTERM.
@@ -391,6 +391,21 @@ def chaos(scenario, stack, cluster, result):
         last_ready = time.monotonic()
 
 
+def write_records(workdir, result):
+    """requests.csv (every steady-load request) and rss.csv (every memory sample), times
+    in seconds from the start of the load, kept with the logs when the soak fails."""
+    with open(workdir / "requests.csv", "w", newline="") as out:
+        rows = csv.writer(out)
+        rows.writerow(["sent_s", "latency_ms", "gateway", "status"])
+        for sent, latency, status, gateway in sorted(result.requests):
+            rows.writerow([f"{sent - result.t0:.4f}", f"{latency * 1000:.2f}", gateway, status])
+    with open(workdir / "rss.csv", "w", newline="") as out:
+        rows = csv.writer(out)
+        rows.writerow(["t_s", "process", "pid", "rss_kib"])
+        for (name, pid), samples in result.rss.items():
+            rows.writerows([f"{t - result.t0:.1f}", name, pid, kib] for t, kib in samples)
+
+
 def run_scenario(scenario, duration, rate, workdir):
     """Starts the scenario's stack, runs the load, the sampler and the chaos for
     `duration` seconds (longer if needed for the last fault's grace and some steady time
@@ -416,11 +431,7 @@ def run_scenario(scenario, duration, rate, workdir):
         result.t1 = time.monotonic()
         result.counters = [stack.stats(g) for g in range(len(stack.ports))]
         result.requests, result.rss = load.requests(), sampler.samples
-        with open(workdir / "requests.csv", "w", newline="") as out:
-            rows = csv.writer(out)
-            rows.writerow(["sent_s", "latency_ms", "gateway", "status"])
-            for sent, latency, status, gateway in sorted(result.requests):
-                rows.writerow([f"{sent - result.t0:.4f}", f"{latency * 1000:.2f}", gateway, status])
+        write_records(workdir, result)
         return result
     finally:
         for part in (load, sampler):
@@ -657,7 +668,7 @@ def main():
         if passed:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
-            print(f"soak failed or interrupted; logs and requests.csv kept in {workdir}",
+            print(f"soak failed or interrupted; logs, requests.csv and rss.csv kept in {workdir}",
                   file=sys.stderr)
     return 0 if passed else 1
 
