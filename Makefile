@@ -14,7 +14,7 @@ BRIDGE := dist/ratelimit-bridge
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 
-.PHONY: all help build setup test test-unit test-wasm test-e2e lint demo testbed clean \
+.PHONY: all help build setup test test-unit test-wasm test-e2e lint demo testbed soak clean \
 	bench bench-smoke bench-build
 
 all: build
@@ -81,6 +81,13 @@ demo: setup build
 ## testbed: the demo's stack, left running until Ctrl-C
 testbed: setup build
 	$(PY) testbed/stack.py
+
+## soak: steady load through two gateways while Valkey restarts, the bridge is killed and a
+## Cluster primary fails over; checks errors, exact limits and memory, writes testbed/SOAK.md
+## (SOAK_MINUTES, default 10, split between single Valkey and Cluster; not part of `test`)
+SOAK_MINUTES ?= 10
+soak: setup build
+	$(PY) testbed/soak.py --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf dist target $(VENV) .rust-target

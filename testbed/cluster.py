@@ -24,6 +24,13 @@ class Node:
             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms),
             "--save", "", "--appendonly", "no"], workdir)
 
+    def restart(self):
+        """Starts the node again on its ports with its nodes.conf, after a stop or a kill:
+        it rejoins the cluster (a primary that was failed over comes back as a replica of
+        the node that took its slots)."""
+        self.process.start()
+        wait_for(self.process.name, lambda: self.cmd("PING"), proc=self.process.proc, log=self.process.log)
+
     def client(self):
         return valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=5, decode_responses=True)
 

@@ -101,11 +101,17 @@ class Process:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=10)
         except (subprocess.TimeoutExpired, ProcessLookupError):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+            self.kill()
+
+    def kill(self):
+        """SIGKILL, as a crash would: no graceful shutdown. `start()` starts it again."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False):

@@ -146,6 +146,10 @@ pub async fn serve(
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break 'read (UNAVAILABLE, "bridge shutting down".into());
             };
+            // A finished answer stays in the set until joined: reap them as the stream
+            // goes, or a long-lived stream keeps every answer it ever gave (about 900
+            // bytes each, as `make soak` found).
+            while answering.try_join_next().is_some() {}
             let (store, out) = (store.clone(), out.clone());
             answering.spawn(async move {
                 let reply = answer(&store, id, &message).await;
