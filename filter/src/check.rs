@@ -1,12 +1,12 @@
 //! One request's rate-limit check, from the rules that apply to the verdict.
 //!
-//! Host-independent: the proxy-wasm glue feeds it the request through `Host`, sends the
+//! Host-independent: the proxy-wasm glue feeds it the request through `Proxy`, sends the
 //! callout body it returns, and hands back the bridge's reply; everything it decides is
 //! testable natively.
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
-use crate::host::Host;
+use crate::host::Proxy;
 use crate::identity::Repeated;
 use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
@@ -63,9 +63,10 @@ pub enum Outcome {
     ShortCircuited,
 }
 
-/// The state of one request between its headers and the bridge's reply.
+/// One request's admission: the state between its headers and its verdict. (A *check* is
+/// what it sends: its line of rules in an exchange.)
 #[derive(Debug, Default)]
-pub struct Check {
+pub struct Admission {
     planned: Vec<PlannedRule>,
     /// Headers to add to the upstream's response when the request is allowed.
     pub response_headers: Vec<(&'static str, String)>,
@@ -75,9 +76,9 @@ pub struct Check {
     probe: bool,
 }
 
-impl Check {
+impl Admission {
     /// Plans the check and says how it proceeds.
-    pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Host) -> Start {
+    pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         self.planned = match rules::plan(config, host) {
             Ok(planned) => planned,
             Err(Repeated(header)) => {
@@ -113,10 +114,10 @@ impl Check {
 
     /// Decides from this check's line of the reply, or from why there is none. The
     /// exchange it travelled in has been counted in the breaker already (`record_exchange`).
-    pub fn conclude(
+    fn conclude(
         &mut self,
         config: &Config,
-        host: &impl Host,
+        host: &impl Proxy,
         result: Result<CheckResult, String>,
     ) -> Verdict {
         match result {
@@ -143,7 +144,7 @@ impl Check {
         }
     }
 
-    fn failure_mode(&mut self, config: &Config, host: &impl Host) -> Verdict {
+    fn failure_mode(&mut self, config: &Config, host: &impl Proxy) -> Verdict {
         match config.failure_mode {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
@@ -154,7 +155,7 @@ impl Check {
                     .map(|p| config.rules.get(p.rule).map_or("", |r| r.name.as_str()))
                     .collect();
                 let now_ms = host.now_ms();
-                match local::check(host, &self.planned, &names, config.local, now_ms) {
+                match local::admit(host, &self.planned, &names, config.local, now_ms) {
                     Some(results) => self.decide(config, now_ms, &results),
                     None => Verdict::Reply(response::unavailable()),
                 }
@@ -209,9 +210,9 @@ pub fn decode_callout(
 pub fn conclude_exchange<'a>(
     config: &Config,
     worker: &mut Worker,
-    host: &impl Host,
+    host: &impl Proxy,
     reply: Result<Vec<CheckResult>, String>,
-    mut members: Vec<Option<(&'a Config, &'a mut Check)>>,
+    mut members: Vec<Option<(&'a Config, &'a mut Admission)>>,
 ) -> Vec<Option<Verdict>> {
     let probe = members.iter().flatten().any(|(_, check)| check.probe);
     record_exchange(

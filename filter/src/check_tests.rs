@@ -1,9 +1,9 @@
 use super::*;
-use crate::fakes::{FakeHost, FakeRequest, FakeShared, EXAMPLE};
+use crate::fakes::{FakeProxy, FakeRequest, FakeShared, EXAMPLE};
 use std::cell::Cell;
 
-fn host() -> FakeHost {
-    FakeHost {
+fn host() -> FakeProxy {
+    FakeProxy {
         req: FakeRequest::default()
             .with(":method", "GET")
             .with(":path", "/api/search")
@@ -23,16 +23,16 @@ fn example(failure_mode: &str) -> Config {
 }
 
 /// A started check, its worker and the callout body.
-fn started(config: &Config, host: &FakeHost) -> (Check, Worker, String) {
+fn started(config: &Config, host: &FakeProxy) -> (Admission, Worker, String) {
     let mut worker = Worker::new(config);
-    let mut check = Check::default();
+    let mut check = Admission::default();
     let Start::Ask(body) = check.start(config, &mut worker, host) else {
         panic!("no callout")
     };
     (check, worker, body)
 }
 
-fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Check, Verdict) {
+fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Admission, Verdict) {
     let host = host();
     let (mut check, mut worker, _) = started(config, &host);
     let verdict = conclude(config, &mut worker, &host, &mut check, status, body);
@@ -43,8 +43,8 @@ fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Check, Verdict)
 fn conclude(
     config: &Config,
     worker: &mut Worker,
-    host: &FakeHost,
-    check: &mut Check,
+    host: &FakeProxy,
+    check: &mut Admission,
     status: Option<u32>,
     body: &[u8],
 ) -> Verdict {
@@ -81,7 +81,7 @@ fn no_applicable_rule_means_no_callout() {
     let mut host = host();
     host.req = FakeRequest::default();
     assert_eq!(
-        Check::default().start(&c, &mut Worker::new(&c), &host),
+        Admission::default().start(&c, &mut Worker::new(&c), &host),
         Start::Skip
     );
 }
@@ -188,7 +188,7 @@ fn local_failure_mode_enforces_the_share_with_shared_buckets() {
     let mut worker = Worker::new(&c);
     let mut verdicts = Vec::new();
     for _ in 0..8 {
-        let mut check = Check::default();
+        let mut check = Admission::default();
         let verdict = match check.start(&c, &mut worker, &host) {
             Start::Ask(_) => conclude(&c, &mut worker, &host, &mut check, None, b""),
             Start::Decided(v) => v,
@@ -211,18 +211,18 @@ fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
     let host = host();
     let mut worker = Worker::new(&c);
     for _ in 0..c.circuit_breaker.failures {
-        let mut check = Check::default();
+        let mut check = Admission::default();
         assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
         conclude(&c, &mut worker, &host, &mut check, None, b"");
     }
-    let mut check = Check::default();
+    let mut check = Admission::default();
     let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
         panic!("breaker not open")
     };
     assert_eq!(r.status, 503);
     assert_eq!(check.outcome, Some(Outcome::ShortCircuited));
     host.now.set(host.now.get() + c.circuit_breaker.open_ms);
-    let mut probe = Check::default();
+    let mut probe = Admission::default();
     assert!(matches!(probe.start(&c, &mut worker, &host), Start::Ask(_)));
     conclude(
         &c,
@@ -255,7 +255,7 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
     let c = example("closed");
     let host = host();
     let mut worker = Worker::new(&c);
-    let mut checks: Vec<Check> = (0..2 * c.circuit_breaker.failures)
+    let mut checks: Vec<Admission> = (0..2 * c.circuit_breaker.failures)
         .map(|_| started(&c, &host).0)
         .collect();
     let members = checks.iter_mut().map(|check| Some((&c, check))).collect();
@@ -303,7 +303,7 @@ fn refused_checks_get_the_failure_mode_but_never_open_the_breaker() {
         assert_eq!(check.outcome, Some(Outcome::Refused));
     }
     assert!(!worker.breaker.is_open());
-    let mut check = Check::default();
+    let mut check = Admission::default();
     assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
 }
 
@@ -313,7 +313,7 @@ fn a_repeated_identity_header_is_refused_without_a_check() {
     let mut host = host();
     host.req = host.req.twice("x-user-id");
     let mut worker = Worker::new(&c);
-    let mut check = Check::default();
+    let mut check = Admission::default();
     let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
         panic!("not refused")
     };
@@ -326,6 +326,6 @@ fn a_repeated_identity_header_is_refused_without_a_check() {
     assert_eq!(check.outcome, Some(Outcome::Rejected));
     // A repeated header no rule reads changes nothing.
     host.req = self::host().req.twice("x-unrelated");
-    let mut check = Check::default();
+    let mut check = Admission::default();
     assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
 }

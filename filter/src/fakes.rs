@@ -2,7 +2,7 @@
 //! in one place: a request of raw header bytes, shared data with Envoy's versioning, and
 //! both with a clock.
 
-use crate::host::{Host, RequestView, SharedData};
+use crate::host::{Proxy, RequestView, SharedData};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
@@ -74,13 +74,13 @@ impl SharedData for FakeShared {
 }
 
 /// A request plus the host's clock and shared data.
-pub struct FakeHost {
+pub struct FakeProxy {
     pub req: FakeRequest,
     pub shared: FakeShared,
     pub now: Cell<u64>,
 }
 
-impl RequestView for FakeHost {
+impl RequestView for FakeProxy {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
         self.req.header(name)
     }
@@ -94,7 +94,7 @@ impl RequestView for FakeHost {
     }
 }
 
-impl SharedData for FakeHost {
+impl SharedData for FakeProxy {
     fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
         self.shared.get(key)
     }
@@ -104,7 +104,7 @@ impl SharedData for FakeHost {
     }
 }
 
-impl Host for FakeHost {
+impl Proxy for FakeProxy {
     fn now_ms(&self) -> u64 {
         self.now.get()
     }

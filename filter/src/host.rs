@@ -22,8 +22,8 @@ pub trait SharedData {
     fn set(&self, key: &str, value: &[u8], cas: u32) -> bool;
 }
 
-/// What the filter needs from its host besides the request: a clock and shared data.
-pub trait Host: RequestView + SharedData {
+/// The proxy the filter runs in, as its logic sees it: the request, a clock and shared data.
+pub trait Proxy: RequestView + SharedData {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }

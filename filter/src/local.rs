@@ -79,7 +79,7 @@ fn level(store: &impl SharedData, key: &str, s: &Shape, now_ms: u64) -> (u128, u
 /// Checks `planned` against this gateway's local buckets, charging them only if every rule
 /// admits; answers in the bridge's terms so the same decision and headers follow.
 /// `rule_names[i]` names `planned[i]`'s rule. `None` when the buckets stayed contended.
-pub fn check(
+pub fn admit(
     store: &impl SharedData,
     planned: &[PlannedRule],
     rule_names: &[&str],
@@ -208,7 +208,7 @@ mod tests {
         let store = FakeShared::default();
         let p = [planned("rl:u:a", 100, 60_000, 1)];
         let admitted = (0..100)
-            .filter(|_| check(&store, &p, &["u"], share(0.25), 0).unwrap()[0].allowed)
+            .filter(|_| admit(&store, &p, &["u"], share(0.25), 0).unwrap()[0].allowed)
             .count();
         assert_eq!(admitted, 25);
     }
@@ -218,11 +218,11 @@ mod tests {
         let store = FakeShared::default();
         // 60 per minute, share 0.5: 30 now, then one every 2 s.
         let p = [planned("k", 60, 60_000, 1)];
-        while check(&store, &p, &["r"], share(0.5), 0).unwrap()[0].allowed {}
-        let denied = check(&store, &p, &["r"], share(0.5), 0).unwrap();
+        while admit(&store, &p, &["r"], share(0.5), 0).unwrap()[0].allowed {}
+        let denied = admit(&store, &p, &["r"], share(0.5), 0).unwrap();
         assert_eq!(denied[0].wait_ms, 2_000);
-        assert!(!check(&store, &p, &["r"], share(0.5), 1_999).unwrap()[0].allowed);
-        assert!(check(&store, &p, &["r"], share(0.5), 2_000).unwrap()[0].allowed);
+        assert!(!admit(&store, &p, &["r"], share(0.5), 1_999).unwrap()[0].allowed);
+        assert!(admit(&store, &p, &["r"], share(0.5), 2_000).unwrap()[0].allowed);
     }
 
     #[test]
@@ -232,15 +232,15 @@ mod tests {
         let tight = planned("b", 4, 60_000, 1);
         let both = [roomy.clone(), tight];
         for _ in 0..2 {
-            assert!(check(&store, &both, &["r1", "r2"], share(0.5), 0)
+            assert!(admit(&store, &both, &["r1", "r2"], share(0.5), 0)
                 .unwrap()
                 .iter()
                 .all(|r| r.allowed));
         }
-        let out = check(&store, &both, &["r1", "r2"], share(0.5), 0).unwrap();
+        let out = admit(&store, &both, &["r1", "r2"], share(0.5), 0).unwrap();
         assert!(!out[1].allowed && out[0].allowed);
         assert_eq!(
-            check(&store, &[roomy], &["r1"], share(0.5), 0).unwrap()[0].remaining,
+            admit(&store, &[roomy], &["r1"], share(0.5), 0).unwrap()[0].remaining,
             47
         );
     }
@@ -278,12 +278,12 @@ mod tests {
             victim: slot_key("r2", "b", DEFAULT_BUCKETS),
             looks: std::cell::Cell::new(0),
         };
-        let out = check(&racing, &[a.clone(), b], &["r1", "r2"], share(1.0), 0).unwrap();
+        let out = admit(&racing, &[a.clone(), b], &["r1", "r2"], share(1.0), 0).unwrap();
         assert!(!out[1].allowed, "b was empty when taken: {out:?}");
         assert!(!out.iter().all(|r| r.allowed));
         // a's token went back.
         assert_eq!(
-            check(&store, &[a], &["r1"], share(1.0), 0).unwrap()[0].remaining,
+            admit(&store, &[a], &["r1"], share(1.0), 0).unwrap()[0].remaining,
             99
         );
     }
@@ -292,8 +292,8 @@ mod tests {
     fn tiny_shares_still_admit_one_request() {
         let store = FakeShared::default();
         let p = [planned("k", 2, 60_000, 1)];
-        assert!(check(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
-        assert!(!check(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
+        assert!(admit(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
+        assert!(!admit(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
     }
 
     #[test]
@@ -302,7 +302,7 @@ mod tests {
         let p = [planned("k", 10, 60_000, 1)];
         store.set(&slot_key("r", "k", DEFAULT_BUCKETS), b"junk", 0);
         assert_eq!(
-            check(&store, &p, &["r"], share(1.0), 0).unwrap()[0].remaining,
+            admit(&store, &p, &["r"], share(1.0), 0).unwrap()[0].remaining,
             9
         );
     }

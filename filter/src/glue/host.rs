@@ -5,7 +5,7 @@ use super::transport;
 use crate::check::{Outcome, Verdict};
 use crate::counters::{Counter, Counters};
 use crate::header_map::HeaderMap;
-use crate::host::{Host, RequestView, SharedData};
+use crate::host::{Proxy, RequestView, SharedData};
 use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType};
@@ -54,7 +54,7 @@ impl SharedData for ProxyHost {
     }
 }
 
-impl Host for ProxyHost {
+impl Proxy for ProxyHost {
     fn now_ms(&self) -> u64 {
         hostcalls::get_current_time()
             .ok()

@@ -5,10 +5,10 @@
 use super::host::{carry_out, Metrics, ProxyHost};
 use super::transport;
 use crate::backend::Transport;
-use crate::check::{conclude_exchange, Check, Verdict, Worker};
+use crate::check::{conclude_exchange, Admission, Verdict, Worker};
 use crate::config::Config;
 use crate::exchange::{Exchanges, Member};
-use crate::host::Host;
+use crate::host::Proxy;
 use crate::protocol::CheckResult;
 use hashbrown::HashMap;
 use proxy_wasm::hostcalls;
@@ -31,7 +31,7 @@ pub(super) struct Shared {
 /// under goes with it.
 pub(super) struct Parked {
     pub(super) shared: Rc<Shared>,
-    pub(super) check: Check,
+    pub(super) check: Admission,
     /// The verdict was carried out; the request picks up its response headers.
     pub(super) settled: bool,
 }

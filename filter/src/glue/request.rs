@@ -4,7 +4,7 @@
 use super::host::{callout_reply, carry_out, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Parked, Shared, Verdicts};
 use crate::backend::Transport;
-use crate::check::{decode_callout, Check, Start, Verdict};
+use crate::check::{decode_callout, Admission, Start, Verdict};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
@@ -25,7 +25,7 @@ pub(super) struct Request {
     pub(super) shared: Rc<Shared>,
     pub(super) hub: Rc<Hub>,
     pub(super) context_id: u32,
-    pub(super) check: Check,
+    pub(super) check: Admission,
     pub(super) phase: Phase,
 }
 

@@ -7,9 +7,9 @@ use super::hub::{carry_out_all, Hub, Shared};
 use super::request::{Phase, Request};
 use super::transport;
 use crate::backend::Transport;
-use crate::check::{decode_callout, Check, Worker};
+use crate::check::{decode_callout, Admission, Worker};
 use crate::config::Config;
-use crate::host::Host;
+use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
 use hashbrown::HashMap;
 use proxy_wasm::hostcalls;
@@ -241,7 +241,7 @@ impl RootContext for Root {
             shared: self.shared.clone()?,
             hub: Rc::clone(&self.hub),
             context_id,
-            check: Check::default(),
+            check: Admission::default(),
             phase: Phase::Idle,
         }))
     }
