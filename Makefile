@@ -76,18 +76,18 @@ lint: .rust-target
 
 ## demo: two gateways, one Valkey, scripted traffic, a table, teardown
 demo: setup build
-	$(PY) testbed/demo.py
+	$(PY) -m testbed.demo
 
 ## testbed: the demo's stack, left running until Ctrl-C
 testbed: setup build
-	$(PY) testbed/stack.py
+	$(PY) -m testbed.stack
 
 ## soak: steady load through two gateways while Valkey restarts, the bridge is killed and a
 ## Cluster primary fails over; checks errors, exact limits and memory, writes testbed/SOAK.md
 ## (SOAK_MINUTES, default 10, split between single Valkey and Cluster; not part of `test`)
 SOAK_MINUTES ?= 10
 soak: setup build
-	$(PY) testbed/soak.py --minutes $(SOAK_MINUTES)
+	$(PY) -m testbed.soak --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf dist target $(VENV) .rust-target
@@ -101,10 +101,10 @@ bench-build: setup build
 	$(CARGO) build -p ratelimit-bench-fuel
 
 bench: bench-build
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 bench-smoke: bench-build
-	$(PY) bench/run.py --smoke
+	$(PY) -m bench.run --smoke
 
 ## fuzz: each fuzz target (fuzz/) for FUZZ_SECONDS (60) seconds: executions run, findings
 ## fuzz-smoke: each fuzz target for FUZZ_SMOKE_SECONDS (5) seconds, failing on any finding

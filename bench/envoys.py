@@ -25,7 +25,7 @@ import copy
 import json
 from pathlib import Path
 
-import stack
+from testbed import stack
 
 ROOT = stack.ROOT
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "ratelimit_bench_noop.wasm"

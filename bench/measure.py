@@ -13,11 +13,12 @@ import time
 import uuid
 from pathlib import Path
 
-import stack
-import redis_cost
-from cluster import ValkeyCluster
-from diagnostics import Probe, add, derive
-from envoys import LOADGEN, NOOP_WASM, WASM_FUEL, Gateway
+from testbed import stack
+from testbed.cluster import ValkeyCluster
+
+from . import redis_cost
+from .diagnostics import Probe, add, derive
+from .envoys import LOADGEN, NOOP_WASM, WASM_FUEL, Gateway
 
 # Requests in flight of the comparison (loadgen --concurrency).
 IN_FLIGHT = (16, 64)
@@ -257,10 +258,10 @@ def cluster_cost(bench, workdir, conf):
         targets = [("1 Valkey", bench.bridge_port, [bench.redis_port]),
                    ("3-primary cluster", port, [p.port for p in cluster.primaries])]
         for label, bridge_port, redis_ports in targets:
-            clients = [redis_cost.Resp(p) for p in redis_ports]
+            clients = [redis_cost.client(p) for p in redis_ports]
             try:
                 for c in clients:
-                    c.call("CONFIG", "RESETSTAT")
+                    c.config_resetstat()
                 cpu0 = sum(redis_cost.cpu_seconds(c.info("cpu")) for c in clients)
                 r = loadgen(workdir, f"cluster-{len(redis_ports)}", [f"http://127.0.0.1:{bridge_port}/v1/check"],
                             conf["bridge_duration"], concurrency=16, warmup=0.0, method="POST",
@@ -344,11 +345,9 @@ def machine(bench):
             return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
         except OSError:
             return "?"
-    info = dict(line.split(":", 1) for line in
-                (bench.redis("INFO", "server") + bench.redis("INFO", "memory")).splitlines()
-                if ":" in line)
-    valkey = (info.get("valkey_version") or info.get("redis_version") or "?").strip()
-    valkey += f" ({info.get('mem_allocator', '?').strip()} allocator)"
+    info = {**bench.redis("INFO", "server"), **bench.redis("INFO", "memory")}
+    valkey = str(info.get("valkey_version") or info.get("redis_version") or "?")
+    valkey += f" ({info.get('mem_allocator', '?')} allocator)"
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "nproc": os.cpu_count(), "cpu": first("/proc/cpuinfo", "model name"),

@@ -14,21 +14,20 @@ rule-check, Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) normalised to 100
 and MEMORY USAGE of one bucket. The scripts below are written for this bench from the
 patterns' public descriptions.
 
-Standalone: `python3 bench/redis_cost.py --port 6379 [--checks N] [--previous FILE
+Standalone: `python3 -m bench.redis_cost --port 6379 [--checks N] [--previous FILE
 [--previous-takes-mode]]`, where FILE is an older token_bucket.lua taking one check per
 call (e.g. from `git show`), run first for comparison.
 """
 
 import argparse
 import functools
-import socket
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "testbed"))
 
-from stack import ROOT  # noqa: E402
+import valkey
+
+from testbed.stack import ROOT
 
 KEYS = 10_000
 BATCH = 100
@@ -45,56 +44,17 @@ return {1, limit - current, redis.call('TTL', KEYS[1])}
 """
 
 
-class Resp:
-    """A minimal pipelining RESP2 client (loopback only)."""
+def client(port):
+    """A connection to the Valkey on `port` (loopback), replies as bytes."""
+    return valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=30)
 
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.file = self.sock.makefile("rb")
 
-    def close(self):
-        self.file.close()
-        self.sock.close()
-
-    @staticmethod
-    def encode(args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        return b"".join(out)
-
-    def read(self):
-        line = self.file.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2]
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError(f"bad RESP reply {line!r}")
-
-    def pipeline(self, commands):
-        self.sock.sendall(b"".join(self.encode(c) for c in commands))
-        replies = [self.read() for _ in commands]
-        for r in replies:
-            if isinstance(r, RuntimeError):
-                raise r
-        return replies
-
-    def call(self, *args):
-        return self.pipeline([args])[0]
-
-    def info(self, section):
-        text = self.call("INFO", section).decode()
-        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+def pipeline(r, commands):
+    """Sends `commands` in one round trip and returns their replies, raising on an error."""
+    pipe = r.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute()
 
 
 def cpu_seconds(info):
@@ -103,11 +63,8 @@ def cpu_seconds(info):
 
 def commandstats(r):
     """{command: (calls, usec)} since the last CONFIG RESETSTAT."""
-    stats = {}
-    for name, value in r.info("commandstats").items():
-        fields = dict(kv.split("=", 1) for kv in value.split(","))
-        stats[name.removeprefix("cmdstat_")] = (int(fields["calls"]), int(fields["usec"]))
-    return stats
+    return {name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+            for name, v in r.info("commandstats").items()}
 
 
 # One rule of every check: 100 requests per minute, cost 1 (burst, num, den, cost).
@@ -118,7 +75,7 @@ def run_script(r, checks, prefix, batch=1):
     """The bridge's calls: `batch` checks per EVALSHA, KEYS = their rules' keys, ARGV =
     mode, the rule shapes (one here), then a byte string holding per check its rule count
     and its rules' shapes (here 1, 1 for each check)."""
-    sha = r.call("SCRIPT", "LOAD", (ROOT / "lua" / "token_bucket.lua").read_text())
+    sha = r.execute_command("SCRIPT", "LOAD", (ROOT / "lua" / "token_bucket.lua").read_text())
     per_round = max(batch, BATCH // batch * batch)
     for start in range(0, checks, per_round):
         calls = []
@@ -126,17 +83,17 @@ def run_script(r, checks, prefix, batch=1):
             n = min(batch, checks - first)
             keys = [f"{prefix}:u{i % KEYS}" for i in range(first, first + n)]
             calls.append(("EVALSHA", sha, n, *keys, "check", 1, *RULE, b"\x01\x01" * n))
-        r.pipeline(calls)
+        pipeline(r, calls)
     return ["evalsha"]
 
 
 def run_previous(r, checks, prefix, text, takes_mode):
     """An older script taking one check per call: KEYS[1], then [mode,] burst, num, den,
     cost (`takes_mode`: the later of those versions took a mode first)."""
-    sha = r.call("SCRIPT", "LOAD", text)
+    sha = r.execute_command("SCRIPT", "LOAD", text)
     mode = ["check"] if takes_mode else []
     for start in range(0, checks, BATCH):
-        r.pipeline([("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE)
+        pipeline(r, [("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE)
                     for i in range(start, min(checks, start + BATCH))])
     return ["evalsha"]
 
@@ -148,14 +105,14 @@ def run_incrby(r, checks, prefix):
         for i in range(start, min(checks, start + BATCH)):
             key = f"{prefix}:u{i % KEYS}_{window}"
             cmds += [("INCRBY", key, 1), ("EXPIRE", key, 60)]
-        r.pipeline(cmds)
+        pipeline(r, cmds)
     return ["incrby", "expire"]
 
 
 def run_getincr(r, checks, prefix):
-    sha = r.call("SCRIPT", "LOAD", GETINCR_LUA)
+    sha = r.execute_command("SCRIPT", "LOAD", GETINCR_LUA)
     for start in range(0, checks, BATCH):
-        r.pipeline([("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", 100, 60)
+        pipeline(r, [("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", 100, 60)
                     for i in range(start, min(checks, start + BATCH))])
     return ["evalsha"]
 
@@ -164,7 +121,7 @@ def run_naive(r, checks, prefix):
     rate_per_ms, burst = 100 / 60000, 100.0
     for start in range(0, checks, BATCH):
         keys = [f"{prefix}:u{i % KEYS}" for i in range(start, min(checks, start + BATCH))]
-        states = r.pipeline([("HMGET", k, "tokens", "ts") for k in keys])
+        states = pipeline(r, [("HMGET", k, "tokens", "ts") for k in keys])
         now = time.time() * 1000
         writes = []
         for key, (tokens, ts) in zip(keys, states):
@@ -173,7 +130,7 @@ def run_naive(r, checks, prefix):
             level = level - 1 if level >= 1 else level
             writes += [("MULTI",), ("HSET", key, "tokens", f"{level:.6f}", "ts", f"{now:.0f}"),
                        ("EXPIRE", key, 60), ("EXEC",)]
-        r.pipeline(writes)
+        pipeline(r, writes)
     return ["hmget", "multi", "exec"]
 
 
@@ -201,12 +158,12 @@ def measure(port, checks, previous=None, previous_takes_mode=False):
         patterns.insert(0, ("previous", "previous token_bucket.lua, 1 check per call",
                             functools.partial(run_previous, text=previous,
                                               takes_mode=previous_takes_mode)))
-    r = Resp(port)
+    r = client(port)
     results = []
     try:
         for name, label, run in patterns:
             prefix = f"cost:{name}"
-            r.call("CONFIG", "RESETSTAT")
+            r.execute_command("CONFIG", "RESETSTAT")
             cpu0 = cpu_seconds(r.info("cpu"))
             t0 = time.monotonic()
             top_level = run(r, checks, prefix)
@@ -215,8 +172,8 @@ def measure(port, checks, previous=None, previous_takes_mode=False):
             stats = commandstats(r)
             usec = sum(stats.get(c, (0, 0))[1] for c in top_level)
             calls = sum(stats.get(c, (0, 0))[0] for c in top_level)
-            sample = r.call("SCAN", 0, "MATCH", f"{prefix}:*", "COUNT", 1000)[1][:50]
-            sizes = [r.call("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
+            sample = r.execute_command("SCAN", 0, "MATCH", f"{prefix}:*", "COUNT", 1000)[1][:50]
+            sizes = [r.execute_command("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
             results.append({
                 "pattern": name, "label": label, "checks": checks,
                 "usec_per_check": usec / checks,

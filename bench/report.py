@@ -3,9 +3,9 @@ every section, the acceptance verdict of the throughput issue, and how to read t
 
 from pathlib import Path
 
-import plot
-from diagnostics import BATCH_BUCKETS
-from measure import IN_FLIGHT, TIMEOUT_MS
+from . import plot
+from .diagnostics import BATCH_BUCKETS
+from .measure import IN_FLIGHT, TIMEOUT_MS
 
 # The issue's acceptance: these configurations, against the no-op filter on the proxying
 # base, in the same run.
@@ -336,9 +336,10 @@ talks to it), 10,000 keys, the bridge on one worker thread.
 
 The bridge (one thread) answering 16 in-flight callouts of one check with **two** rules
 (`rl:cl:a:*`, `rl:cl:b:*`, 10,000 users): on one server a check is one script call;
-in the cluster its two buckets usually hash to different slots, so it costs two script
-calls on two primaries, in parallel (and a refund on a denial, none here). All three
-primaries share this machine's two cores with everything else.
+in the cluster its two buckets usually hash to different slots, so it costs a peek on
+each of the two primaries, in parallel, then a take on each (four script calls; a check
+denied by a peek takes nothing anywhere, and a refund follows only a race between peek
+and take). All three primaries share this machine's two cores with everything else.
 
 {cluster_table(results.get('cluster', []))}
 
@@ -402,7 +403,7 @@ primaries share this machine's two cores with everything else.
 ```sh
 make bench                         # builds, runs all of the above (~{max(1, round(results['bench_seconds'] / 60))} min), writes bench/REPORT.md
 make bench-smoke                   # ~1 s per configuration and level, asserts sane output, writes nothing here
-.venv/bin/python bench/run.py --rounds 1 --duration 3 --out /tmp/bench   # a quicker look
+.venv/bin/python -m bench.run --rounds 1 --duration 3 --out /tmp/bench   # a quicker look
 target/release/loadgen --help      # the load generator on its own
 ```
 """

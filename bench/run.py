@@ -20,14 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "testbed"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from testbed import stack
 
-import stack  # noqa: E402
-import envoys  # noqa: E402
-import measure  # noqa: E402
-import report  # noqa: E402
-import smoke  # noqa: E402
+from . import envoys, measure, report, smoke
 
 
 def settings(args):

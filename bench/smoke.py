@@ -5,7 +5,7 @@ asserted, so that the bench cannot rot unnoticed."""
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from measure import CONFIGS, IN_FLIGHT
+from .measure import CONFIGS, IN_FLIGHT
 
 
 def diagnostics(c, lv, at, expect):
@@ -70,7 +70,9 @@ def check(results, out):
                f"cluster cost: {c}")
     calls = {c["label"]: c["script_calls_per_check"] for c in results["cluster"]}
     expect(0.9 < calls.get("1 Valkey", 0) < 1.1, f"one script call per check on one Valkey: {calls}")
-    expect(1.2 < calls.get("3-primary cluster", 0) <= 2.1, f"a call per slot in the cluster: {calls}")
+    # Two slots per check (mostly): a peek and a take on each.
+    expect(2.4 < calls.get("3-primary cluster", 0) <= 4.2,
+           f"a peek and a take per slot in the cluster: {calls}")
     acc = {a["filter"]: a for a in results["accuracy"]}
     expect(0.9 < acc["ratelimit"]["ratio"] < 1.1, f"accuracy ratelimit.wasm: {acc['ratelimit']}")
     expect(acc["local"]["ratio"] > 1.3, f"accuracy local_ratelimit: {acc['local']}")

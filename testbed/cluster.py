@@ -8,7 +8,7 @@ from pathlib import Path
 
 import valkey
 
-from stack import VALKEY, Process, free_port, wait_for
+from .stack import VALKEY, Process, free_port, wait_for
 
 SLOTS = 16384
 

@@ -4,11 +4,8 @@ shows per-user, per-IP and global limits holding across gateways, then everythin
 
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from stack import Stack  # noqa: E402
+from .stack import Stack
 
 PLUGIN = {
     "backend": {"cluster": "ratelimit_bridge", "timeout_ms": 250},

@@ -46,10 +46,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from cluster import SLOTS, ValkeyCluster  # noqa: E402
-from stack import ROOT, Stack, request, wait_for  # noqa: E402
+from .cluster import SLOTS, ValkeyCluster
+from .stack import ROOT, Stack, request, wait_for
 
 # Steady load: bounded, loopback only. 1000 users at 300 requests/s is 0.3 per user and
 # second, far under their 1000 per minute: the steady load is never denied.
@@ -603,7 +601,7 @@ def report(results, analyses, args, started, loads, elapsed):
                   for r, a in zip(results, analyses) for what, ok, detail in a.checks]
     passed = all(row[2] == "ok" for row in check_rows)
     intro = (
-        f"`testbed/soak.py --minutes {args.minutes:g}` (`make soak SOAK_MINUTES={args.minutes:g}`), "
+        f"`python -m testbed.soak --minutes {args.minutes:g}` (`make soak SOAK_MINUTES={args.minutes:g}`), "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, commit {commit or '?'}, "
         f"{os.cpu_count()} cores (load average {loads[0]:.1f} before, {loads[1]:.1f} after), "
         f"{elapsed / 60:.1f} minutes in all. **{'PASS' if passed else 'FAIL'}**.\n\n"

@@ -216,7 +216,7 @@ class Stack:
 
     def start_valkey(self):
         self.valkey.start()
-        wait_for("valkey", lambda: self.redis("PING") == "PONG", proc=self.valkey.proc, log=self.valkey.log)
+        wait_for("valkey", lambda: self.redis("PING") is True, proc=self.valkey.proc, log=self.valkey.log)
 
     def start_bridge(self):
         self.bridge.start()
@@ -224,12 +224,14 @@ class Stack:
                  proc=self.bridge.proc, log=self.bridge.log)
 
     def redis(self, *args):
-        """One command to Valkey in RESP, answer decoded for simple replies."""
-        with socket.create_connection(("127.0.0.1", self.redis_port), timeout=5) as s:
-            cmd = f"*{len(args)}\r\n" + "".join(f"${len(str(a).encode())}\r\n{a}\r\n" for a in args)
-            s.sendall(cmd.encode())
-            reply = s.recv(65536).decode(errors="replace")
-        return reply[1:].split("\r\n")[0] if reply[:1] in "+-:" else reply
+        """One command to the stack's Valkey; replies decoded to text (lists, dicts as the
+        `valkey` client returns them)."""
+        client = valkey.Valkey(host="127.0.0.1", port=self.redis_port, socket_timeout=5,
+                               decode_responses=True)
+        try:
+            return client.execute_command(*args)
+        finally:
+            client.close()
 
     def get(self, gateway=0, path="/", headers=None, **kw):
         return request(self.ports[gateway], path, headers, **kw)

@@ -1,11 +1,6 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from stack import Stack  # noqa: E402
+from testbed.stack import Stack
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from cluster import ValkeyCluster
-from stack import Stack, bucket_units
-from test_e2e import plugin, rule
+from testbed.cluster import ValkeyCluster
+from testbed.stack import Stack, bucket_units
+from testbed.plugins import plugin, rule
 
 
 @pytest.fixture

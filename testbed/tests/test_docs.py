@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from stack import default_plugin
+from testbed.stack import default_plugin
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

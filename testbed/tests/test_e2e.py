@@ -8,29 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stack import bucket_units, load_error, request, wait_for
-
-IDENTITY = {
-    "user": {"header": "x-user-id"},
-    "api_key": {"header": "x-api-key"},
-    "ip": {"source": "peer"},
-    "tier": {"header": "x-tier", "trusted": True},
-}
-
-
-def plugin(*rules, failure_mode="closed", timeout_ms=1000, **extra):
-    return {
-        "backend": {"cluster": "ratelimit_bridge", "timeout_ms": timeout_ms},
-        "failure_mode": failure_mode,
-        "identity": IDENTITY,
-        "rules": list(rules),
-        **extra,
-    }
-
-
-def rule(name, key, requests, per="1h", **extra):
-    return {"name": name, "key": key, "limit": {"requests": requests, "per": per}, **extra}
-
+from testbed.plugins import plugin, rule
+from testbed.stack import bucket_units, load_error, request, wait_for
 
 def statuses(stack, n, gateway=0, path="/api/x", headers=None, **kw):
     return [stack.get(gateway, path, headers, **kw)[0] for _ in range(n)]

@@ -5,7 +5,7 @@ exactly as the client wrote it."""
 
 import pytest
 
-from test_e2e import plugin, rule
+from testbed.plugins import plugin, rule
 
 # Ways to write /api/search that an upstream resolving dot segments, merging slashes and
 # decoding escapes serves as /api/search: each alone, then combined.

@@ -1,0 +1,1 @@
+"""`make bench`: the performance report (run as `python -m bench.run`)."""
