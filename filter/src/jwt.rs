@@ -71,17 +71,8 @@ mod tests {
     use super::*;
 
     fn b64(data: &[u8]) -> String {
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let mut buf = [0u8; 3];
-            buf[..chunk.len()].copy_from_slice(chunk);
-            let n = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]);
-            for i in 0..=chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            }
-        }
-        out
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
     }
 
     #[test]
