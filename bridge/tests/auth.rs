@@ -9,7 +9,7 @@ mod common;
 
 use common::buckets::rule;
 use common::process::BridgeProcess;
-use common::Valkey;
+use common::{Valkey, BRIDGE_ACL};
 use ratelimit_bridge::connect::RedisAccess;
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;
@@ -19,32 +19,13 @@ const ADMIN_PASSWORD: &str = "admin-pw";
 const USER: &str = "ratelimit";
 const PASSWORD: &str = "rl-pw";
 
-/// What the bridge needs, and no more (as the README recommends): the script's commands on
-/// `rl:` keys, and PING for /healthz.
-const ACL: &[&str] = &[
-    "on",
-    "resetkeys",
-    "~rl:*",
-    "resetchannels",
-    "-@all",
-    "+ping",
-    "+evalsha",
-    "+script|load",
-    "+time",
-    "+mget",
-    "+exists",
-    "+type",
-    "+set",
-    "+msetex",
-];
-
 /// A Valkey that wants a password, with the bridge's ACL user.
 fn secured() -> Valkey {
     let valkey = Valkey::start_with(&["--requirepass", ADMIN_PASSWORD]);
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg(USER)
-        .arg(ACL)
+        .arg(BRIDGE_ACL)
         .arg(format!(">{PASSWORD}"))
         .query(&mut admin(&valkey))
         .unwrap();

@@ -10,6 +10,7 @@ mod common;
 use common::buckets::rule;
 use common::cluster::{Cluster, RANGES};
 use common::process::BridgeProcess;
+use common::BRIDGE_ACL;
 use ratelimit_bridge::connect::RedisAccess;
 use ratelimit_bridge::redis_tls::TlsFiles;
 use ratelimit_bridge::slot::slot;
@@ -101,24 +102,11 @@ async fn discovered_cluster_nodes_get_the_seeds_credentials() {
     for i in 0..RANGES.len() {
         let _: () = cluster.cmd(
             i,
-            redis::cmd("ACL").arg("SETUSER").arg("ratelimit").arg(&[
-                "on",
-                ">rl-pw",
-                "resetkeys",
-                "~rl:*",
-                "resetchannels",
-                "-@all",
-                "+ping",
-                "+evalsha",
-                "+script|load",
-                "+time",
-                "+mget",
-                "+exists",
-                "+type",
-                "+set",
-                "+msetex",
-                "+cluster|slots",
-            ]),
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("ratelimit")
+                .arg(BRIDGE_ACL)
+                .arg(&[">rl-pw", "+cluster|slots"]),
         );
     }
     let files = Scratch::new();

@@ -15,6 +15,25 @@ pub mod server;
 
 pub use test_support::Valkey;
 
+/// What the bridge needs of an ACL user, and no more (as the README recommends): the
+/// script's commands on `rl:` keys, and PING for /healthz. A cluster adds `cluster|slots`.
+pub const BRIDGE_ACL: &[&str] = &[
+    "on",
+    "resetkeys",
+    "~rl:*",
+    "resetchannels",
+    "-@all",
+    "+ping",
+    "+evalsha",
+    "+script|load",
+    "+time",
+    "+mget",
+    "+exists",
+    "+type",
+    "+set",
+    "+msetex",
+];
+
 /// A plain Redis connection for inspecting what the script stored.
 pub trait Connect {
     fn connection(&self) -> redis::Connection;
