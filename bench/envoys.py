@@ -135,15 +135,7 @@ class Gateway:
 
     def counters(self):
         """The filter's counters (`wasmcustom.ratelimit.*` in /stats), by short name."""
-        status, _, body = stack.request(self.admin, "/stats?filter=wasmcustom", timeout=5)
-        if status != 200:
-            return {}
-        out = {}
-        for line in body.splitlines():
-            name, _, value = line.partition(": ")
-            if value.strip().isdigit():
-                out[name.rsplit(".", 1)[-1]] = int(value)
-        return out
+        return stack.filter_counters(self.admin)
 
     def url(self, path="/api/bench"):
         return f"http://127.0.0.1:{self.port}{path}"

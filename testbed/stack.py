@@ -145,6 +145,17 @@ def default_plugin():
     return json.loads(wasm["configuration"]["value"])
 
 
+def filter_counters(admin_port):
+    """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats) by short name:
+    {"allowed": 3, "callouts": 3, ...}; empty if the admin port does not answer."""
+    status, _, body = request(admin_port, "/stats?filter=wasmcustom.ratelimit", timeout=5)
+    if status != 200:
+        return {}
+    pairs = (line.partition(": ") for line in body.splitlines())
+    return {name.rsplit(".", 1)[-1]: int(value) for name, _, value in pairs
+            if value.strip().isdigit()}
+
+
 def load_error(plugin):
     """The log of an Envoy asked to load `plugin`, which it must refuse (the stack fails to
     start)."""
@@ -241,9 +252,7 @@ class Stack:
         filter counts in wasm memory and hands the counts to Envoy on its tick (at most
         every 100 ms), so this first waits out three ticks."""
         time.sleep(0.3)
-        body = request(self.admin_ports[gateway], "/stats?filter=wasmcustom.ratelimit")[2]
-        pairs = (line.split(": ") for line in body.splitlines() if ": " in line)
-        return {k.rsplit(".", 1)[1]: int(v) for k, v in pairs if v.isdigit()}
+        return filter_counters(self.admin_ports[gateway])
 
     def logs(self, name):
         proc = {"valkey": self.valkey, "bridge": self.bridge}.get(name) or \
