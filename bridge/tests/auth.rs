@@ -106,20 +106,25 @@ async fn the_right_credentials_from_the_url_or_the_flags_work() {
     assert!(err.contains("NoPerm"), "{err}");
 }
 
-#[test]
-fn the_binary_authenticates_with_the_username_and_password_file_flags() {
-    let valkey = secured();
-    let files = Scratch::new();
-    let password_file = files.write("password", format!("  {PASSWORD}\n"));
+/// The bridge binary on `valkey` as the ACL user, its password in a file holding `password`.
+fn bridge_as_user(valkey: &Valkey, files: &Scratch, password: &str) -> BridgeProcess {
+    let password_file = files.write("password", password);
     let url = format!("redis://127.0.0.1:{}", valkey.port);
-    let bridge = BridgeProcess::start(&[
+    BridgeProcess::start(&[
         "--redis",
         &url,
         "--redis-username",
         USER,
         "--redis-password-file",
         password_file.to_str().unwrap(),
-    ]);
+    ])
+}
+
+#[test]
+fn the_binary_authenticates_with_the_username_and_password_file_flags() {
+    let valkey = secured();
+    let files = Scratch::new();
+    let bridge = bridge_as_user(&valkey, &files, &format!("  {PASSWORD}\n"));
     let (status, answer) = bridge.check("rl:bin,3,1,3600000,1\n");
     assert_eq!(
         (status, answer.split(' ').nth(1).map(|r| &r[..4])),
@@ -135,16 +140,7 @@ fn wrong_credentials_fail_checks_with_the_reason_and_the_bridge_keeps_running() 
     let valkey = secured();
     let files = Scratch::new();
     let wrong = "not-the-password";
-    let password_file = files.write("password", wrong);
-    let url = format!("redis://127.0.0.1:{}", valkey.port);
-    let mut bridge = BridgeProcess::start(&[
-        "--redis",
-        &url,
-        "--redis-username",
-        USER,
-        "--redis-password-file",
-        password_file.to_str().unwrap(),
-    ]);
+    let mut bridge = bridge_as_user(&valkey, &files, wrong);
     for _ in 0..3 {
         let (status, answer) = bridge.check("rl:k,3,1,3600000,1\n");
         assert_eq!(status, 200);
