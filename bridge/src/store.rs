@@ -21,7 +21,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
@@ -37,13 +37,43 @@ pub struct StoreOptions {
 #[derive(Clone)]
 enum Backend {
     /// Pipelines concurrent commands on one connection and reconnects by itself.
-    Single(ConnectionManager),
+    Single(Box<Single>),
     /// Connected on first use (the bridge starts while the cluster is down); the connection
     /// follows `MOVED`/`ASK` and refreshes the topology after a failover.
     Cluster {
         client: Box<ClusterClient>,
         conn: Arc<OnceCell<ClusterConnection>>,
     },
+}
+
+/// One server's connection. The manager reconnects by itself after I/O errors only: once
+/// Redis refused its credentials it would keep failing, even after the server accepts them
+/// (a password rotation done in the wrong order, then fixed), until the bridge restarts.
+/// So a refused login makes the health loop remake it from the client and config.
+#[derive(Clone)]
+struct Single {
+    conn: Arc<RwLock<ConnectionManager>>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Single {
+    fn conn(&self) -> ConnectionManager {
+        match self.conn.read() {
+            Ok(conn) => conn.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn remake(&self) {
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(fresh) => match self.conn.write() {
+                Ok(mut conn) => *conn = fresh,
+                Err(poisoned) => *poisoned.into_inner() = fresh,
+            },
+            Err(e) => log::warn!("cannot remake the redis connection: {e}"),
+        }
+    }
 }
 
 /// The shared handle to Redis; cheap to clone (connections are multiplexed).
@@ -70,8 +100,13 @@ impl Store {
             .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
         Ok(Store {
-            backend: Backend::Single(ConnectionManager::new_lazy_with_config(client, config)?),
+            backend: Backend::Single(Box::new(Single {
+                conn: Arc::new(RwLock::new(conn)),
+                client,
+                config,
+            })),
             script: redis::Script::new(TOKEN_BUCKET_LUA),
             keyspace: Arc::default(),
         })
@@ -175,7 +210,7 @@ impl Store {
     async fn call(&self, mode: Mode, checks: &[Check], call: &Call) -> batch::Reply {
         let invocation = script::invocation(&self.script, mode, checks, &call.parts)?;
         let reply: Vec<i64> = match &self.backend {
-            Backend::Single(conn) => invocation.invoke_async(&mut conn.clone()).await,
+            Backend::Single(single) => invocation.invoke_async(&mut single.conn()).await,
             Backend::Cluster { .. } => {
                 on_cluster(&invocation, &mut self.cluster_conn().await?).await
             }
@@ -198,7 +233,15 @@ impl Store {
     pub async fn ping(&self) -> bool {
         let cmd = redis::cmd("PING");
         match &self.backend {
-            Backend::Single(conn) => conn.clone().req_packed_command(&cmd).await.is_ok(),
+            Backend::Single(single) => match single.conn().req_packed_command(&cmd).await {
+                Ok(_) => true,
+                Err(e) => {
+                    if e.kind() == ErrorKind::AuthenticationFailed {
+                        single.remake();
+                    }
+                    false
+                }
+            },
             Backend::Cluster { .. } => match self.cluster_conn().await {
                 Ok(mut conn) => conn.req_packed_command(&cmd).await.is_ok(),
                 Err(_) => false,

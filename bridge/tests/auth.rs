@@ -158,3 +158,34 @@ fn wrong_credentials_fail_checks_with_the_reason_and_the_bridge_keeps_running() 
     );
     assert!(!log.contains(wrong), "{log}");
 }
+
+#[test]
+fn once_redis_accepts_the_credentials_the_bridge_checks_again_without_a_restart() {
+    let valkey = secured();
+    let files = Scratch::new();
+    let rotated = "the-new-password";
+    let bridge = bridge_as_user(&valkey, &files, rotated);
+    let (_, answer) = bridge.check("rl:k,3,1,3600000,1\n");
+    assert!(
+        answer.starts_with("! redis: Password authentication failed"),
+        "{answer}"
+    );
+    // The operator gives the user the password the bridge was configured with (a rotation
+    // done in the wrong order, fixed).
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(USER)
+        .arg(format!(">{rotated}"))
+        .query(&mut admin(&valkey))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let (_, answer) = bridge.check("rl:k,3,1,3600000,1\n");
+        if !answer.starts_with('!') || std::time::Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(answer.contains(" 1,2,"), "checks again: {answer}");
+    assert_eq!(bridge.health(), 200);
+}
