@@ -137,7 +137,9 @@ impl Admission {
                 self.failure_mode(config, host)
             }
             Ok(CheckResult::Refused(reason)) => {
-                log::warn!("the bridge refused a check ({reason})");
+                // Counted (`refused`) rather than logged loudly: every request of a
+                // misconfigured key prefix would write a line.
+                log::debug!("the bridge refused a check ({reason})");
                 self.outcome = Some(Outcome::Refused);
                 self.failure_mode(config, host)
             }

@@ -156,8 +156,10 @@ pub struct Config {
     pub key_prefix: String,
     pub identities: Vec<Identity>,
     pub rules: Vec<Rule>,
+    /// Some rule matches on `:method` or `:path`: only then are they read and the path
+    /// normalized, per request.
+    pub matches_requests: bool,
     pub headers: HeaderOptions,
-    /// Share of each global limit one gateway enforces in `FailureMode::Local`.
     /// With `failure_mode: "local"`: the share of each limit enforced alone, and how many
     /// buckets per rule clients hash into.
     pub local: LocalOptions,
@@ -255,6 +257,7 @@ impl RawConfig {
             key_prefix: self.key_prefix,
             identities,
             rules: Vec::new(),
+            matches_requests: false,
             headers: self.headers,
             local: LocalOptions {
                 share: local_share,
@@ -276,6 +279,7 @@ impl RawConfig {
                     format!("{:?} is used twice", rule.name),
                 );
             }
+            config.matches_requests |= rule.matcher != Matcher::default();
             config.rules.push(rule);
         }
         Ok(config)

@@ -42,9 +42,9 @@ impl Matcher {
 pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, Repeated> {
     // Reading :method and :path costs a scan of the headers and a normalization: only
     // when some rule matches on them.
-    let matching = config.rules.iter().any(|r| r.matcher != Matcher::default());
     let read = |name| {
-        matching
+        config
+            .matches_requests
             .then(|| req.header(name))
             .flatten()
             .unwrap_or_default()

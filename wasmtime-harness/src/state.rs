@@ -1,9 +1,7 @@
 //! Everything the host knows, kept in the wasmtime `Store` so that each test owns its own
 //! world: no global state, so tests run in parallel.
 
-use crate::abi::{LogLevel, MapType, Pair};
-// Tests have always found it here, next to the replies they read it from.
-pub use crate::abi::first;
+use crate::abi::{first, LogLevel, MapType, Pair};
 use crate::callout::{CallResponse, Callout};
 use crate::grpc::GrpcState;
 use crate::queue::QueueState;

@@ -64,7 +64,7 @@ fn allowed_request_resumes_and_gets_rate_limit_headers() {
         Action::Continue
     );
     let headers = &host.stream(id).unwrap().response_headers;
-    let value = |n: &str| wasmtime_harness::state::first(headers, n);
+    let value = |n: &str| wasmtime_harness::abi::first(headers, n);
     assert_eq!(value("x-ratelimit-limit").as_deref(), Some("50000"));
     assert_eq!(value("x-ratelimit-remaining").as_deref(), Some("49999"));
     assert_eq!(value("x-ratelimit-reset").as_deref(), Some("1767225601"));
@@ -153,11 +153,11 @@ fn allowed_on_several_rules_shows_the_fewest_remaining() {
         .unwrap();
     let headers = &host.stream(id).unwrap().response_headers;
     assert_eq!(
-        wasmtime_harness::state::first(headers, "x-ratelimit-limit").as_deref(),
+        wasmtime_harness::abi::first(headers, "x-ratelimit-limit").as_deref(),
         Some("10")
     );
     assert_eq!(
-        wasmtime_harness::state::first(headers, "x-ratelimit-remaining").as_deref(),
+        wasmtime_harness::abi::first(headers, "x-ratelimit-remaining").as_deref(),
         Some("3")
     );
 }
