@@ -10,6 +10,7 @@ runs at interpreter exit, so nothing outlives the run.
 import atexit
 import copy
 import http.client
+import itertools
 import json
 import os
 import shutil
@@ -33,10 +34,23 @@ BRIDGE = os.environ.get("RATELIMIT_BRIDGE", str(ROOT / "dist" / "ratelimit-bridg
 WASM = os.environ.get("RATELIMIT_WASM", str(ROOT / "dist" / "ratelimit.wasm"))
 
 
+# Test ports come from below Linux's ephemeral range (32768 and up), so no outgoing
+# connection can take a port between the moment it is picked and the moment its server
+# binds it (which failed CI once with EADDRINUSE). Never the same port twice in a process.
+TEST_PORTS = range(32000, 20000, -1)
+_next_port = itertools.count(os.getpid() * 7919)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in TEST_PORTS:
+        port = TEST_PORTS[next(_next_port) % len(TEST_PORTS)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS} on 127.0.0.1")
 
 
 def wait_for(what, ready, timeout=30.0, proc=None, log=None):

@@ -41,12 +41,31 @@ fn program(var: &str, default: &str, names: &[&str]) -> PathBuf {
     panic!("no {default}: run `make setup build` (or set {var})");
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released).
+/// Where test ports come from: below Linux's ephemeral range (32768 and up), so no
+/// outgoing connection of this or another test can take a port between the moment it is
+/// picked and the moment its server binds it (which failed CI once with EADDRINUSE).
+const TEST_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A free TCP port on 127.0.0.1 (bound then released), never the same twice in one
+/// process; processes start at different points of the range.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = TEST_PORTS.start + u16::try_from(offset).expect("offset below the span");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?} on 127.0.0.1");
 }
 
 /// A child process killed when dropped.
