@@ -54,6 +54,13 @@ fn trimmed(bytes: &[u8]) -> &[u8] {
     bytes.trim_ascii()
 }
 
+/// A value as an operator types it (`alice`), made what a gateway makes of the same value
+/// in a header or a JWT claim: trimmed, escaped, a digest when long; `None` when empty.
+/// An address is typed as the gateway keys it (`198.51.100.4`, `2001:db8:1:2::/64`).
+pub fn typed(value: &str) -> Option<String> {
+    key_safe(trimmed(value.as_bytes()))
+}
+
 fn key_safe(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty()).then(|| escape(bytes))
 }

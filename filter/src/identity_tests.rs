@@ -255,3 +255,11 @@ fn a_repeated_identity_header_cannot_be_resolved() {
         Some("alice")
     );
 }
+
+#[test]
+fn a_typed_value_is_escaped_as_the_same_header_value_would_be() {
+    let req = FakeRequest::default().with("x-user-id", " a b/{c} ");
+    assert_eq!(typed(" a b/{c} "), resolve(&header("x-user-id"), &req));
+    assert_eq!(typed("alice").as_deref(), Some("alice"));
+    assert_eq!(typed("  "), None);
+}

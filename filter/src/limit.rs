@@ -57,9 +57,6 @@ impl RawLimit {
                 problem,
             })
         };
-        if self.requests == 0 {
-            return fail("requests", "must be at least 1".into());
-        }
         let Some(per_ms) = parse_duration_ms(&self.per) else {
             return fail(
                 "per",
@@ -69,36 +66,55 @@ impl RawLimit {
                 ),
             );
         };
-        let burst = self.burst.unwrap_or(self.requests);
+        Limit::new(self.requests, per_ms, self.burst, cost)
+            .or_else(|(name, problem)| fail(name, problem))
+    }
+}
+
+impl Limit {
+    /// `requests` every `per_ms` with a bucket of `burst` tokens (default: `requests`) for
+    /// checks of `cost`, the rate reduced and every quantity within the script's exact
+    /// range; or the field at fault (`requests`, `per`, `burst`) and why. The plugin's
+    /// limits and the bridge's overrides are both made here.
+    pub fn new(
+        requests: u64,
+        per_ms: u64,
+        burst: Option<u64>,
+        cost: u64,
+    ) -> Result<Limit, (&'static str, String)> {
+        if requests == 0 {
+            return Err(("requests", "must be at least 1".into()));
+        }
+        if per_ms == 0 {
+            return Err(("per", "must be at least 1 ms".into()));
+        }
+        let burst = burst.unwrap_or(requests);
         if burst == 0 {
-            return fail("burst", "must be at least 1".into());
+            return Err(("burst", "must be at least 1".into()));
         }
         if cost > burst {
-            return fail(
+            return Err((
                 "burst",
                 format!("the bucket ({burst}) must hold at least one request's cost ({cost})"),
-            );
+            ));
         }
-        let g = gcd(self.requests, per_ms);
-        let (num, den) = (self.requests / g, per_ms / g);
+        let g = gcd(requests, per_ms);
+        let (num, den) = (requests / g, per_ms / g);
         // The script multiplies tokens by `den`; keep the full bucket exact.
         if u128::from(burst) * u128::from(den) >= u128::from(MAX_EXACT) || num >= MAX_EXACT {
-            return fail(
+            return Err((
                 "burst",
                 "too large for this period: burst x period must stay below 2^53 ms".into(),
-            );
+            ));
         }
         Ok(Limit {
-            requests: self.requests,
+            requests,
             per_ms,
             burst,
             num,
             den,
         })
     }
-}
-
-impl Limit {
     /// The period in words, for the 429 body: "minute", "30 seconds", "250 ms".
     pub fn period_phrase(&self) -> String {
         let ms = self.per_ms;

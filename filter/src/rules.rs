@@ -68,18 +68,14 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
         if !rule.matcher.matches(&method, &path) {
             continue;
         }
-        let mut key = String::with_capacity(config.key_prefix.len() + rule.name.len() + 64);
-        key.push_str(&config.key_prefix);
-        key.push(':');
-        key.push_str(&rule.name);
+        let mut values = Vec::with_capacity(rule.key.len());
         for &id in &rule.key {
             let Some(value) = value_of(id)? else {
                 continue 'rules;
             };
-            key.push(':');
-            key.push_str(&value);
+            values.push(value);
         }
-        bound_key(&mut key, config.key_prefix.len() + 1 + rule.name.len());
+        let key = bucket_key(&config.key_prefix, &rule.name, &values);
         let tier = match rule.tier_identity {
             Some(id) => value_of(id)?,
             None => None,
@@ -87,31 +83,48 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
         planned.push(PlannedRule {
             rule: index,
             key,
-            limit: limit_for(rule, tier.as_deref()),
+            limit: rule.limit_for(tier.as_deref()),
             cost: rule.cost,
         });
     }
     Ok(planned)
 }
 
-/// Keeps a key within `MAX_KEY_LEN` by construction: past it, the identity values after
-/// `head` (`prefix:rule`) are replaced by `#` and the SHA-256 of them all. Values are escaped
-/// and never hold `:` or `#`, so the joined values are unambiguous and a digested key never
-/// equals a verbatim one (a rule's verbatim keys have one component per identity; a rule
-/// of one identity never needs the digest).
-fn bound_key(key: &mut String, head: usize) {
+/// The Redis key of the bucket of rule `rule` (under `prefix`) for a client whose identity
+/// values, escaped as `identity` makes them, are `values` (one per identity of the rule's
+/// key, in order): `prefix:rule[:value...]`. The one place keys are made: the filter's
+/// planning, and the bridge's `usage` and overrides, which must name the same buckets.
+///
+/// Bounded by construction: past `MAX_KEY_LEN`, the values are replaced by `#` and the
+/// SHA-256 of them all. Values are escaped and never hold `:` or `#`, so the joined values
+/// are unambiguous and a digested key never equals a verbatim one (a rule's verbatim keys
+/// have one component per identity; a rule of one identity never needs the digest).
+pub fn bucket_key(prefix: &str, rule: &str, values: &[impl AsRef<str>]) -> String {
+    let head = prefix.len() + 1 + rule.len();
+    let mut key = String::with_capacity(head + 64);
+    key.push_str(prefix);
+    key.push(':');
+    key.push_str(rule);
+    for value in values {
+        key.push(':');
+        key.push_str(value.as_ref());
+    }
     if key.len() <= MAX_KEY_LEN {
-        return;
+        return key;
     }
     let hex = digest::sha256_hex(key.as_bytes().get(head + 1..).unwrap_or_default());
     key.truncate(head);
     key.push_str(":#");
     key.push_str(&hex);
+    key
 }
 
-fn limit_for(rule: &Rule, tier: Option<&str>) -> Limit {
-    tier.and_then(|t| rule.tiers.iter().find(|(name, _)| name == t))
-        .map_or(rule.limit, |(_, limit)| *limit)
+impl Rule {
+    /// The limit for a client of `tier` (none, or one the rule does not name: its limit).
+    pub fn limit_for(&self, tier: Option<&str>) -> Limit {
+        tier.and_then(|t| self.tiers.iter().find(|(name, _)| name == t))
+            .map_or(self.limit, |(_, limit)| *limit)
+    }
 }
 
 #[cfg(test)]

@@ -189,3 +189,28 @@ fn keys_stay_within_the_bridge_bound_whatever_the_values() {
     );
     assert_eq!(short[0].key, "rl:four:v:v:v:v");
 }
+
+#[test]
+fn bucket_keys_are_made_in_one_place_and_bounded() {
+    assert_eq!(bucket_key("rl", "global", &[] as &[&str]), "rl:global");
+    assert_eq!(
+        bucket_key("rl", "per-user", &["alice"]),
+        "rl:per-user:alice"
+    );
+    let long = [
+        "x".repeat(128),
+        "y".repeat(128),
+        "z".repeat(128),
+        "w".repeat(128),
+    ];
+    let key = bucket_key("rl", "four", &long);
+    assert!(
+        key.starts_with("rl:four:#") && key.len() == "rl:four:#".len() + 64,
+        "{key}"
+    );
+    assert_eq!(
+        key,
+        bucket_key("rl", "four", &long),
+        "the same values, the same key"
+    );
+}
