@@ -23,16 +23,22 @@ impl Default for Keyspace {
     }
 }
 
+/// Whether `name` is 1 to 64 of `[A-Za-z0-9._-]`: what the filter allows in its
+/// `key_prefix` and rule names.
+pub fn is_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
 impl Keyspace {
     /// Parses a comma-separated list of prefixes, each 1 to 64 of `[A-Za-z0-9._-]` (the
     /// characters the filter allows in its `key_prefix`).
     pub fn parse(list: &str) -> Result<Keyspace, String> {
         let mut prefixes = Vec::new();
         for prefix in list.split(',').map(str::trim) {
-            let valid = (1..=64).contains(&prefix.len())
-                && prefix
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            let valid = is_name(prefix);
             if !valid {
                 return Err(format!(
                     "{prefix:?} is not a key prefix (1 to 64 letters, digits, '.', '_' or '-')"
@@ -41,6 +47,13 @@ impl Keyspace {
             prefixes.push(format!("{prefix}:"));
         }
         Ok(Keyspace { prefixes })
+    }
+
+    /// The prefixes, without their `:`.
+    pub fn prefixes(&self) -> impl Iterator<Item = &str> {
+        self.prefixes
+            .iter()
+            .map(|p| p.strip_suffix(':').unwrap_or(p))
     }
 
     /// Why `check` may not run, if one of its keys lies outside every prefix.

@@ -2,16 +2,22 @@
 //! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
 
 pub mod access;
+pub mod admin;
 pub mod batch;
 pub mod check;
+pub mod commands;
 pub mod connect;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
 pub mod limits;
+pub mod override_cache;
+pub mod overrides;
 pub mod redis_tls;
+pub mod registry;
 pub mod script;
 pub mod server;
 pub mod slot;
 pub mod store;
+pub mod usage;
 pub mod wire;

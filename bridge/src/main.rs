@@ -2,25 +2,38 @@
 
 use clap::Parser;
 use ratelimit_bridge::access::Access;
-use ratelimit_bridge::connect::{redact, RedisAccess};
+use ratelimit_bridge::commands::{self, Command, RedisArgs};
+use ratelimit_bridge::connect::redact;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::limits::Limits;
-use ratelimit_bridge::redis_tls::TlsFiles;
 use ratelimit_bridge::server::{self, Config};
-use ratelimit_bridge::store::{Store, StoreOptions};
+use ratelimit_bridge::store::StoreOptions;
+use ratelimit_bridge::usage;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Runs ratelimit.wasm's token-bucket checks on Redis or Valkey.
 ///
-/// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c) and `GET /healthz`
-/// (200 when Redis answers, 503 when not). Stops gracefully on SIGTERM or SIGINT.
+/// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c), the gRPC stream,
+/// `GET /healthz` (200 when Redis answers, 503 when not) and, with --token-file, the admin
+/// endpoints under /admin/. Stops gracefully on SIGTERM or SIGINT. With a command
+/// (`override`, `usage`), runs it and exits instead.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: Args,
+}
+
+/// The server's flags.
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Address to listen on.
     #[arg(
@@ -29,42 +42,8 @@ struct Args {
         default_value = "127.0.0.1:8081"
     )]
     listen: SocketAddr,
-    /// Redis or Valkey URL: redis://[[user]:password@]host:port[/db], or rediss://... for TLS
-    /// (rustls; the system's CA roots unless --redis-ca-file). With --cluster:
-    /// comma-separated seed nodes of the cluster (any reachable one suffices). Passwords are
-    /// masked in logs; --redis-password-file keeps them out of the process list too.
-    #[arg(
-        long,
-        env = "RATELIMIT_BRIDGE_REDIS",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    redis: String,
-    /// Treat --redis as a Redis Cluster: slot routing, MOVED/ASK, topology refresh.
-    #[arg(long, env = "RATELIMIT_BRIDGE_CLUSTER")]
-    cluster: bool,
-    /// PEM bundle of the CAs that sign Redis's certificate, trusted instead of the system's
-    /// roots (rediss:// only).
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CA_FILE", value_name = "PATH")]
-    redis_ca_file: Option<PathBuf>,
-    /// PEM certificate (chain) the bridge presents to Redis for mutual TLS (rediss:// only;
-    /// needs --redis-client-key).
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_CERT", value_name = "PATH")]
-    redis_client_cert: Option<PathBuf>,
-    /// PEM private key of --redis-client-cert.
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY", value_name = "PATH")]
-    redis_client_key: Option<PathBuf>,
-    /// ACL user to authenticate as, instead of user@ in --redis (needs a password).
-    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_USERNAME", value_name = "USER")]
-    redis_username: Option<String>,
-    /// File holding the Redis password (surrounding whitespace ignored), instead of
-    /// :password@ in --redis. With no username: the default user (requirepass).
-    #[arg(
-        long,
-        env = "RATELIMIT_BRIDGE_REDIS_PASSWORD_FILE",
-        value_name = "PATH"
-    )]
-    redis_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Bound on connecting to Redis, in milliseconds.
     #[arg(
         long,
@@ -83,6 +62,9 @@ struct Args {
     /// any check naming another key (the filter's `key_prefix` must be one of them).
     #[arg(long, env = "RATELIMIT_BRIDGE_KEY_PREFIX", default_value = DEFAULT_PREFIX)]
     key_prefix: String,
+    /// The plugin configuration (JSON) the gateways load, for `GET /admin/usage`.
+    #[arg(long, env = "RATELIMIT_BRIDGE_CONFIG", value_name = "PLUGIN.json")]
+    config: Option<PathBuf>,
     /// Worker threads (0: one per core).
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
     threads: usize,
@@ -115,14 +97,19 @@ struct Args {
     )]
     max_connections: u32,
     /// File holding the token gateways must present (`authorization: Bearer <token>`) to
-    /// check; surrounding whitespace is trimmed. Without it any caller may check.
+    /// check, and operators to use /admin/; surrounding whitespace is trimmed. Without it
+    /// any caller may check, and /admin/ is not served.
     #[arg(long, env = "RATELIMIT_BRIDGE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let args = Args::parse();
+    let cli = Cli::parse();
+    if let Some(command) = cli.command {
+        return run_command(command);
+    }
+    let args = cli.serve;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if args.threads > 0 {
         runtime.worker_threads(args.threads);
@@ -158,30 +145,24 @@ async fn serve(args: Args) -> Result<(), String> {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         response_timeout: Duration::from_millis(args.redis_timeout_ms),
     };
-    let redis_access = RedisAccess {
-        tls: TlsFiles {
-            ca_file: args.redis_ca_file,
-            client_cert: args.redis_client_cert,
-            client_key: args.redis_client_key,
-        },
-        username: args.redis_username,
-        password_file: args.redis_password_file,
+    let plugin = match &args.config {
+        Some(path) => Some(Arc::new(
+            usage::load_plugin(path).map_err(|e| format!("--config {e}"))?,
+        )),
+        None => None,
     };
-    let redis = redact(&args.redis);
-    let store = if args.cluster {
-        let seeds: Vec<String> = args
-            .redis
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
-        Store::with_cluster(redis_access.cluster(&seeds)?, options)
-    } else if args.redis.contains(',') {
-        return Err("--redis: several URLs need --cluster".into());
-    } else {
-        Store::with_client(redis_access.single(&args.redis)?, options)
+    let redis = redact(&args.redis.redis);
+    let store = args.redis.store(options)?.with_keyspace(
+        Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?,
+    );
+    if let Some(plugin) = &plugin {
+        if !store.keyspace().prefixes().any(|p| p == plugin.key_prefix) {
+            return Err(format!(
+                "--config: its key_prefix {:?} is not one of --key-prefix {:?}",
+                plugin.key_prefix, args.key_prefix
+            ));
+        }
     }
-    .map_err(|e| format!("--redis {redis}: {e}"))?
-    .with_keyspace(Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
@@ -192,13 +173,51 @@ async fn serve(args: Args) -> Result<(), String> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    let mode = if args.cluster { "cluster" } else { "single" };
+    let mode = if args.redis.cluster {
+        "cluster"
+    } else {
+        "single"
+    };
     log::info!("listening on {} (redis {mode} {redis})", args.listen);
     let limits = Limits {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         body_timeout: Duration::from_millis(args.body_timeout_ms),
         max_connections: args.max_connections,
     };
-    server::run(listener, store, Config { limits, access }, shutdown).await;
+    server::run(
+        listener,
+        store,
+        Config {
+            limits,
+            access,
+            plugin,
+        },
+        shutdown,
+    )
+    .await;
     Ok(())
+}
+
+/// Runs an operator's command and prints its JSON; a failure is one line on stderr.
+fn run_command(command: Command) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(command)) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ratelimit-bridge: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

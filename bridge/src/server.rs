@@ -5,9 +5,10 @@
 //! may check is `access`'s.
 
 use crate::access::Access;
+use crate::admin::{self, Admin};
 use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
 use crate::store::Store;
-use crate::{grpc, health, wire};
+use crate::{grpc, health, registry, wire};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -17,10 +18,12 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use ratelimit_filter::config::Config as Plugin;
 use ratelimit_protocol::{GRPC_METHOD, GRPC_SERVICE, MAX_BODY, PATH};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -42,6 +45,8 @@ const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
 pub struct Config {
     pub limits: Limits,
     pub access: Access,
+    /// The gateways' plugin configuration, for `GET /admin/usage` (`--config`).
+    pub plugin: Option<Arc<Plugin>>,
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
@@ -66,6 +71,7 @@ pub async fn run(
         .max_header_list_size(H2_MAX_HEADER_BYTES);
     let mut slots = Slots::new(limits.max_connections);
     let watching = tokio::spawn(health::watch(store.clone()));
+    let refreshing = tokio::spawn(registry::refresh(store.clone()));
     let (stopping, stop_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -105,6 +111,7 @@ pub async fn run(
         log::warn!("drain timed out after {DRAIN_TIMEOUT:?}");
     }
     watching.abort();
+    refreshing.abort();
 }
 
 type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
@@ -164,6 +171,26 @@ async fn handle(
             .headers_mut()
             .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         return Ok(refused);
+    }
+    if path.starts_with(admin::PREFIX) {
+        let admin = Admin {
+            store: &store,
+            access: &config.access,
+            plugin: config.plugin.as_deref(),
+        };
+        let query = req.uri().query().unwrap_or_default();
+        let (status, body) = admin.answer(req.method(), path, query, req.headers()).await;
+        let mut answer = reply(status, body);
+        if status == StatusCode::OK {
+            answer
+                .headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+        } else if status == StatusCode::UNAUTHORIZED {
+            answer
+                .headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        return Ok(answer);
     }
     let body_timeout = config.limits.body_timeout;
     if stream {

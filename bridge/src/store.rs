@@ -15,12 +15,15 @@
 use crate::batch::{self, Call, Tally};
 use crate::check::{Check, CheckOutcome};
 use crate::keyspace::Keyspace;
+use crate::override_cache::OverrideCache;
 use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, ServerErrorKind};
+use redis::{
+    ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation, ServerErrorKind,
+};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -82,6 +85,7 @@ pub struct Store {
     backend: Backend,
     script: redis::Script,
     keyspace: Arc<Keyspace>,
+    overrides: Arc<OverrideCache>,
 }
 
 impl Store {
@@ -109,6 +113,7 @@ impl Store {
             })),
             script: redis::Script::new(TOKEN_BUCKET_LUA),
             keyspace: Arc::default(),
+            overrides: Arc::default(),
         })
     }
 
@@ -137,6 +142,7 @@ impl Store {
             },
             script: redis::Script::new(TOKEN_BUCKET_LUA),
             keyspace: Arc::default(),
+            overrides: Arc::default(),
         })
     }
 
@@ -151,6 +157,11 @@ impl Store {
     /// The keys this store may touch.
     pub fn keyspace(&self) -> &Keyspace {
         &self.keyspace
+    }
+
+    /// The overrides checks are rewritten with (`override_cache` keeps them fresh).
+    pub fn overrides(&self) -> &OverrideCache {
+        &self.overrides
     }
 
     /// Runs a batch: one script call for all of it on a single server (a few for a very
@@ -206,6 +217,58 @@ impl Store {
             .unwrap_or_else(|| Err("no outcome for the check".into()))
     }
 
+    /// What `check` (one rule, or rules of one slot in a cluster) would get now, taking
+    /// nothing: the script's `peek` mode.
+    pub async fn peek(&self, check: &Check) -> CheckOutcome {
+        let call = Call {
+            parts: vec![script::Part {
+                check: 0,
+                rules: (0..check.len()).collect(),
+            }],
+        };
+        let (now, rules) = self
+            .call(Mode::Peek, std::slice::from_ref(check), &call)
+            .await?;
+        let rules: Option<Vec<_>> = rules.into_iter().collect();
+        Ok((
+            now,
+            rules.ok_or("a key holds a value the script did not write")?,
+        ))
+    }
+
+    /// Runs `script` (whose keys share one slot, in a cluster) with `keys` and `args`.
+    pub async fn eval<T: FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T, String> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        match &self.backend {
+            Backend::Single(single) => invocation.invoke_async(&mut single.conn()).await,
+            Backend::Cluster { .. } => {
+                on_cluster(&invocation, &mut self.cluster_conn().await?).await
+            }
+        }
+        .map_err(|e| format!("redis: {e}"))
+    }
+
+    /// Runs one command (whose keys share one slot, in a cluster); read-only ones only, as
+    /// a command is not sent again after a lost answer either.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
+        match &self.backend {
+            Backend::Single(single) => cmd.query_async(&mut single.conn()).await,
+            Backend::Cluster { .. } => cmd.query_async(&mut self.cluster_conn().await?).await,
+        }
+        .map_err(|e| format!("redis: {e}"))
+    }
+
     /// One script call over `call`'s parts of `checks` (one slot in a cluster).
     async fn call(&self, mode: Mode, checks: &[Check], call: &Call) -> batch::Reply {
         let invocation = script::invocation(&self.script, mode, checks, &call.parts)?;
@@ -257,10 +320,10 @@ const CLUSTER_ATTEMPTS: u32 = 3;
 const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
 
 /// Runs `invocation` on the cluster, sending it again only when it provably did not run.
-async fn on_cluster(
+async fn on_cluster<T: FromRedisValue>(
     invocation: &ScriptInvocation<'_>,
     conn: &mut ClusterConnection,
-) -> RedisResult<Vec<i64>> {
+) -> RedisResult<T> {
     let mut attempts = 1;
     loop {
         match invocation.invoke_async(conn).await {

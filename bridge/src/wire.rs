@@ -8,17 +8,20 @@ use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult};
 
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is
 /// checked (together, in order); any other line is refused alone (`?`, which the filter
-/// never holds against the backend). The error is for a body that is no batch at all.
+/// never holds against the backend). A rule with an active override is checked under the
+/// override's limit instead of the one the gateway sent. The error is for a body that is no batch at all.
 pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), BadBatch> {
     // A refused line keeps its place (`Some(reason)`); the others are checked together.
     let mut checks: Vec<Check> = Vec::new();
     let mut refused: Vec<Option<String>> = Vec::new();
+    let overrides = store.overrides().table();
     for line in parse_batch(body)? {
         match line.and_then(|check| match store.keyspace().refusal(&check) {
             Some(reason) => Err(reason),
             None => Ok(check),
         }) {
-            Ok(check) => {
+            Ok(mut check) => {
+                overrides.apply(&mut check);
                 checks.push(check);
                 refused.push(None);
             }

@@ -1,0 +1,212 @@
+//! The operator's commands, beside serving: `override set|list|clear` and `usage`. Each
+//! connects to Redis as the server does (the same `--redis`, `--cluster`, TLS and
+//! credential flags, `RedisArgs`), does one thing, and prints one line of JSON.
+
+use crate::connect::{redact, RedisAccess};
+use crate::overrides::{parse_spec, Override, Target};
+use crate::redis_tls::TlsFiles;
+use crate::registry;
+use crate::store::{Store, StoreOptions};
+use crate::usage::{self, Query};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where Redis is and how to reach it: shared by the server and every command.
+#[derive(Args, Debug, Clone)]
+pub struct RedisArgs {
+    /// Redis or Valkey URL: redis://[[user]:password@]host:port[/db], or rediss://... for TLS
+    /// (rustls; the system's CA roots unless --redis-ca-file). With --cluster:
+    /// comma-separated seed nodes of the cluster (any reachable one suffices). Passwords are
+    /// masked in logs; --redis-password-file keeps them out of the process list too.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_REDIS",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub redis: String,
+    /// Treat --redis as a Redis Cluster: slot routing, MOVED/ASK, topology refresh.
+    #[arg(long, env = "RATELIMIT_BRIDGE_CLUSTER")]
+    pub cluster: bool,
+    /// PEM bundle of the CAs that sign Redis's certificate, trusted instead of the system's
+    /// roots (rediss:// only).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CA_FILE", value_name = "PATH")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) the bridge presents to Redis for mutual TLS (rediss:// only;
+    /// needs --redis-client-key).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_CERT", value_name = "PATH")]
+    pub redis_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-client-cert.
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY", value_name = "PATH")]
+    pub redis_client_key: Option<PathBuf>,
+    /// ACL user to authenticate as, instead of user@ in --redis (needs a password).
+    #[arg(long, env = "RATELIMIT_BRIDGE_REDIS_USERNAME", value_name = "USER")]
+    pub redis_username: Option<String>,
+    /// File holding the Redis password (surrounding whitespace ignored), instead of
+    /// :password@ in --redis. With no username: the default user (requirepass).
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_REDIS_PASSWORD_FILE",
+        value_name = "PATH"
+    )]
+    pub redis_password_file: Option<PathBuf>,
+}
+
+impl RedisArgs {
+    /// The store these flags name (not connected yet: the first command connects).
+    pub fn store(&self, options: StoreOptions) -> Result<Store, String> {
+        let access = RedisAccess {
+            tls: TlsFiles {
+                ca_file: self.redis_ca_file.clone(),
+                client_cert: self.redis_client_cert.clone(),
+                client_key: self.redis_client_key.clone(),
+            },
+            username: self.redis_username.clone(),
+            password_file: self.redis_password_file.clone(),
+        };
+        if self.cluster {
+            let seeds: Vec<String> = self
+                .redis
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect();
+            Store::with_cluster(access.cluster(&seeds)?, options)
+        } else if self.redis.contains(',') {
+            return Err("--redis: several URLs need --cluster".into());
+        } else {
+            Store::with_client(access.single(&self.redis)?, options)
+        }
+        .map_err(|e| format!("--redis {}: {e}", redact(&self.redis)))
+    }
+}
+
+/// An operator's command.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Emergency overrides: replace a rule's limit for one client or for all of its
+    /// clients, on every gateway within a second, until they expire.
+    #[command(subcommand)]
+    Override(OverrideCommand),
+    /// Prints one client's usage of a rule (limit, remaining, reset, override) as JSON,
+    /// taking nothing.
+    Usage(UsageArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OverrideCommand {
+    /// Sets (or replaces) the override of a rule, for one client or, without --value, for
+    /// every client of the rule.
+    Set(SetArgs),
+    /// Prints the active overrides.
+    List(Scope),
+    /// Removes an override before it expires.
+    Clear(ClearArgs),
+}
+
+/// Which overrides: the key prefix (the plugin's `key_prefix`).
+#[derive(Args, Debug)]
+pub struct Scope {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// The plugin's `key_prefix`.
+    #[arg(long, default_value = "rl")]
+    pub key_prefix: String,
+}
+
+/// Which buckets: a rule, and a client of it.
+#[derive(Args, Debug)]
+pub struct Which {
+    /// The rule's name.
+    #[arg(long)]
+    pub rule: String,
+    /// A value of the rule's key as a gateway sees it (`alice`, `198.51.100.4`), once per
+    /// identity of the key, in order; none: every client of the rule.
+    #[arg(long = "value", value_name = "CLIENT")]
+    pub values: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SetArgs {
+    #[command(flatten)]
+    pub scope: Scope,
+    #[command(flatten)]
+    pub which: Which,
+    /// Refill: this many requests every --per.
+    #[arg(long, value_name = "N")]
+    pub requests: u64,
+    /// The refill period: 500ms, 10s, 1m, 1h, 1d.
+    #[arg(long, value_name = "D")]
+    pub per: String,
+    /// The bucket's capacity (default: --requests).
+    #[arg(long, value_name = "B")]
+    pub burst: Option<u64>,
+    /// How long the override lasts; Redis expires it then.
+    #[arg(long, value_name = "D")]
+    pub ttl: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ClearArgs {
+    #[command(flatten)]
+    pub scope: Scope,
+    #[command(flatten)]
+    pub which: Which,
+}
+
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// The plugin configuration (JSON) the gateways load: its key prefix, rules and
+    /// identities name the bucket.
+    #[arg(long, value_name = "PLUGIN.json")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub which: Which,
+    /// The client's tier, for a rule with tiers.
+    #[arg(long)]
+    pub tier: Option<String>,
+}
+
+/// Patience for one command: more than a check's, as nothing waits on it.
+const OPTIONS: StoreOptions = StoreOptions {
+    connect_timeout: Duration::from_secs(2),
+    response_timeout: Duration::from_secs(2),
+};
+
+/// Runs `command`; what it prints.
+pub async fn run(command: Command) -> Result<String, String> {
+    let value = match command {
+        Command::Override(OverrideCommand::Set(args)) => {
+            let store = args.scope.redis.store(OPTIONS)?;
+            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let (limit, ttl_ms) = parse_spec(args.requests, &args.per, args.burst, &args.ttl)?;
+            registry::set(&store, target, limit, ttl_ms)
+                .await?
+                .to_json()
+        }
+        Command::Override(OverrideCommand::List(scope)) => {
+            let store = scope.redis.store(OPTIONS)?;
+            let active = registry::list(&store, &scope.key_prefix).await?;
+            active.iter().map(Override::to_json).collect()
+        }
+        Command::Override(OverrideCommand::Clear(args)) => {
+            let store = args.scope.redis.store(OPTIONS)?;
+            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let cleared = registry::clear(&store, &target).await?;
+            serde_json::json!({"key": target.key, "cleared": cleared})
+        }
+        Command::Usage(args) => {
+            let config = usage::load_plugin(&args.config).map_err(|e| format!("--config {e}"))?;
+            let store = args.redis.store(OPTIONS)?;
+            let query = Query {
+                rule: args.which.rule,
+                values: args.which.values,
+                tier: args.tier,
+            };
+            usage::usage(&store, &config, &query).await?
+        }
+    };
+    Ok(value.to_string())
+}

@@ -1,0 +1,339 @@
+//! Emergency overrides: a limit that replaces a rule's configured one, for one client or
+//! for every client of the rule, until it expires, without touching any gateway's
+//! configuration. This module is the pure part: what an override is, where its record lives
+//! in Redis and how it is written there, and the table the bridge rewrites checks with.
+//! `registry` reads and writes the records; `override_cache` keeps the table fresh.
+//!
+//! An override is applied by the bridge, not by the script: a check whose bucket key has
+//! an override is sent to the script with the override's burst and rate instead of the
+//! ones the gateway sent (its cost is kept). A per-client override names one bucket key
+//! exactly (`rl:per-user:alice`); a rule-wide one covers every key of the rule
+//! (`rl:per-user`, then `:` or the end). A per-client override wins over a rule-wide one.
+
+use crate::check::{Check, RuleSpec};
+use crate::keyspace::is_name;
+use ratelimit_filter::identity;
+use ratelimit_filter::limit::{parse_duration_ms, Limit};
+use ratelimit_filter::rules::bucket_key;
+use std::collections::HashMap;
+
+/// The segment after `<prefix>:` that every override record starts with. Bucket keys are
+/// `<prefix>:<rule>[:<value>...]`, where a rule name holds only `[A-Za-z0-9._-]` and a
+/// value only `[A-Za-z0-9._@+=!~%-]` (or `#` and hex digits), so no bucket key can have a
+/// `{` after its prefix: no record can ever be read or overwritten as a bucket, and no
+/// client can name one. The braces are also a Redis Cluster hash tag: every record of
+/// every prefix hashes to one slot, so a record and the index are written together by one
+/// script call and listed with one `ZRANGE` and one `MGET`, on a Cluster too.
+const NAMESPACE: &str = "{overrides}";
+
+/// The sorted set that lists a prefix's overrides: member = target (`rule` or
+/// `rule:value...`), score = the Redis time (ms) its record expires.
+pub fn index_key(prefix: &str) -> String {
+    format!("{prefix}:{NAMESPACE}")
+}
+
+/// The record of `target` under `prefix`: a string expiring (Redis `PX`) with the override.
+pub fn record_key(prefix: &str, target: &str) -> String {
+    format!("{prefix}:{NAMESPACE}:{target}")
+}
+
+/// Which buckets an override applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub prefix: String,
+    pub rule: String,
+    /// The bucket key (per client), or `<prefix>:<rule>` (the whole rule).
+    pub key: String,
+}
+
+impl Target {
+    /// The buckets of `rule` under `prefix` for the client whose identity values are
+    /// `values` as a gateway sees them (escaped as the gateway escapes them), or every
+    /// bucket of the rule when `values` is empty.
+    pub fn new(prefix: &str, rule: &str, values: &[String]) -> Result<Target, String> {
+        if !is_name(prefix) {
+            return Err(format!(
+                "key prefix {prefix:?} is not a name (1 to 64 letters, digits, '.', '_' or '-')"
+            ));
+        }
+        if !is_name(rule) {
+            return Err(format!(
+                "rule {rule:?} is not a name (1 to 64 letters, digits, '.', '_' or '-')"
+            ));
+        }
+        let escaped = values
+            .iter()
+            .map(|v| identity::typed(v).ok_or_else(|| format!("value {v:?} is empty")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Target {
+            prefix: prefix.into(),
+            rule: rule.into(),
+            key: bucket_key(prefix, rule, &escaped),
+        })
+    }
+
+    /// What names the target in its record and in the index: the key without `prefix:`.
+    pub fn member(&self) -> &str {
+        self.key.get(self.prefix.len() + 1..).unwrap_or_default()
+    }
+
+    /// Whether it covers every client of the rule.
+    pub fn rule_wide(&self) -> bool {
+        !self.member().contains(':')
+    }
+}
+
+/// An active override.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    pub target: Target,
+    pub limit: Limit,
+    /// Redis time (Unix ms) at which it expires.
+    pub expires_ms: u64,
+}
+
+impl Override {
+    /// As operators see it (`override list`, `usage`, the admin endpoints).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "key": self.target.key,
+            "rule": self.target.rule,
+            "scope": if self.target.rule_wide() { "rule" } else { "client" },
+            "requests": self.limit.requests,
+            "per_ms": self.limit.per_ms,
+            "burst": self.limit.burst,
+            "expires": self.expires_ms.div_ceil(1000),
+        })
+    }
+}
+
+/// `requests` per `per` with a bucket of `burst` (default `requests`), lasting `ttl`: the
+/// limit and the lifetime in ms, validated as the plugin validates its limits.
+pub fn parse_spec(
+    requests: u64,
+    per: &str,
+    burst: Option<u64>,
+    ttl: &str,
+) -> Result<(Limit, u64), String> {
+    let duration = |name: &str, text: &str| {
+        parse_duration_ms(text).ok_or_else(|| {
+            format!("{name}: {text:?} is not a duration like 500ms, 10s, 1m, 1h or 1d")
+        })
+    };
+    let per_ms = duration("per", per)?;
+    let ttl_ms = duration("ttl", ttl)?;
+    let limit =
+        Limit::new(requests, per_ms, burst, 1).map_err(|(field, why)| format!("{field}: {why}"))?;
+    Ok((limit, ttl_ms))
+}
+
+/// A record's value without its expiry, which the script appends from Redis's clock:
+/// `<requests> <per_ms> <burst>`.
+pub fn encode(limit: &Limit) -> String {
+    format!("{} {} {}", limit.requests, limit.per_ms, limit.burst)
+}
+
+/// Reads the record of `member` under `prefix`: `<requests> <per_ms> <burst> <expires_ms>`.
+pub fn decode(prefix: &str, member: &str, value: &str) -> Result<Override, String> {
+    let bad = || {
+        format!(
+            "override record {:?}: {value:?}",
+            record_key(prefix, member)
+        )
+    };
+    let numbers: Vec<u64> = value
+        .split(' ')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    let [requests, per_ms, burst, expires_ms] = numbers[..] else {
+        return Err(bad());
+    };
+    let limit = Limit::new(requests, per_ms, Some(burst), 1).map_err(|_| bad())?;
+    let rule = member.split(':').next().unwrap_or_default();
+    if !is_name(rule) {
+        return Err(bad());
+    }
+    Ok(Override {
+        target: Target {
+            prefix: prefix.into(),
+            rule: rule.into(),
+            key: format!("{prefix}:{member}"),
+        },
+        limit,
+        expires_ms,
+    })
+}
+
+/// The overrides in force, by the key they name (a bucket key, or `<prefix>:<rule>`).
+#[derive(Debug, Default)]
+pub struct Table {
+    by_key: HashMap<String, Override>,
+}
+
+impl Table {
+    pub fn new(overrides: impl IntoIterator<Item = Override>) -> Table {
+        Table {
+            by_key: overrides
+                .into_iter()
+                .map(|o| (o.target.key.clone(), o))
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// The override of the bucket `key`: its own, else its rule's. A bucket key's rule is
+    /// its first two segments, as prefixes and rule names hold no `:`.
+    pub fn find(&self, key: &str) -> Option<&Override> {
+        if let Some(own) = self.by_key.get(key) {
+            return Some(own);
+        }
+        let rule_end = key.match_indices(':').nth(1).map_or(key.len(), |(i, _)| i);
+        self.by_key
+            .get(key.get(..rule_end)?)
+            .filter(|o| o.target.rule_wide())
+    }
+
+    /// Gives every rule of `check` that has an override the override's burst and rate.
+    pub fn apply(&self, check: &mut Check) {
+        if self.is_empty() {
+            return;
+        }
+        for rule in check.iter_mut() {
+            if let Some(o) = self.find(&rule.key) {
+                overridden(rule, &o.limit);
+            }
+        }
+    }
+}
+
+/// `rule` under `limit`. The bucket always holds one request's cost, which the gateway's
+/// configuration guarantees and an override may not (`--burst 1` for a rule of cost 5):
+/// such a client gets one request per refill of its cost.
+pub fn overridden(rule: &mut RuleSpec, limit: &Limit) {
+    rule.burst = limit.burst.max(rule.cost);
+    rule.num = limit.num;
+    rule.den = limit.den;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(key: &str) -> RuleSpec {
+        RuleSpec {
+            key: key.into(),
+            burst: 3,
+            num: 1,
+            den: 20_000,
+            cost: 1,
+        }
+    }
+
+    fn active(prefix: &str, rule: &str, values: &[&str], requests: u64) -> Override {
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        Override {
+            target: Target::new(prefix, rule, &values).unwrap(),
+            limit: Limit::new(requests, 60_000, None, 1).unwrap(),
+            expires_ms: 1,
+        }
+    }
+
+    #[test]
+    fn records_never_share_a_name_with_a_bucket() {
+        assert_eq!(index_key("rl"), "rl:{overrides}");
+        assert_eq!(
+            record_key("rl", "per-user:alice"),
+            "rl:{overrides}:per-user:alice"
+        );
+        // Whatever the client sends, its value is escaped: no bucket holds a brace.
+        let hostile = Target::new("rl", "r", &["{overrides}".into()]).unwrap();
+        assert_eq!(hostile.key, "rl:r:%7Boverrides%7D");
+        assert!(Target::new("rl", "{overrides}", &[]).is_err());
+        assert!(Target::new("r:l", "r", &[]).is_err());
+        assert!(Target::new("rl", "r", &[" ".into()]).is_err());
+    }
+
+    #[test]
+    fn targets_are_typed_values_escaped_as_gateways_do() {
+        let t = Target::new("rl", "per-user", &[" al ice ".into()]).unwrap();
+        assert_eq!(
+            (t.key.as_str(), t.member()),
+            ("rl:per-user:al%20ice", "per-user:al%20ice")
+        );
+        assert!(!t.rule_wide());
+        let all = Target::new("rl", "per-user", &[]).unwrap();
+        assert_eq!((all.key.as_str(), all.rule_wide()), ("rl:per-user", true));
+    }
+
+    #[test]
+    fn records_round_trip_and_bad_ones_are_named() {
+        let (limit, ttl) = parse_spec(10, "1m", Some(20), "30s").unwrap();
+        assert_eq!(
+            (limit.burst, limit.num, limit.den, ttl),
+            (20, 1, 6000, 30_000)
+        );
+        let read = decode("rl", "per-user:alice", &format!("{} 99", encode(&limit))).unwrap();
+        assert_eq!((read.limit, read.expires_ms), (limit, 99));
+        assert_eq!(
+            read.target,
+            Target::new("rl", "per-user", &["alice".into()]).unwrap()
+        );
+        for bad in [
+            "",
+            "10 60000 20",
+            "10 60000 20 x",
+            "0 60000 1 5",
+            "1 2 3 4 5",
+        ] {
+            let e = decode("rl", "r", bad).unwrap_err();
+            assert!(e.contains("rl:{overrides}:r"), "{e}");
+        }
+        assert!(parse_spec(0, "1m", None, "1m")
+            .unwrap_err()
+            .starts_with("requests"));
+        assert!(parse_spec(1, "soon", None, "1m")
+            .unwrap_err()
+            .starts_with("per"));
+        assert!(parse_spec(1, "1m", None, "0s")
+            .unwrap_err()
+            .starts_with("ttl"));
+        assert!(parse_spec(1, "1m", Some(0), "1m")
+            .unwrap_err()
+            .starts_with("burst"));
+    }
+
+    #[test]
+    fn a_client_override_wins_over_its_rules_and_touches_no_other_rule() {
+        let table = Table::new([
+            active("rl", "per-user", &[], 5),
+            active("rl", "per-user", &["alice"], 2),
+            active("rl", "global", &[], 7),
+        ]);
+        let burst = |key: &str| table.find(key).map(|o| o.limit.burst);
+        assert_eq!(burst("rl:per-user:alice"), Some(2));
+        assert_eq!(burst("rl:per-user:bob"), Some(5));
+        assert_eq!(burst("rl:global"), Some(7));
+        assert_eq!(burst("rl:per-user2:alice"), None);
+        assert_eq!(burst("rl:per-user"), Some(5));
+        assert_eq!(burst("edge:per-user:alice"), None);
+        assert_eq!(burst("rl:per-users:bob"), None);
+    }
+
+    #[test]
+    fn applying_rewrites_the_shape_and_keeps_the_cost() {
+        let table = Table::new([active("rl", "per-user", &["alice"], 10)]);
+        let mut check = vec![rule("rl:per-user:alice"), rule("rl:per-user:bob")];
+        check[0].cost = 1;
+        table.apply(&mut check);
+        assert_eq!((check[0].burst, check[0].num, check[0].den), (10, 1, 6000));
+        assert_eq!(check[1], rule("rl:per-user:bob"));
+        let mut costly = rule("rl:per-user:alice");
+        costly.cost = 20;
+        overridden(&mut costly, &table.find("rl:per-user:alice").unwrap().limit);
+        assert_eq!(costly.burst, 20, "the bucket holds one request's cost");
+    }
+}

@@ -1,0 +1,121 @@
+//! Overrides in Redis: written and removed by operators (`lua/overrides.lua`, one call that
+//! keeps the record and the index together), read by every bridge every
+//! `REFRESH_EVERY` into its `OverrideCache`. Each override is a record that Redis itself
+//! expires (`PXAT`) and a member of its prefix's index, so a bridge learns every active
+//! override with one `ZRANGE` and one `MGET` per prefix, without a `SCAN` over the buckets,
+//! on one server as on a Cluster (all of them share one hash tag: see `overrides`).
+
+use crate::override_cache::REFRESH_EVERY;
+use crate::overrides::{self, index_key, record_key, Override, Table, Target};
+use crate::store::Store;
+use ratelimit_filter::limit::Limit;
+
+/// The script that writes and removes overrides.
+pub const OVERRIDES_LUA: &str = include_str!("../../lua/overrides.lua");
+
+/// Sets the override of `target` to `limit` for `ttl_ms`; the override as Redis holds it.
+pub async fn set(
+    store: &Store,
+    target: Target,
+    limit: Limit,
+    ttl_ms: u64,
+) -> Result<Override, String> {
+    let (index, record) = keys(&target);
+    let (_now, expires_ms): (u64, u64) = store
+        .eval(
+            &redis::Script::new(OVERRIDES_LUA),
+            &[&index, &record],
+            &[
+                "set",
+                target.member(),
+                &overrides::encode(&limit),
+                &ttl_ms.to_string(),
+            ],
+        )
+        .await?;
+    Ok(Override {
+        target,
+        limit,
+        expires_ms,
+    })
+}
+
+/// Removes the override of `target`; whether there was one.
+pub async fn clear(store: &Store, target: &Target) -> Result<bool, String> {
+    let (index, record) = keys(target);
+    let (_now, removed): (u64, u64) = store
+        .eval(
+            &redis::Script::new(OVERRIDES_LUA),
+            &[&index, &record],
+            &["clear", target.member()],
+        )
+        .await?;
+    Ok(removed > 0)
+}
+
+fn keys(target: &Target) -> (String, String) {
+    (
+        index_key(&target.prefix),
+        record_key(&target.prefix, target.member()),
+    )
+}
+
+/// The active overrides under `prefix`, in target order. A record that is not ours (a
+/// foreign value under the namespace) is skipped with a warning, never applied.
+pub async fn list(store: &Store, prefix: &str) -> Result<Vec<Override>, String> {
+    let members: Vec<String> = store
+        .query(redis::cmd("ZRANGE").arg(index_key(prefix)).arg(0).arg(-1))
+        .await?;
+    if members.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut mget = redis::cmd("MGET");
+    for member in &members {
+        mget.arg(record_key(prefix, member));
+    }
+    let records: Vec<Option<String>> = store.query(&mget).await?;
+    let mut active = Vec::with_capacity(members.len());
+    // A member whose record is gone has expired (or was cleared) since.
+    for (member, record) in members.iter().zip(records) {
+        match record.map(|value| overrides::decode(prefix, member, &value)) {
+            Some(Ok(o)) => active.push(o),
+            Some(Err(e)) => log::warn!("ignored: {e}"),
+            None => {}
+        }
+    }
+    Ok(active)
+}
+
+/// Every override of every prefix the store works under, as a table.
+pub async fn load(store: &Store) -> Result<Table, String> {
+    let mut all = Vec::new();
+    for prefix in store.keyspace().prefixes() {
+        all.extend(list(store, prefix).await?);
+    }
+    Ok(Table::new(all))
+}
+
+/// Reads the overrides every `REFRESH_EVERY` into the store's cache, for as long as it
+/// runs, logging when reading them starts and stops failing.
+pub async fn refresh(store: Store) {
+    let mut failing = false;
+    let mut ticks = tokio::time::interval(REFRESH_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match load(&store).await {
+            Ok(table) => {
+                if failing {
+                    log::info!("overrides are read again");
+                    failing = false;
+                }
+                store.overrides().replace(table);
+            }
+            Err(e) if !failing => {
+                log::warn!("cannot read the overrides ({e}); none applies past a second");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,221 @@
+"""End to end, as an operator uses them: emergency overrides set with the bridge's command
+line reach two real Envoy gateways within a second and expire by themselves; `usage`
+reads a client's bucket as the gateways see it; every admin endpoint wants the token.
+
+Every bucket a test counts on under an override whose rate differs from the rule's is a
+fresh one (a client that made no request before): the script reads a stored level in the
+units of the shape it is called with, so these tests do not depend on it rescaling a
+bucket whose shape changed."""
+
+import http.client
+import json
+import subprocess
+import time
+
+import pytest
+
+from testbed.plugins import plugin, rule
+from testbed.stack import BRIDGE, Process, free_port, request, wait_for
+
+TOKEN = "admin-s3cret"
+# The bridge reads overrides every 250 ms: within a second is the documented bound, 1.5 s
+# leaves room for a loaded machine without making the test meaningless.
+WITHIN = 1.5
+
+
+def start(stack_of, tmp_path, *rules):
+    """Two gateways sharing one bridge that holds the token and the plugin configuration."""
+    config = plugin(*rules)
+    config["backend"]["token"] = TOKEN
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "plugin.json").write_text(json.dumps(config))
+    stack = stack_of(config, gateways=2, bridge_args=[
+        "--token-file", str(tmp_path / "token"), "--config", str(tmp_path / "plugin.json")])
+    stack.plugin_file = tmp_path / "plugin.json"
+    return stack
+
+
+def bridge(stack, *args):
+    """`ratelimit-bridge ARGS --redis <the stack's Valkey>`: its JSON output."""
+    done = subprocess.run(
+        [BRIDGE, *args, "--redis", f"redis://127.0.0.1:{stack.redis_port}"],
+        capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def admitted(stack, user, n, path="/api/x"):
+    """Sends `n` requests as `user`, alternating the two gateways; admitted per gateway."""
+    per_gateway = [0, 0]
+    for i in range(n):
+        status = stack.get(i % 2, path, {"x-user-id": user})[0]
+        assert status in (200, 429), status
+        per_gateway[i % 2] += status == 200
+    return per_gateway
+
+
+def until(what, condition, deadline):
+    """Polls `condition` until `deadline` (monotonic); fails naming `what` past it."""
+    while True:
+        if condition():
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"{what} not seen in time"
+        time.sleep(0.05)
+
+
+def fresh_clients(prefix):
+    n = 0
+
+    def next_client():
+        nonlocal n
+        n += 1
+        return f"{prefix}-{n}"
+    return next_client
+
+
+def test_an_override_reaches_both_gateways_within_a_second_and_expires_on_time(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 3))
+    assert admitted(stack, "before", 6) == [2, 1]
+    probe = fresh_clients("probe")
+    bridge(stack, "override", "set", "--rule", "per-user", "--requests", "10", "--per", "1h",
+           "--ttl", "3s")
+    written = time.monotonic()
+    # A fresh client admitted a 4th time: the override (10) is applied, not the rule (3).
+    until("the override", lambda: sum(admitted(stack, probe(), 4)) == 4, written + WITHIN)
+    assert admitted(stack, "carol", 12) == [5, 5], "both gateways apply the same 10"
+    # The header keeps the configured limit; the remaining count is the override's bucket.
+    status, headers, _ = stack.get(0, "/api/x", {"x-user-id": "dave"})
+    assert (status, headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == \
+        (200, "3", "9")
+    [active] = bridge(stack, "override", "list")
+    assert (active["key"], active["scope"], active["burst"]) == ("rl:per-user", "rule", 10)
+    # Not before its time: 2 s after it was written (of 3), it still applies.
+    time.sleep(max(0.0, written + 2.0 - time.monotonic()))
+    assert sum(admitted(stack, "erin", 4)) == 4
+    # Redis expires it at 3 s; every bridge drops it within a second after.
+    until("the expiry", lambda: sum(admitted(stack, probe(), 4)) == 3, written + 3 + WITHIN)
+    assert admitted(stack, "frank", 6) == [2, 1]
+    assert bridge(stack, "override", "list") == []
+
+
+def test_a_client_override_wins_over_its_rules_and_clearing_takes_effect(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 10))
+    probe = fresh_clients("probe")
+    bridge(stack, "override", "set", "--rule", "per-user", "--value", "alice",
+           "--requests", "2", "--per", "1h", "--ttl", "1m")
+    bridge(stack, "override", "set", "--rule", "per-user", "--requests", "5", "--per", "1h",
+           "--ttl", "1m")
+    written = time.monotonic()
+    # The rule-wide override was written last: once it is seen, so is alice's.
+    until("the overrides", lambda: sum(admitted(stack, probe(), 6)) == 5, written + WITHIN)
+    assert sum(admitted(stack, "alice", 4)) == 2, "alice's own override wins"
+    assert sum(admitted(stack, "bob", 7)) == 5, "everyone else: the rule-wide override"
+    assert len(bridge(stack, "override", "list")) == 2
+    cleared = bridge(stack, "override", "clear", "--rule", "per-user")
+    assert cleared == {"key": "rl:per-user", "cleared": True}
+    gone = time.monotonic()
+    until("the rule back", lambda: sum(admitted(stack, probe(), 6)) == 6, gone + WITHIN)
+    assert sum(admitted(stack, "carol", 11)) == 10
+    [left] = bridge(stack, "override", "list")
+    assert left["key"] == "rl:per-user:alice"
+
+
+def test_usage_shows_what_the_next_request_shows_plus_one(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 5))
+    # A value the gateway escapes: the operator types it as the client sent it.
+    user = "Al ice/{x}"
+    for gateway in (0, 1):
+        assert stack.get(gateway, "/api/x", {"x-user-id": user})[0] == 200
+    usage = bridge(stack, "usage", "--config", str(stack.plugin_file), "--rule", "per-user",
+                   "--value", user)
+    assert usage["key"] == "rl:per-user:Al%20ice%2F%7Bx%7D"
+    assert (usage["limit"], usage["remaining"], usage["override"], usage["blocked"]) == \
+        (5, 3, None, None)
+    status, headers, _ = stack.get(1, "/api/x", {"x-user-id": user})
+    assert status == 200
+    assert int(headers["x-ratelimit-remaining"]) + 1 == usage["remaining"]
+    # One more token taken: full again one token's refill later (720 s at 5 per hour).
+    assert 719 <= int(headers["x-ratelimit-reset"]) - usage["reset"] <= 722
+    # Reading usage took nothing: the same again over HTTP, one token less than before.
+    again = admin(stack, "GET", "/admin/usage?rule=per-user&value=Al+ice%2F%7Bx%7D")
+    assert again[0] == 200
+    assert json.loads(again[1])["remaining"] == usage["remaining"] - 1
+    # An override shows in the usage of the clients it covers.
+    bridge(stack, "override", "set", "--rule", "per-user", "--value", user, "--requests", "5",
+           "--per", "1h", "--burst", "8", "--ttl", "1m")
+    usage = bridge(stack, "usage", "--config", str(stack.plugin_file), "--rule", "per-user",
+                   "--value", user)
+    assert (usage["limit"], usage["override"]["scope"], usage["override"]["burst"]) == \
+        (8, "client", 8)
+
+
+def admin(stack, method, path, token=TOKEN, port=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port or stack.bridge_port, timeout=10)
+    try:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        conn.request(method, path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+ADMIN_CALLS = [
+    ("GET", "/admin/overrides"),
+    ("PUT", "/admin/overrides?rule=per-user&value=mallory&requests=1000&per=1s&ttl=1h"),
+    ("DELETE", "/admin/overrides?rule=per-user"),
+    ("GET", "/admin/usage?rule=per-user&value=alice"),
+    ("POST", "/admin/overrides"),
+    ("GET", "/admin/anything"),
+]
+
+
+def test_every_admin_call_without_the_secret_is_refused(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 3))
+    for method, path in ADMIN_CALLS:
+        for token in (None, "wrong", TOKEN + "x", TOKEN.upper()):
+            status, _ = admin(stack, method, path, token=token)
+            assert status == 401, (method, path, token)
+    assert stack.redis("KEYS", "*") == [], "refused calls touched nothing"
+    # With the token the same calls are served: the override set over HTTP applies.
+    assert admin(stack, *ADMIN_CALLS[1])[0] == 200
+    [active] = json.loads(admin(stack, "GET", "/admin/overrides")[1])
+    assert (active["key"], active["requests"], active["per_ms"]) == \
+        ("rl:per-user:mallory", 1000, 1000)
+    assert admin(stack, "GET", "/admin/usage?rule=per-user&value=alice")[0] == 200
+    assert admin(stack, "PUT", "/admin/overrides?rule=per-user&requests=0&per=1s&ttl=1h")[0] == 400
+    assert admin(stack, "POST", "/admin/overrides")[0] == 405
+    assert admin(stack, "GET", "/admin/anything")[0] == 404
+    cleared = admin(stack, "DELETE", "/admin/overrides?rule=per-user&value=mallory")
+    assert (cleared[0], json.loads(cleared[1])["cleared"]) == (200, True)
+
+
+def test_a_bridge_without_a_token_file_serves_no_admin_endpoint(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 3))
+    port = free_port()
+    open_bridge = Process("open-bridge", [
+        BRIDGE, "--listen", f"127.0.0.1:{port}", "--redis",
+        f"redis://127.0.0.1:{stack.redis_port}", "--threads", "1"], str(tmp_path)).start()
+    try:
+        wait_for("open bridge", lambda: request(port, "/healthz", timeout=1)[0] == 200,
+                 proc=open_bridge.proc, log=open_bridge.log)
+        for method, path in ADMIN_CALLS:
+            for token in (None, TOKEN):
+                assert admin(stack, method, path, token=token, port=port)[0] == 404, (method, path)
+        assert stack.redis("KEYS", "*") == []
+    finally:
+        open_bridge.stop()
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["override", "set", "--rule", "a:b", "--requests", "1", "--per", "1m", "--ttl", "1m"],
+     "not a name"),
+    (["override", "set", "--rule", "r", "--requests", "1", "--per", "soon", "--ttl", "1m"],
+     "not a duration"),
+    (["override", "set", "--rule", "r", "--requests", "1", "--per", "1m", "--ttl", "0s"],
+     "ttl"),
+])
+def test_bad_overrides_are_refused_naming_the_problem(args, complaint):
+    done = subprocess.run([BRIDGE, *args, "--redis", "redis://127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and complaint in done.stderr, done.stderr
