@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from testbed.cluster import ValkeyCluster
 from testbed.plugins import plugin, rule
 from testbed.stack import BRIDGE, Process, free_port, request, wait_for
 
@@ -36,10 +37,10 @@ def start(stack_of, tmp_path, *rules):
 
 
 def bridge(stack, *args):
-    """`ratelimit-bridge ARGS --redis <the stack's Valkey>`: its JSON output."""
-    done = subprocess.run(
-        [BRIDGE, *args, "--redis", f"redis://127.0.0.1:{stack.redis_port}"],
-        capture_output=True, text=True, timeout=30)
+    """`ratelimit-bridge ARGS` on the stack's Valkey (or Cluster): its JSON output."""
+    redis = ["--cluster", "--redis", stack.cluster.seeds()] if stack.cluster else \
+        ["--redis", f"redis://127.0.0.1:{stack.redis_port}"]
+    done = subprocess.run([BRIDGE, *args, *redis], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -205,6 +206,32 @@ def test_a_bridge_without_a_token_file_serves_no_admin_endpoint(stack_of, tmp_pa
         assert stack.redis("KEYS", "*") == []
     finally:
         open_bridge.stop()
+
+
+def test_overrides_and_usage_on_a_cluster(stack_of_cluster, tmp_path):
+    cluster = ValkeyCluster(3, 0).start()
+    try:
+        config = plugin(rule("per-user", ["user"], 3))
+        (tmp_path / "plugin.json").write_text(json.dumps(config))
+        stack = stack_of_cluster(config, cluster)
+        probe = fresh_clients("probe")
+        bridge(stack, "override", "set", "--rule", "per-user", "--requests", "10",
+               "--per", "1h", "--ttl", "1m")
+        written = time.monotonic()
+        until("the override", lambda: sum(admitted_one(stack, probe(), 4)) == 4,
+              written + WITHIN)
+        assert sum(admitted_one(stack, "carol", 12)) == 10
+        usage = bridge(stack, "usage", "--config", str(tmp_path / "plugin.json"),
+                       "--rule", "per-user", "--value", "carol")
+        assert (usage["limit"], usage["remaining"]) == (10, 0)
+        assert [o["key"] for o in bridge(stack, "override", "list")] == ["rl:per-user"]
+    finally:
+        cluster.close()
+
+
+def admitted_one(stack, user, n):
+    """Whether each of `n` requests as `user` to the only gateway was admitted."""
+    return [stack.get(0, "/", {"x-user-id": user})[0] == 200 for _ in range(n)]
 
 
 @pytest.mark.parametrize("args, complaint", [
