@@ -135,12 +135,10 @@ impl Admin<'_> {
             values: params.all("value"),
             tier: params.one("tier").map(str::to_string),
         };
-        usage::usage(self.store, plugin, &query)
+        let (rule, spec) = usage::bucket(plugin, &query).map_err(Failure::Bad)?;
+        usage::read(self.store, &plugin.key_prefix, &rule, spec)
             .await
-            .map_err(|e| match e.starts_with("redis") {
-                true => Failure::Redis(e),
-                false => Failure::Bad(e),
-            })
+            .map_err(Failure::Redis)
     }
 }
 

@@ -205,7 +205,8 @@ pub async fn run(command: Command) -> Result<String, String> {
                 values: args.which.values,
                 tier: args.tier,
             };
-            usage::usage(&store, &config, &query).await?
+            let (rule, spec) = usage::bucket(&config, &query)?;
+            usage::read(&store, &config.key_prefix, &rule, spec).await?
         }
     };
     Ok(value.to_string())

@@ -20,19 +20,8 @@ pub async fn set(
     limit: Limit,
     ttl_ms: u64,
 ) -> Result<Override, String> {
-    let (index, record) = keys(&target);
-    let (_now, expires_ms): (u64, u64) = store
-        .eval(
-            &redis::Script::new(OVERRIDES_LUA),
-            &[&index, &record],
-            &[
-                "set",
-                target.member(),
-                &overrides::encode(&limit),
-                &ttl_ms.to_string(),
-            ],
-        )
-        .await?;
+    let ttl = ttl_ms.to_string();
+    let expires_ms = write(store, &target, "set", &[&overrides::encode(&limit), &ttl]).await?;
     Ok(Override {
         target,
         limit,
@@ -42,22 +31,21 @@ pub async fn set(
 
 /// Removes the override of `target`; whether there was one.
 pub async fn clear(store: &Store, target: &Target) -> Result<bool, String> {
-    let (index, record) = keys(target);
-    let (_now, removed): (u64, u64) = store
-        .eval(
-            &redis::Script::new(OVERRIDES_LUA),
-            &[&index, &record],
-            &["clear", target.member()],
-        )
-        .await?;
-    Ok(removed > 0)
+    Ok(write(store, target, "clear", &[]).await? > 0)
 }
 
-fn keys(target: &Target) -> (String, String) {
-    (
+/// One call of `lua/overrides.lua` on `target` in `mode` with `extra` arguments; what it
+/// returns after the Redis time.
+async fn write(store: &Store, target: &Target, mode: &str, extra: &[&str]) -> Result<u64, String> {
+    let (index, record) = (
         index_key(&target.prefix),
         record_key(&target.prefix, target.member()),
-    )
+    );
+    let mut all = vec![mode, target.member()];
+    all.extend_from_slice(extra);
+    let script = redis::Script::new(OVERRIDES_LUA);
+    let (_now, result): (u64, u64) = store.eval(&script, &[&index, &record], &all).await?;
+    Ok(result)
 }
 
 /// The active overrides under `prefix`, in target order. A record that is not ours (a

@@ -259,8 +259,7 @@ impl Store {
         .map_err(|e| format!("redis: {e}"))
     }
 
-    /// Runs one command (whose keys share one slot, in a cluster); read-only ones only, as
-    /// a command is not sent again after a lost answer either.
+    /// Runs one read-only command (whose keys share one slot, in a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
         match &self.backend {
             Backend::Single(single) => cmd.query_async(&mut single.conn()).await,

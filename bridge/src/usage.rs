@@ -30,10 +30,10 @@ pub struct Query {
     pub tier: Option<String>,
 }
 
-/// The usage of `query` as one JSON object: the rule and its bucket key, `limit` (the
-/// burst in force), `remaining` (whole tokens now), `reset` (Unix seconds when the bucket
-/// is full again, by Redis's clock), the active `override` (or null) and `blocked`.
-pub async fn usage(store: &Store, config: &Config, query: &Query) -> Result<Value, String> {
+/// The bucket `query` names: its rule and the rule spec to peek with (the limit of the
+/// client's tier, a cost of 0 so that the peek answers the level now); or why the query
+/// does not fit the configuration. Pure: nothing is read yet.
+pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), String> {
     let Some(rule) = config.rules.iter().find(|r| r.name == query.rule) else {
         let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
         return Err(format!(
@@ -62,31 +62,93 @@ pub async fn usage(store: &Store, config: &Config, query: &Query) -> Result<Valu
     }
     let target = Target::new(&config.key_prefix, &rule.name, &query.values)?;
     let limit = rule.limit_for(query.tier.as_deref());
-    let mut spec = RuleSpec {
-        key: target.key.clone(),
+    let spec = RuleSpec {
+        key: target.key,
         burst: limit.burst,
         num: limit.num,
         den: limit.den,
         cost: 0,
     };
-    let active = registry::list(store, &config.key_prefix).await?;
-    let table = Table::new(active);
+    Ok((rule.name.clone(), spec))
+}
+
+/// The usage of the bucket `spec` of `rule` under `prefix` as one JSON object: the rule and
+/// its bucket key, `limit` (the burst in force), `remaining` (whole tokens now), `reset`
+/// (Unix seconds when the bucket is full again, by Redis's clock), the active `override`
+/// (or null) and `blocked`. Fails only when Redis does.
+pub async fn read(
+    store: &Store,
+    prefix: &str,
+    rule: &str,
+    mut spec: RuleSpec,
+) -> Result<Value, String> {
+    let table = Table::new(registry::list(store, prefix).await?);
     let found = table.find(&spec.key);
     if let Some(o) = found {
         overridden(&mut spec, &o.limit);
     }
     let (now_ms, outcomes) = store.peek(&vec![spec.clone()]).await?;
     let Some(outcome) = outcomes.first() else {
-        return Err("the script gave no answer for the bucket".into());
+        return Err("redis: the script gave no answer for the bucket".into());
     };
     Ok(json!({
-        "rule": rule.name,
+        "rule": rule,
         "key": spec.key,
         "limit": spec.burst,
         "remaining": outcome.remaining,
         "reset": now_ms.saturating_add(outcome.full_ms).div_ceil(1000),
         "override": found.map(|o| o.to_json()),
-        // Automatic blocking (per-rule, kept in the bucket's stored value) is not read yet.
+        // Automatic blocking (per rule, kept in the bucket's stored value) is not read yet.
         "blocked": Value::Null,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLUGIN: &str = r#"{
+        "backend": {"cluster": "bridge"}, "key_prefix": "edge",
+        "identity": {"user": {"header": "x-user-id"}, "ip": {"source": "peer"},
+                     "tier": {"header": "x-tier", "trusted": true}},
+        "rules": [
+            {"name": "per-user", "key": ["user", "ip"], "limit": {"requests": 3, "per": "1m"},
+             "tiers": {"gold": {"requests": 30, "per": "1m", "burst": 60}}},
+            {"name": "global", "limit": {"requests": 100, "per": "1s"}}
+        ]}"#;
+
+    fn query(rule: &str, values: &[&str], tier: Option<&str>) -> Query {
+        Query {
+            rule: rule.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+            tier: tier.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_bucket_is_the_gateways_own() {
+        let config = Config::parse(PLUGIN.as_bytes()).unwrap();
+        let (rule, spec) =
+            bucket(&config, &query("per-user", &["Al ice", "10.0.0.1"], None)).unwrap();
+        assert_eq!(rule, "per-user");
+        assert_eq!(spec.key, "edge:per-user:Al%20ice:10.0.0.1");
+        assert_eq!(
+            (spec.burst, spec.num, spec.den, spec.cost),
+            (3, 1, 20_000, 0)
+        );
+        let (_, gold) = bucket(&config, &query("per-user", &["a", "b"], Some("gold"))).unwrap();
+        assert_eq!((gold.burst, gold.num, gold.den), (60, 1, 2000));
+        let (_, global) = bucket(&config, &query("global", &[], None)).unwrap();
+        assert_eq!(global.key, "edge:global");
+    }
+
+    #[test]
+    fn queries_that_do_not_fit_the_configuration_say_why() {
+        let config = Config::parse(PLUGIN.as_bytes()).unwrap();
+        let why = |q: Query| bucket(&config, &q).unwrap_err();
+        assert!(why(query("nope", &[], None)).contains("per-user, global"));
+        assert!(why(query("per-user", &["a"], None)).contains("[user, ip]"));
+        assert!(why(query("per-user", &["a", "b"], Some("silver"))).contains("no tier"));
+        assert!(why(query("per-user", &["a", " "], None)).contains("empty"));
+    }
 }

@@ -9,7 +9,8 @@ use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult};
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is
 /// checked (together, in order); any other line is refused alone (`?`, which the filter
 /// never holds against the backend). A rule with an active override is checked under the
-/// override's limit instead of the one the gateway sent. The error is for a body that is no batch at all.
+/// override's limit instead of the one the gateway sent. The error is for a body that is no
+/// batch at all.
 pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), BadBatch> {
     // A refused line keeps its place (`Some(reason)`); the others are checked together.
     let mut checks: Vec<Check> = Vec::new();
