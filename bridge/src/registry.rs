@@ -48,8 +48,9 @@ async fn write(store: &Store, target: &Target, mode: &str, extra: &[&str]) -> Re
     Ok(result)
 }
 
-/// The active overrides under `prefix`, in target order. A record that is not ours (a
-/// foreign value under the namespace) is skipped with a warning, never applied.
+/// The active overrides under `prefix`, soonest to expire first. A record that is not ours
+/// (a foreign value under the namespace, which only a writer to Redis can put there) is
+/// never applied; it is logged at debug level, as this runs four times a second.
 pub async fn list(store: &Store, prefix: &str) -> Result<Vec<Override>, String> {
     let members: Vec<String> = store
         .query(redis::cmd("ZRANGE").arg(index_key(prefix)).arg(0).arg(-1))
@@ -67,7 +68,7 @@ pub async fn list(store: &Store, prefix: &str) -> Result<Vec<Override>, String> 
     for (member, record) in members.iter().zip(records) {
         match record.map(|value| overrides::decode(prefix, member, &value)) {
             Some(Ok(o)) => active.push(o),
-            Some(Err(e)) => log::warn!("ignored: {e}"),
+            Some(Err(e)) => log::debug!("ignored: {e}"),
             None => {}
         }
     }
@@ -75,7 +76,7 @@ pub async fn list(store: &Store, prefix: &str) -> Result<Vec<Override>, String> 
 }
 
 /// Every override of every prefix the store works under, as a table.
-pub async fn load(store: &Store) -> Result<Table, String> {
+async fn load(store: &Store) -> Result<Table, String> {
     let mut all = Vec::new();
     for prefix in store.keyspace().prefixes() {
         all.extend(list(store, prefix).await?);
