@@ -8,6 +8,7 @@ use crate::backend::{Backend, RawBackend};
 use crate::breaker::BreakerConfig;
 use crate::config_error::err;
 pub use crate::config_error::ConfigError;
+use crate::deny_cache;
 use crate::limit::{Limit, RawLimit};
 use crate::path;
 use crate::source::RawIdentity;
@@ -36,6 +37,12 @@ struct RawConfig {
     local_buckets: Option<u64>,
     #[serde(default)]
     circuit_breaker: BreakerConfig,
+    #[serde(default = "default_deny_cache_entries")]
+    deny_cache_entries: u64,
+}
+
+fn default_deny_cache_entries() -> u64 {
+    deny_cache::DEFAULT_ENTRIES
 }
 
 fn default_prefix() -> String {
@@ -164,6 +171,8 @@ pub struct Config {
     /// buckets per rule clients hash into.
     pub local: LocalOptions,
     pub circuit_breaker: BreakerConfig,
+    /// Most entries of a worker's deny cache (0: off).
+    pub deny_cache_entries: u64,
 }
 
 impl Config {
@@ -245,6 +254,12 @@ impl RawConfig {
                 "needs open_ms >= 1 and max_open_ms >= open_ms",
             );
         }
+        if self.deny_cache_entries > deny_cache::MAX_ENTRIES {
+            return err(
+                "deny_cache_entries",
+                format!("must be at most {}", deny_cache::MAX_ENTRIES),
+            );
+        }
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
@@ -264,6 +279,7 @@ impl RawConfig {
                 buckets: local_buckets,
             },
             circuit_breaker: breaker,
+            deny_cache_entries: self.deny_cache_entries,
         };
         if self.rules.is_empty() {
             return err("rules", "at least one rule is needed");

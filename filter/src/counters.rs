@@ -8,6 +8,8 @@ use crate::check::Outcome;
 pub enum Counter {
     Allowed,
     Denied,
+    /// Requests denied from the worker's deny cache, without a check.
+    DeniedCached,
     BackendFailures,
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
@@ -31,9 +33,10 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 17] = [
         Counter::Allowed,
         Counter::Denied,
+        Counter::DeniedCached,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
@@ -55,6 +58,7 @@ impl Counter {
         match self {
             Counter::Allowed => "ratelimit.allowed",
             Counter::Denied => "ratelimit.denied",
+            Counter::DeniedCached => "ratelimit.denied_cached",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
@@ -77,6 +81,7 @@ impl Counter {
         match outcome {
             Outcome::Allowed => Counter::Allowed,
             Outcome::Denied => Counter::Denied,
+            Outcome::DeniedCached => Counter::DeniedCached,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,

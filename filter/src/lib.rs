@@ -9,6 +9,7 @@ pub mod check;
 pub mod config;
 pub mod config_error;
 pub mod counters;
+pub mod deny_cache;
 pub mod digest;
 pub mod exchange;
 #[cfg(test)]
