@@ -57,6 +57,8 @@ pub enum Outcome {
     Denied,
     /// Denied from the deny cache, without asking the bridge.
     DeniedCached,
+    /// Refused because the client is blocked (by the bridge's answer or the cache).
+    Blocked,
     /// The backend failed; the failure mode decided.
     BackendFailed,
     /// The bridge refused this check as malformed; the failure mode decided, and the
@@ -125,38 +127,45 @@ impl Admission {
         self.probe
     }
 
-    /// The 429 the deny cache knows for this request, if any of its buckets is known to
-    /// lack its cost now: the rule with the longest wait is shown.
+    /// The reply the deny cache knows for this request, if any of its buckets is known to
+    /// lack its cost now or its client is blocked: a block first, then the longest wait.
     fn cached(&mut self, config: &Config, cache: &DenyCache, now_ms: u64) -> Option<Verdict> {
         let (planned, entry) = self
             .planned
             .iter()
             .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
-            .max_by_key(|(_, e)| e.until_ms)?;
+            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
+        let blocked = entry.reason == Reason::Blocked;
         let result = RuleResult {
             allowed: false,
+            blocked,
             remaining: 0,
             full_ms: entry.full_ms.saturating_sub(now_ms),
             wait_ms: entry.until_ms - now_ms,
         };
-        let shown = Shown {
-            name: rule_name(config, planned),
-            limit: &planned.limit,
-            result: &result,
-            now_ms,
-        };
-        self.outcome = Some(Outcome::DeniedCached);
-        Some(Verdict::Reply(response::too_many_requests(&shown, config)))
+        self.outcome = Some(if blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::DeniedCached
+        });
+        Some(Verdict::Reply(denial(config, planned, &result, now_ms)))
     }
 
-    /// Remembers the buckets that lack this check's cost, for as long as the bridge says.
+    /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
+    /// long as the bridge says. Not a plain denial by a rule that blocks: each of those
+    /// must reach Redis to be counted towards the block.
     fn remember_denials(&self, cache: &mut DenyCache, rules: &[RuleResult], now_ms: u64) {
         for (planned, result) in self.planned.iter().zip(rules) {
-            if result.allowed || result.wait_ms == 0 {
+            let counted = planned.block.is_some() && !result.blocked;
+            if result.allowed || result.wait_ms == 0 || counted {
                 continue;
             }
             let entry = deny_cache::Entry {
-                reason: Reason::Empty { cost: planned.cost },
+                reason: if result.blocked {
+                    Reason::Blocked
+                } else {
+                    Reason::Empty { cost: planned.cost }
+                },
                 until_ms: self.asked_ms.saturating_add(result.wait_ms),
                 full_ms: self.asked_ms.saturating_add(result.full_ms),
                 limit: planned.limit,
@@ -181,10 +190,10 @@ impl Admission {
                 if denied {
                     self.remember_denials(cache, &rules, host.now_ms());
                 }
-                self.outcome = Some(if denied {
-                    Outcome::Denied
-                } else {
-                    Outcome::Allowed
+                self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
+                    (false, _) => Outcome::Allowed,
+                    (true, false) => Outcome::Denied,
+                    (true, true) => Outcome::Blocked,
                 });
                 verdict
             }
@@ -225,15 +234,15 @@ impl Admission {
         let Some((planned, result)) = shown else {
             return Verdict::Reply(response::unavailable());
         };
+        if denied {
+            return Verdict::Reply(denial(config, planned, result, now_ms));
+        }
         let shown = Shown {
             name: rule_name(config, planned),
             limit: &planned.limit,
             result,
             now_ms,
         };
-        if denied {
-            return Verdict::Reply(response::too_many_requests(&shown, config));
-        }
         if config.headers.on_allowed {
             self.response_headers = response::rate_limit_headers(&shown, config.headers);
         }
@@ -328,6 +337,21 @@ pub fn record_exchange(
     }
 }
 
+/// The reply to a denied request, showing `planned`'s rule: blocked, or over the limit.
+fn denial(config: &Config, planned: &PlannedRule, result: &RuleResult, now_ms: u64) -> LocalReply {
+    let rule = config.rules.get(planned.rule);
+    let shown = Shown {
+        name: rule.map_or("", |r| r.name.as_str()),
+        limit: &planned.limit,
+        result,
+        now_ms,
+    };
+    match rule.and_then(|r| r.block).filter(|_| result.blocked) {
+        Some(block) => response::blocked(&shown, block.status, config),
+        None => response::too_many_requests(&shown, config),
+    }
+}
+
 fn rule_name<'c>(config: &'c Config, planned: &PlannedRule) -> &'c str {
     config
         .rules
@@ -335,8 +359,9 @@ fn rule_name<'c>(config: &'c Config, planned: &PlannedRule) -> &'c str {
         .map_or("", |r| r.name.as_str())
 }
 
-/// The rule the client is shown. Denied: the denying rule with the longest wait. Allowed:
-/// the rule with the fewest tokens left. Ties go to the smaller bucket.
+/// The rule the client is shown. Denied: a rule that blocks the client, else the denying
+/// rule with the longest wait. Allowed: the rule with the fewest tokens left. Ties go to
+/// the smaller bucket.
 pub fn most_restrictive(
     planned: &[PlannedRule],
     results: &[RuleResult],
@@ -349,7 +374,7 @@ pub fn most_restrictive(
         .filter(|(_, (_, r))| !denied || !r.allowed);
     if denied {
         candidates
-            .max_by_key(|(_, (p, r))| (r.wait_ms, std::cmp::Reverse(p.limit.burst)))
+            .max_by_key(|(_, (p, r))| (r.blocked, r.wait_ms, std::cmp::Reverse(p.limit.burst)))
             .map(|(i, _)| i)
     } else {
         candidates

@@ -406,3 +406,42 @@ fn a_deny_cache_of_zero_entries_asks_every_time() {
         Start::Ask(_)
     ));
 }
+
+#[test]
+fn a_blocked_client_gets_the_rules_status_and_is_then_refused_locally() {
+    let json = EXAMPLE.replace(
+        r#""name": "search-per-ip","#,
+        r#""name": "search-per-ip", "block": {"after": 3, "within": "1m", "for": "15m", "status": 403},"#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let (mut check, mut worker, body) = started(&config, &host);
+    assert!(
+        body.contains(",3,60000,900000 "),
+        "the block travels: {body}"
+    );
+    // The IP rule answers that the client is blocked for 900 s.
+    let reply = b"1700000000000 1,50,30000,0 b,0,60000,900000 1,1,1,0\n";
+    let Verdict::Reply(r) = conclude(&config, &mut worker, &host, &mut check, Some(200), reply)
+    else {
+        panic!("admitted")
+    };
+    assert_eq!(check.outcome, Some(Outcome::Blocked));
+    assert_eq!(r.status, 403);
+    assert_eq!(header(&r, "retry-after"), "900");
+    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["error"], "Blocked");
+
+    host.now.set(1_000_000 + 899_000);
+    let mut again = Admission::default();
+    let Start::Decided(Verdict::Reply(r)) = again.start(&config, &mut worker, &host) else {
+        panic!("asked the bridge")
+    };
+    assert_eq!((r.status, again.outcome), (403, Some(Outcome::Blocked)));
+    assert_eq!(header(&r, "retry-after"), "1");
+    host.now.set(1_000_000 + 900_000);
+    assert!(matches!(
+        Admission::default().start(&config, &mut worker, &host),
+        Start::Ask(_)
+    ));
+}

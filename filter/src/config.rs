@@ -5,6 +5,7 @@
 //! load and never half-applied.
 
 use crate::backend::{Backend, RawBackend};
+use crate::block::{BlockPolicy, RawBlock};
 use crate::breaker::BreakerConfig;
 use crate::config_error::err;
 pub use crate::config_error::ConfigError;
@@ -64,6 +65,7 @@ struct RawRule {
     tiers: BTreeMap<String, RawLimit>,
     #[serde(default = "default_tier_identity")]
     tier_identity: String,
+    block: Option<RawBlock>,
 }
 
 fn default_cost() -> u64 {
@@ -139,6 +141,8 @@ pub struct Rule {
     pub tier_identity: Option<usize>,
     /// Tier value → limit used instead of `limit` for clients of that tier.
     pub tiers: Vec<(String, Limit)>,
+    /// Block clients denied too often.
+    pub block: Option<BlockPolicy>,
 }
 
 /// Local buckets per rule by default (`failure_mode: "local"`).
@@ -361,6 +365,10 @@ impl RawRule {
                 }
             }
         };
+        let block = match self.block {
+            Some(raw) => Some(raw.validate(&format!("{field}.block"))?),
+            None => None,
+        };
         Ok(Rule {
             name: self.name,
             key,
@@ -369,6 +377,7 @@ impl RawRule {
             cost: self.cost,
             tier_identity,
             tiers,
+            block,
         })
     }
 }

@@ -10,6 +10,8 @@ pub enum Counter {
     Denied,
     /// Requests denied from the worker's deny cache, without a check.
     DeniedCached,
+    /// Requests refused because their client is blocked.
+    Blocked,
     BackendFailures,
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
@@ -33,10 +35,11 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 17] = [
+    pub const ALL: [Counter; 18] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
+        Counter::Blocked,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
@@ -59,6 +62,7 @@ impl Counter {
             Counter::Allowed => "ratelimit.allowed",
             Counter::Denied => "ratelimit.denied",
             Counter::DeniedCached => "ratelimit.denied_cached",
+            Counter::Blocked => "ratelimit.blocked",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
@@ -82,6 +86,7 @@ impl Counter {
             Outcome::Allowed => Counter::Allowed,
             Outcome::Denied => Counter::Denied,
             Outcome::DeniedCached => Counter::DeniedCached,
+            Outcome::Blocked => Counter::Blocked,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,

@@ -4,6 +4,7 @@
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
 pub mod backend;
+pub mod block;
 pub mod breaker;
 pub mod check;
 pub mod config;
