@@ -22,14 +22,18 @@
 --                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
 --                  arguments: an argument costs the server an allocation to parse and a
 --                  Lua string to pass.
--- Stored value     struct.pack('<Bdd', 1, units, ms): tag 1, then the bucket's level in
---                  units at Redis time <ms>, as two doubles (exact below 2^53; one unpack
---                  call instead of string surgery). A missing key is a full bucket, so each
---                  key expires (a second) after its bucket would be full. The older text "<units> <ms>"
---                  is still read, so buckets survive an upgrade. A rule that blocks
---                  stores struct.pack('<Bddddd', 2, units, ms, first, denials, blocked):
---                  also when its current count of denials began, the count, and the Redis
---                  time its block ends; its key lives until all of them are over.
+-- Stored value     struct.pack('<Bddd', 3, units, ms, den): tag 3, then the bucket's level
+--                  in units at Redis time <ms> and the `den` of those units, as doubles
+--                  (exact below 2^53; one unpack call instead of string surgery). A missing
+--                  key is a full bucket, so each key expires (a second) after its bucket
+--                  would be full. A rule whose limit changed (a reload, an override) reads
+--                  the level in its own units, rounded down: no token is made up. A rule
+--                  that blocks stores struct.pack('<Bdddddd', 2, units, ms, den, first,
+--                  denials, blocked): also when its current count of denials began, the
+--                  count, and the Redis time its block ends; its key lives until all of them
+--                  are over. The older forms struct.pack('<Bdd', 1, units, ms) and text
+--                  "<units> <ms>" (units of the current limit) are still read, so buckets
+--                  survive an upgrade.
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
 --                    the cost is available (0: this rule admits; a check is admitted when
 --                    all its rules say 0) }; -2, ms until full, ms until the block ends for
@@ -102,7 +106,8 @@ end
 -- Keys whose value holds a count of denials or a block (blocks[f]); keys where a denial
 -- was counted (counted[f]); with 'peek', each key's level now before this call took
 -- anything (base[f]), as a peek persists the counts of denials only, never what it took.
-local first, st, blocks, counted, base = {}, {}, {}, {}, {}
+-- The `den` of each key's level in st (dn[f]; nil: the units of whichever rule reads it).
+local first, st, blocks, counted, base, dn = {}, {}, {}, {}, {}, {}
 local out, o = { now }, 1
 local layout = { byte(ARGV[3 + 7 * nshapes] or '', 1, -1) }
 local r, a, nlayout = 0, 1, #layout
@@ -120,17 +125,20 @@ while a <= nlayout do
       local v = stored[f]
       if v then
         local tag, len = byte(v), #v
-        if len == 17 and tag == 1 then
-          local _, su, sa = unpack_bucket('<Bdd', v)
-          -- NaN fails both tests: only sane levels and times are trusted.
-          if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
-        elseif len == 41 and tag == 2 then
-          local _, su, sa, sf, sd, sb = unpack_bucket('<Bddddd', v)
-          if su >= 0 and sa >= 0 and sf >= 0 and sd >= 0 and sb >= 0 then
-            u, when, since, denials, blocked = su, sa, sf, sd, sb
+        if len == 25 and tag == 3 then
+          local _, su, sa, sn = unpack_bucket('<Bddd', v)
+          -- NaN fails every test: only sane levels, times and units are trusted.
+          if su >= 0 and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else u = -1 end
+        elseif len == 49 and tag == 2 then
+          local _, su, sa, sn, sf, sd, sb = unpack_bucket('<Bdddddd', v)
+          if su >= 0 and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
+            u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
           else
             u = -1
           end
+        elseif len == 17 and tag == 1 then
+          local _, su, sa = unpack_bucket('<Bdd', v)
+          if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
         else
           local su, sa = match(v, '^(%d+) (%d+)$')
           if su then u, when = tonumber(su), tonumber(sa) else u = -1 end
@@ -144,6 +152,15 @@ while a <= nlayout do
     local k = 6 * f
     if st[k - 5] < 0 then foreign = true end
     local s7 = 7 * layout[a + i]
+    local d, sd = sh[s7 - 4], dn[f]
+    if sd ~= d then
+      -- Units of another limit: the same tokens in this rule's units, rounded down.
+      if sd and st[k - 5] > 0 then
+        st[k - 5] = floor(st[k - 5] * d / sd)
+        if base[f] then base[f] = floor(base[f] * d / sd) end
+      end
+      dn[f] = d
+    end
     local elapsed = now - st[k - 4]
     -- A clock that went back (failover to a skewed replica) refills nothing.
     if elapsed < 0 then elapsed = 0 end
@@ -243,9 +260,9 @@ for f = 1, nkeys do
     local level = peek and base[f] or st[k - 5]
     local value
     if blocks[f] then
-      value = pack('<Bddddd', 2, level, now, st[k - 2], st[k - 1], st[k])
+      value = pack('<Bdddddd', 2, level, now, dn[f], st[k - 2], st[k - 1], st[k])
     else
-      value = pack('<Bdd', 1, level, now)
+      value = pack('<Bddd', 3, level, now, dn[f])
     end
     local g = shared and shared[expires]
     if g == nil or g == 1 then

@@ -93,6 +93,6 @@ async fn a_rule_without_a_block_never_blocks_and_keeps_the_short_format() {
     }
     assert!(
         common::buckets::stored(&valkey, "rl:r:plain").is_some(),
-        "tag 1, 17 bytes"
+        "no block state: tag 3"
     );
 }

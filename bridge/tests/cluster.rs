@@ -132,7 +132,7 @@ async fn a_peek_counts_denials_towards_a_block_without_keeping_what_it_took() {
     let value: Vec<u8> = node.cmd(redis::cmd("GET").arg("{b}ip"));
     assert_eq!(
         (value.len(), value[0]),
-        (41, 2),
+        (49, 2),
         "the count and the block are kept"
     );
     let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
