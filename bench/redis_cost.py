@@ -67,8 +67,9 @@ def commandstats(r):
             for name, v in r.info("commandstats").items()}
 
 
-# One rule of every check: 100 requests per minute, cost 1 (burst, num, den, cost).
-RULE = (100, 1, 600, 1)
+# One rule of every check: 100 requests per minute, cost 1, no block (burst, num, den,
+# cost, after, within, for).
+RULE = (100, 1, 600, 1, 0, 0, 0)
 
 
 def run_script(r, checks, prefix, batch=1):
@@ -93,7 +94,7 @@ def run_previous(r, checks, prefix, text, takes_mode):
     sha = r.execute_command("SCRIPT", "LOAD", text)
     mode = ["check"] if takes_mode else []
     for start in range(0, checks, BATCH):
-        pipeline(r, [("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE)
+        pipeline(r, [("EVALSHA", sha, 1, f"{prefix}:u{i % KEYS}", *mode, *RULE[:4])
                     for i in range(start, min(checks, start + BATCH))])
     return ["evalsha"]
 

@@ -7,26 +7,37 @@
 -- ARGV[1]          'check': each check takes `cost` from every bucket of its rules if all
 --                  of them hold it; 'refund': each check gives `cost` back to every bucket
 --                  (Redis Cluster: what a check that another slot denied took here);
---                  'peek': answers as 'check' would, writing nothing (Redis Cluster: a
+--                  'peek': answers as 'check' would, taking nothing (Redis Cluster: a
 --                  check spanning slots learns whether every slot admits it before any
---                  slot takes a token)
+--                  slot takes a token); a denial still counts towards a block
 -- ARGV[2]          S (at most 255), the number of rule shapes that follow
--- ARGV[3..2+4S]    burst, num, den, cost of shape s (a rule's parameters, sent once per
---                  call however many rules share them): the bucket holds `burst` tokens and
---                  refills `num` units per millisecond, one token being `den` units (`num /
---                  den` = requests per ms, reduced); a check takes `cost` tokens
--- ARGV[3+4S]       the checks, one byte per number: for each check its number of rules n
+-- ARGV[3..2+7S]    burst, num, den, cost, after, within, for of shape s (a rule's
+--                  parameters, sent once per call however many rules share them): the
+--                  bucket holds `burst` tokens and refills `num` units per millisecond, one
+--                  token being `den` units (`num / den` = requests per ms, reduced); a check
+--                  takes `cost` tokens. `after` > 0: a client denied `after` times within
+--                  `within` ms (counted from the first denial) is blocked for `for` ms:
+--                  every check of the bucket is then denied, taking nothing
+-- ARGV[3+7S]       the checks, one byte per number: for each check its number of rules n
 --                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
 --                  arguments: an argument costs the server an allocation to parse and a
 --                  Lua string to pass.
--- Stored value     struct.pack('<Bdd', 1, units, ms): tag 1, then the bucket's level in
---                  units at Redis time <ms>, as two doubles (exact below 2^53; one unpack
---                  call instead of string surgery). A missing key is a full bucket, so each
---                  key expires (a second) after its bucket would be full. The older text "<units> <ms>"
---                  is still read, so buckets survive an upgrade.
+-- Stored value     struct.pack('<Bddd', 3, units, ms, den): tag 3, then the bucket's level
+--                  in units at Redis time <ms> and the `den` of those units, as doubles
+--                  (exact below 2^53; one unpack call instead of string surgery). A missing
+--                  key is a full bucket, so each key expires (a second) after its bucket
+--                  would be full. A rule whose limit changed (a reload, an override) reads
+--                  the level in its own units, rounded down: no token is made up. A rule
+--                  that blocks stores struct.pack('<Bdddddd', 2, units, ms, den, first,
+--                  denials, blocked): also when its current count of denials began, the
+--                  count, and the Redis time its block ends; its key lives until all of them
+--                  are over. The older forms struct.pack('<Bdd', 1, units, ms) and text
+--                  "<units> <ms>" (units of the current limit) are still read, so buckets
+--                  survive an upgrade.
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
 --                    the cost is available (0: this rule admits; a check is admitted when
---                    all its rules say 0) }; -1, -1, -1 for every rule of a check that
+--                    all its rules say 0) }; -2, ms until full, ms until the block ends for
+--                    a rule whose client is blocked; -1, -1, -1 for every rule of a check that
 --                    names a key holding a value this script did not write (another type,
 --                    or a string in neither format): such a check takes nothing, and the
 --                    value is left as it is.
@@ -73,24 +84,32 @@ do
     end
   end
 end
-local refund = ARGV[1] == 'refund'
--- Shape s is sh[4s-3 .. 4s]: capacity in units, num, den, and the cost in units.
+local refund, peek = ARGV[1] == 'refund', ARGV[1] == 'peek'
+-- Shape s is sh[7s-6 .. 7s]: capacity in units, num, den, the cost in units, then after,
+-- within and for (0 0 0: the rule never blocks).
 local nshapes = tonumber(ARGV[2])
 local sh = {}
 for s = 1, nshapes do
-  local a, den = 4 * s - 1, tonumber(ARGV[4 * s + 1])
-  sh[4 * s - 3], sh[4 * s - 2] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1])
-  sh[4 * s - 1], sh[4 * s] = den, tonumber(ARGV[a + 3]) * den
+  local a, b, den = 7 * s - 4, 7 * s - 6, tonumber(ARGV[7 * s - 2])
+  sh[b], sh[b + 1] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1])
+  sh[b + 2], sh[b + 3] = den, tonumber(ARGV[a + 3]) * den
+  sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
 end
 
 -- A bucket's state as this call left it so far, kept at the position f of its key's
--- first appearance (first[key] = f): level st[3f-2] in units at time st[3f-1], and st[3f]
--- the Redis time it will be full, when its key expires (nil: unchanged, not written). A
--- missing key reads as infinitely many units, which every rule clamps to its capacity; a
--- key holding a value this script did not write reads as -1 units and is never written.
-local first, st = {}, {}
+-- first appearance (first[key] = f), six slots from k = 6f: level st[k-5] in units at time
+-- st[k-4]; st[k-3] the Redis time the key may expire (nil: unchanged, not written); then
+-- when its count of denials began st[k-2], the count st[k-1], and when its block ends
+-- st[k]. A missing key reads as infinitely many units, which every rule clamps to its
+-- capacity; a key holding a value this script did not write reads as -1 units and is
+-- never written.
+-- Keys whose value holds a count of denials or a block (blocks[f]); keys where a denial
+-- was counted (counted[f]); with 'peek', each key's level now before this call took
+-- anything (base[f]), as a peek persists the counts of denials only, never what it took.
+-- The `den` of each key's level in st (dn[f]; nil: the units of whichever rule reads it).
+local first, st, blocks, counted, base, dn = {}, {}, {}, {}, {}, {}
 local out, o = { now }, 1
-local layout = { byte(ARGV[3 + 4 * nshapes] or '', 1, -1) }
+local layout = { byte(ARGV[3 + 7 * nshapes] or '', 1, -1) }
 local r, a, nlayout = 0, 1, #layout
 while a <= nlayout do
   local n = layout[a]
@@ -102,12 +121,23 @@ while a <= nlayout do
     if f == nil then
       f = r + i
       first[key] = f
-      local u, when = 1 / 0, now
+      local u, when, since, denials, blocked = 1 / 0, now, 0, 0, 0
       local v = stored[f]
       if v then
-        if #v == 17 and byte(v) == 1 then
+        local tag, len = byte(v), #v
+        if len == 25 and tag == 3 then
+          local _, su, sa, sn = unpack_bucket('<Bddd', v)
+          -- NaN fails every test: only sane levels, times and units are trusted.
+          if su >= 0 and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else u = -1 end
+        elseif len == 49 and tag == 2 then
+          local _, su, sa, sn, sf, sd, sb = unpack_bucket('<Bdddddd', v)
+          if su >= 0 and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
+            u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
+          else
+            u = -1
+          end
+        elseif len == 17 and tag == 1 then
           local _, su, sa = unpack_bucket('<Bdd', v)
-          -- NaN fails both tests: only sane levels and times are trusted.
           if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
         else
           local su, sa = match(v, '^(%d+) (%d+)$')
@@ -116,19 +146,35 @@ while a <= nlayout do
       elseif alien and alien[key] then
         u = -1
       end
-      st[3 * f - 2], st[3 * f - 1] = u, when
+      local k = 6 * f
+      st[k - 5], st[k - 4], st[k - 2], st[k - 1], st[k] = u, when, since, denials, blocked
     end
-    if st[3 * f - 2] < 0 then foreign = true end
-    local s4 = 4 * layout[a + i]
-    local elapsed = now - st[3 * f - 1]
+    local k = 6 * f
+    if st[k - 5] < 0 then foreign = true end
+    local s7 = 7 * layout[a + i]
+    local d, sd = sh[s7 - 4], dn[f]
+    if sd ~= d then
+      -- Units of another limit: the same tokens in this rule's units, rounded down.
+      if sd and st[k - 5] > 0 then
+        st[k - 5] = floor(st[k - 5] * d / sd)
+        if base[f] then base[f] = floor(base[f] * d / sd) end
+      end
+      dn[f] = d
+    end
+    local elapsed = now - st[k - 4]
     -- A clock that went back (failover to a skewed replica) refills nothing.
     if elapsed < 0 then elapsed = 0 end
     -- Products past 2^53 are far above cap: the clamp makes them exact again.
-    local l, c = st[3 * f - 2] + elapsed * sh[s4 - 2], sh[s4 - 3]
+    local l, c = st[k - 5] + elapsed * sh[s7 - 5], sh[s7 - 6]
     if l > c then l = c end
-    if l < sh[s4] then admitted = false end
+    if peek and not base[f] then base[f] = l end
+    if l < sh[s7 - 3] then admitted = false end
+    -- A blocked client's rule is marked by its shape's position, negated.
+    if sh[s7 - 2] > 0 and st[k] > now then
+      admitted, s7 = false, -s7
+    end
     local slot = o + 3 * i
-    out[slot - 2], out[slot - 1], out[slot] = s4, l, f
+    out[slot - 2], out[slot - 1], out[slot] = s7, l, f
   end
   -- Second pass: take (or give back) and answer.
   for i = 1, n do
@@ -136,8 +182,11 @@ while a <= nlayout do
     if foreign then
       out[slot - 2], out[slot - 1], out[slot] = -1, -1, -1
     else
-      local s4, l, f = out[slot - 2], out[slot - 1], out[slot]
-      local c, rate, d, need = sh[s4 - 3], sh[s4 - 2], sh[s4 - 1], sh[s4]
+      local s7, l, f = out[slot - 2], out[slot - 1], out[slot]
+      local blocked = s7 < 0
+      if blocked then s7 = -s7 end
+      local k, c, rate, d, need = 6 * f, sh[s7 - 6], sh[s7 - 5], sh[s7 - 4], sh[s7 - 3]
+      local after = sh[s7 - 2]
       local wait = 0
       if refund then
         l = l + need
@@ -152,12 +201,36 @@ while a <= nlayout do
       end
       local full = floor((c - l) / rate)
       if full * rate < c - l then full = full + 1 end
-      if refund or admitted then
-        st[3 * f - 2], st[3 * f - 1], st[3 * f] = l, now, now + full + EXPIRY_SLACK_MS
+      local write = refund or admitted
+      if wait > 0 and after > 0 and not blocked then
+        -- One more denial of this client: a new count once the last one's window is over.
+        if now - st[k - 2] >= sh[s7 - 1] then
+          st[k - 2], st[k - 1] = now, 1
+        else
+          st[k - 1] = st[k - 1] + 1
+        end
+        if st[k - 1] >= after then
+          st[k], st[k - 1], blocked = now + sh[s7], 0, true
+        end
+        write, counted[f] = true, true
       end
-      local whole = floor(l / d)
-      if whole * d > l then whole = whole - 1 end
-      out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
+      if write then
+        -- The key outlives the bucket's refill, the count of denials and the block.
+        local keep = now + full
+        if after > 0 then
+          if st[k - 2] + sh[s7 - 1] > keep then keep = st[k - 2] + sh[s7 - 1] end
+          if st[k] > keep then keep = st[k] end
+        end
+        st[k - 5], st[k - 4], st[k - 3] = l, now, keep + EXPIRY_SLACK_MS
+        blocks[f] = after > 0 or nil
+      end
+      if blocked then
+        out[slot - 2], out[slot - 1], out[slot] = -2, full, st[k] - now
+      else
+        local whole = floor(l / d)
+        if whole * d > l then whole = whole - 1 end
+        out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
+      end
     end
   end
   o, r, a = o + 3 * n, r + n, a + n + 1
@@ -165,7 +238,6 @@ end
 if r ~= nkeys then
   return redis.error_reply('token_bucket: ' .. nkeys .. ' keys for ' .. r .. ' rules')
 end
-if ARGV[1] == 'peek' then return out end
 
 -- Writes, once per changed key, each expiring EXPIRY_SLACK_MS after the Redis time its
 -- bucket is full. Keys that share that time (fresh buckets of one limit,
@@ -177,14 +249,21 @@ if valkey >= 0x090100 or redis_version >= 0x080400 then
   -- Expiry -> how many keys share it, then the MSETEX arguments being gathered.
   shared = {}
   for f = 1, nkeys do
-    local expires = st[3 * f]
-    if expires then shared[expires] = (shared[expires] or 0) + 1 end
+    local expires = st[6 * f - 3]
+    if expires and (counted[f] or not peek) then shared[expires] = (shared[expires] or 0) + 1 end
   end
 end
 for f = 1, nkeys do
-  local expires = st[3 * f]
-  if expires then
-    local value = pack('<Bdd', 1, st[3 * f - 2], now)
+  local k = 6 * f
+  local expires = st[k - 3]
+  if expires and (counted[f] or not peek) then
+    local level = peek and base[f] or st[k - 5]
+    local value
+    if blocks[f] then
+      value = pack('<Bdddddd', 2, level, now, dn[f], st[k - 2], st[k - 1], st[k])
+    else
+      value = pack('<Bddd', 3, level, now, dn[f])
+    end
     local g = shared and shared[expires]
     if g == nil or g == 1 then
       call('SET', KEYS[f], value, 'PXAT', expires)

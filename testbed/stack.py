@@ -86,10 +86,10 @@ def request(port, path="/", headers=None, method="GET", source=None, timeout=10.
 
 def bucket_units(port, key):
     """A bucket's level in units, read from the Valkey on `port` as lua/token_bucket.lua
-    stores it: struct '<Bdd' (tag 1, units, Redis ms)."""
+    stores it: struct '<Bddd' (tag 3, units, Redis ms, the units' den)."""
     raw = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=5).get(key)
-    tag, units, _ = struct.unpack("<Bdd", raw)
-    assert tag == 1, raw
+    tag, units, _, _ = struct.unpack("<Bddd", raw)
+    assert tag == 3, raw
     return int(units)
 
 

@@ -8,6 +8,7 @@ fn rule(key: &str) -> RuleSpec {
         num: 1,
         den: 1,
         cost: 1,
+        block: None,
     }
 }
 
@@ -21,6 +22,7 @@ fn in_slot_y(checks: &[Check], call: &Call) -> bool {
 fn outcome(allowed: bool) -> ScriptOutcome {
     Some(RuleOutcome {
         allowed,
+        blocked: false,
         remaining: 0,
         full_ms: 1,
         wait_ms: u64::from(!allowed),

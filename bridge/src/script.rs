@@ -43,13 +43,22 @@ pub struct Part {
     pub rules: Vec<usize>,
 }
 
-/// A rule's parameters (burst, num, den, cost), which many rules of a batch share.
-pub type Shape = [u64; 4];
+/// A rule's parameters (burst, num, den, cost, and its block's after, within, for, or
+/// zeros), which many rules of a batch share.
+pub type Shape = [u64; 7];
 
 /// The shape of `rule`.
 pub fn shape(rule: &RuleSpec) -> Shape {
-    [rule.burst, rule.num, rule.den, rule.cost]
+    let block = rule
+        .block
+        .map_or([0; 3], |b| [b.after, b.within_ms, b.for_ms]);
+    [
+        rule.burst, rule.num, rule.den, rule.cost, block[0], block[1], block[2],
+    ]
 }
+
+/// The `remaining` the script answers for a rule whose client is blocked.
+const BLOCKED: i64 = -2;
 
 /// Lays out one script call over `parts` (in order) of `checks`; fails past the limits
 /// above, which the planner keeps.
@@ -151,9 +160,11 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
                 return Ok(None);
             }
             let wait_ms = unsigned(r[2])?;
+            let blocked = r[0] == BLOCKED;
             Ok(Some(RuleOutcome {
-                allowed: wait_ms == 0,
-                remaining: unsigned(r[0])?,
+                allowed: wait_ms == 0 && !blocked,
+                blocked,
+                remaining: if blocked { 0 } else { unsigned(r[0])? },
                 full_ms: unsigned(r[1])?,
                 wait_ms,
             }))
@@ -173,6 +184,7 @@ mod tests {
             num: 1,
             den: 600,
             cost,
+            block: None,
         }
     }
 
@@ -195,12 +207,14 @@ mod tests {
             vec![
                 Some(RuleOutcome {
                     allowed: false,
+                    blocked: false,
                     remaining: 1,
                     full_ms: 2,
                     wait_ms: 3
                 }),
                 Some(RuleOutcome {
                     allowed: true,
+                    blocked: false,
                     remaining: 4,
                     full_ms: 5,
                     wait_ms: 0
@@ -228,7 +242,10 @@ mod tests {
         ];
         let layout = layout(&checks, &parts).unwrap();
         assert_eq!(layout.keys, ["a", "b", "c"]);
-        assert_eq!(layout.shapes, [[10, 1, 600, 1], [5, 1, 600, 1]]);
+        assert_eq!(
+            layout.shapes,
+            [[10, 1, 600, 1, 0, 0, 0], [5, 1, 600, 1, 0, 0, 0]]
+        );
         // Each part: its size and its rules' shapes.
         assert_eq!(layout.checks, [2, 1, 2, 1, 1]);
     }

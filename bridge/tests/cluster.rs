@@ -21,6 +21,7 @@ fn rule(key: &str, burst: u64) -> RuleSpec {
         num: 1,
         den: 3_600_000,
         cost: 1,
+        block: None,
     }
 }
 
@@ -99,5 +100,46 @@ async fn a_client_over_its_limit_never_touches_the_buckets_it_shares_elsewhere()
         script_calls(&node).contains("calls=10,"),
         "{}",
         script_calls(&node)
+    );
+}
+
+#[tokio::test]
+async fn a_peek_counts_denials_towards_a_block_without_keeping_what_it_took() {
+    let node = OneNodeCluster::start();
+    let store = store(&node).await;
+    let roomy = rule("{a}user", 10);
+    let tight = RuleSpec {
+        block: Some(ratelimit_protocol::Block {
+            after: 2,
+            within_ms: 60_000,
+            for_ms: 60_000,
+        }),
+        ..rule("{b}ip", 1)
+    };
+    let both: Check = vec![roomy.clone(), tight];
+    // The peek finds the first check admitted and the next two denied by {b}, which
+    // blocks the client at once: the first check's take then meets the block, and gives
+    // back what it took in {a}.
+    let out = store.check_all(&[both.clone(), both.clone(), both]).await;
+    let flags: Vec<(bool, bool)> = out
+        .iter()
+        .map(|o| {
+            let r = &o.as_ref().unwrap().1[1];
+            (r.allowed, r.blocked)
+        })
+        .collect();
+    assert_eq!(flags, [(false, true), (false, false), (false, true)]);
+    let value: Vec<u8> = node.cmd(redis::cmd("GET").arg("{b}ip"));
+    assert_eq!(
+        (value.len(), value[0]),
+        (49, 2),
+        "the count and the block are kept"
+    );
+    let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
+    assert_eq!(units, 3_600_000.0, "no peek keeps what it took in memory");
+    let a = store.check(&vec![roomy]).await.unwrap();
+    assert_eq!(
+        a.1[0].remaining, 9,
+        "{{a}} is whole again: nothing was admitted"
     );
 }

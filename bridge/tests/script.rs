@@ -266,3 +266,33 @@ async fn the_script_agrees_with_the_model_over_random_runs() {
         "{admitted} admitted, {denied} denied"
     );
 }
+
+#[tokio::test]
+async fn a_changed_limit_reads_the_same_tokens_in_its_own_units() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // 10 an hour (den 360,000): 4 taken, 6 left.
+    let hourly = rule("rl:r:k", 10, 1, 360_000, 1);
+    for _ in 0..4 {
+        assert!(run(&store, std::slice::from_ref(&hourly)).await.1[0].allowed);
+    }
+    // Raised to 100 an hour (den 36,000): still 6 tokens, not a full bucket of 100.
+    let raised = rule("rl:r:k", 100, 1, 36_000, 1);
+    let (_, out) = run(&store, std::slice::from_ref(&raised)).await;
+    assert_eq!(out[0].remaining, 5, "{out:?}");
+    // Lowered to 3 a minute (den 20,000): at most 3 tokens, however many there were.
+    let lowered = rule("rl:r:k", 3, 1, 20_000, 1);
+    let (_, out) = run(&store, std::slice::from_ref(&lowered)).await;
+    assert_eq!(out[0].remaining, 2, "{out:?}");
+    // A value written before units were stored (tag 1) reads in the reader's units.
+    let mut legacy = vec![1u8];
+    legacy.extend(4.0f64.to_le_bytes());
+    legacy.extend((redis_now_ms(&valkey) as f64).to_le_bytes());
+    let _: () = redis::cmd("SET")
+        .arg("rl:r:old")
+        .arg(legacy)
+        .query(&mut Connect::connection(&valkey))
+        .unwrap();
+    let (_, out) = run(&store, &[rule("rl:r:old", 10, 1, 1, 1)]).await;
+    assert_eq!(out[0].remaining, 3, "{out:?}");
+}

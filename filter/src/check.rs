@@ -6,6 +6,7 @@
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
+use crate::deny_cache::{self, DenyCache, Reason};
 use crate::host::Proxy;
 use crate::identity::Repeated;
 use crate::local;
@@ -17,12 +18,14 @@ use crate::rules::{self, PlannedRule};
 #[derive(Debug)]
 pub struct Worker {
     pub breaker: Breaker,
+    pub deny_cache: DenyCache,
 }
 
 impl Worker {
     pub fn new(config: &Config) -> Worker {
         Worker {
             breaker: Breaker::new(config.circuit_breaker, config.backend.timeout_ms),
+            deny_cache: DenyCache::new(config.deny_cache_entries),
         }
     }
 }
@@ -52,6 +55,10 @@ pub enum Start {
 pub enum Outcome {
     Allowed,
     Denied,
+    /// Denied from the deny cache, without asking the bridge.
+    DeniedCached,
+    /// Refused because the client is blocked (by the bridge's answer or the cache).
+    Blocked,
     /// The backend failed; the failure mode decided.
     BackendFailed,
     /// The bridge refused this check as malformed; the failure mode decided, and the
@@ -74,6 +81,9 @@ pub struct Admission {
     pub outcome: Option<Outcome>,
     /// This request's callout tests whether the backend is back (breaker half-open).
     probe: bool,
+    /// When the check was asked for (the worker's clock): what the bridge says a bucket
+    /// lacks is cached from then, which is before Redis read its clock.
+    asked_ms: u64,
 }
 
 impl Admission {
@@ -89,7 +99,12 @@ impl Admission {
         if self.planned.is_empty() {
             return Start::Skip;
         }
-        match worker.breaker.allow(host.now_ms()) {
+        let now_ms = host.now_ms();
+        if let Some(verdict) = self.cached(config, &worker.deny_cache, now_ms) {
+            return Start::Decided(verdict);
+        }
+        self.asked_ms = now_ms;
+        match worker.breaker.allow(now_ms) {
             Permit::Call => {}
             Permit::Probe => self.probe = true,
             Permit::Deny => {
@@ -112,11 +127,59 @@ impl Admission {
         self.probe
     }
 
+    /// The reply the deny cache knows for this request, if any of its buckets is known to
+    /// lack its cost now or its client is blocked: a block first, then the longest wait.
+    fn cached(&mut self, config: &Config, cache: &DenyCache, now_ms: u64) -> Option<Verdict> {
+        let (planned, entry) = self
+            .planned
+            .iter()
+            .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
+            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
+        let blocked = entry.reason == Reason::Blocked;
+        let result = RuleResult {
+            allowed: false,
+            blocked,
+            remaining: 0,
+            full_ms: entry.full_ms.saturating_sub(now_ms),
+            wait_ms: entry.until_ms - now_ms,
+        };
+        self.outcome = Some(if blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::DeniedCached
+        });
+        Some(Verdict::Reply(denial(config, planned, &result, now_ms)))
+    }
+
+    /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
+    /// long as the bridge says. Not a plain denial by a rule that blocks: each of those
+    /// must reach Redis to be counted towards the block.
+    fn remember_denials(&self, cache: &mut DenyCache, rules: &[RuleResult], now_ms: u64) {
+        for (planned, result) in self.planned.iter().zip(rules) {
+            let counted = planned.block.is_some() && !result.blocked;
+            if result.allowed || result.wait_ms == 0 || counted {
+                continue;
+            }
+            let entry = deny_cache::Entry {
+                reason: if result.blocked {
+                    Reason::Blocked
+                } else {
+                    Reason::Empty { cost: planned.cost }
+                },
+                until_ms: self.asked_ms.saturating_add(result.wait_ms),
+                full_ms: self.asked_ms.saturating_add(result.full_ms),
+                limit: planned.limit,
+            };
+            cache.insert(&planned.key, entry, now_ms);
+        }
+    }
+
     /// Decides from this check's line of the reply, or from why there is none. The
     /// exchange it travelled in has been counted in the breaker already (`record_exchange`).
     fn conclude(
         &mut self,
         config: &Config,
+        cache: &mut DenyCache,
         host: &impl Proxy,
         result: Result<CheckResult, String>,
     ) -> Verdict {
@@ -124,10 +187,13 @@ impl Admission {
             Ok(CheckResult::Checked { now_ms, rules }) => {
                 let verdict = self.decide(config, now_ms, &rules);
                 let denied = matches!(verdict, Verdict::Reply(_));
-                self.outcome = Some(if denied {
-                    Outcome::Denied
-                } else {
-                    Outcome::Allowed
+                if denied {
+                    self.remember_denials(cache, &rules, host.now_ms());
+                }
+                self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
+                    (false, _) => Outcome::Allowed,
+                    (true, false) => Outcome::Denied,
+                    (true, true) => Outcome::Blocked,
                 });
                 verdict
             }
@@ -151,11 +217,7 @@ impl Admission {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
             FailureMode::Local => {
-                let names: Vec<&str> = self
-                    .planned
-                    .iter()
-                    .map(|p| config.rules.get(p.rule).map_or("", |r| r.name.as_str()))
-                    .collect();
+                let names: Vec<&str> = self.planned.iter().map(|p| rule_name(config, p)).collect();
                 let now_ms = host.now_ms();
                 match local::admit(host, &self.planned, &names, config.local, now_ms) {
                     Some(results) => self.decide(config, now_ms, &results),
@@ -172,18 +234,15 @@ impl Admission {
         let Some((planned, result)) = shown else {
             return Verdict::Reply(response::unavailable());
         };
+        if denied {
+            return Verdict::Reply(denial(config, planned, result, now_ms));
+        }
         let shown = Shown {
-            name: config
-                .rules
-                .get(planned.rule)
-                .map_or("", |r| r.name.as_str()),
+            name: rule_name(config, planned),
             limit: &planned.limit,
             result,
             now_ms,
         };
-        if denied {
-            return Verdict::Reply(response::too_many_requests(&shown, config));
-        }
         if config.headers.on_allowed {
             self.response_headers = response::rate_limit_headers(&shown, config.headers);
         }
@@ -233,7 +292,7 @@ pub fn conclude_exchange<'a>(
         .zip(results)
         .map(|(member, result)| {
             let (config, check) = member.as_mut()?;
-            Some(check.conclude(config, host, result))
+            Some(check.conclude(config, &mut worker.deny_cache, host, result))
         })
         .collect()
 }
@@ -278,8 +337,31 @@ pub fn record_exchange(
     }
 }
 
-/// The rule the client is shown. Denied: the denying rule with the longest wait. Allowed:
-/// the rule with the fewest tokens left. Ties go to the smaller bucket.
+/// The reply to a denied request, showing `planned`'s rule: blocked, or over the limit.
+fn denial(config: &Config, planned: &PlannedRule, result: &RuleResult, now_ms: u64) -> LocalReply {
+    let rule = config.rules.get(planned.rule);
+    let shown = Shown {
+        name: rule.map_or("", |r| r.name.as_str()),
+        limit: &planned.limit,
+        result,
+        now_ms,
+    };
+    match rule.and_then(|r| r.block).filter(|_| result.blocked) {
+        Some(block) => response::blocked(&shown, block.status, config),
+        None => response::too_many_requests(&shown, config),
+    }
+}
+
+fn rule_name<'c>(config: &'c Config, planned: &PlannedRule) -> &'c str {
+    config
+        .rules
+        .get(planned.rule)
+        .map_or("", |r| r.name.as_str())
+}
+
+/// The rule the client is shown. Denied: a rule that blocks the client, else the denying
+/// rule with the longest wait. Allowed: the rule with the fewest tokens left. Ties go to
+/// the smaller bucket.
 pub fn most_restrictive(
     planned: &[PlannedRule],
     results: &[RuleResult],
@@ -292,7 +374,7 @@ pub fn most_restrictive(
         .filter(|(_, (_, r))| !denied || !r.allowed);
     if denied {
         candidates
-            .max_by_key(|(_, (p, r))| (r.wait_ms, std::cmp::Reverse(p.limit.burst)))
+            .max_by_key(|(_, (p, r))| (r.blocked, r.wait_ms, std::cmp::Reverse(p.limit.burst)))
             .map(|(i, _)| i)
     } else {
         candidates

@@ -5,9 +5,11 @@
 //! load and never half-applied.
 
 use crate::backend::{Backend, RawBackend};
+use crate::block::{BlockPolicy, RawBlock};
 use crate::breaker::BreakerConfig;
 use crate::config_error::err;
 pub use crate::config_error::ConfigError;
+use crate::deny_cache;
 use crate::limit::{Limit, RawLimit};
 use crate::path;
 use crate::source::RawIdentity;
@@ -36,6 +38,12 @@ struct RawConfig {
     local_buckets: Option<u64>,
     #[serde(default)]
     circuit_breaker: BreakerConfig,
+    #[serde(default = "default_deny_cache_entries")]
+    deny_cache_entries: u64,
+}
+
+fn default_deny_cache_entries() -> u64 {
+    deny_cache::DEFAULT_ENTRIES
 }
 
 fn default_prefix() -> String {
@@ -57,6 +65,7 @@ struct RawRule {
     tiers: BTreeMap<String, RawLimit>,
     #[serde(default = "default_tier_identity")]
     tier_identity: String,
+    block: Option<RawBlock>,
 }
 
 fn default_cost() -> u64 {
@@ -132,6 +141,8 @@ pub struct Rule {
     pub tier_identity: Option<usize>,
     /// Tier value → limit used instead of `limit` for clients of that tier.
     pub tiers: Vec<(String, Limit)>,
+    /// Block clients denied too often.
+    pub block: Option<BlockPolicy>,
 }
 
 /// Local buckets per rule by default (`failure_mode: "local"`).
@@ -164,6 +175,8 @@ pub struct Config {
     /// buckets per rule clients hash into.
     pub local: LocalOptions,
     pub circuit_breaker: BreakerConfig,
+    /// Most entries of a worker's deny cache (0: off).
+    pub deny_cache_entries: u64,
 }
 
 impl Config {
@@ -245,6 +258,12 @@ impl RawConfig {
                 "needs open_ms >= 1 and max_open_ms >= open_ms",
             );
         }
+        if self.deny_cache_entries > deny_cache::MAX_ENTRIES {
+            return err(
+                "deny_cache_entries",
+                format!("must be at most {}", deny_cache::MAX_ENTRIES),
+            );
+        }
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
@@ -264,6 +283,7 @@ impl RawConfig {
                 buckets: local_buckets,
             },
             circuit_breaker: breaker,
+            deny_cache_entries: self.deny_cache_entries,
         };
         if self.rules.is_empty() {
             return err("rules", "at least one rule is needed");
@@ -345,6 +365,10 @@ impl RawRule {
                 }
             }
         };
+        let block = match self.block {
+            Some(raw) => Some(raw.validate(&format!("{field}.block"))?),
+            None => None,
+        };
         Ok(Rule {
             name: self.name,
             key,
@@ -353,6 +377,7 @@ impl RawRule {
             cost: self.cost,
             tier_identity,
             tiers,
+            block,
         })
     }
 }

@@ -8,6 +8,10 @@ use crate::check::Outcome;
 pub enum Counter {
     Allowed,
     Denied,
+    /// Requests denied from the worker's deny cache, without a check.
+    DeniedCached,
+    /// Requests refused because their client is blocked.
+    Blocked,
     BackendFailures,
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
@@ -31,9 +35,11 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 18] = [
         Counter::Allowed,
         Counter::Denied,
+        Counter::DeniedCached,
+        Counter::Blocked,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
@@ -55,6 +61,8 @@ impl Counter {
         match self {
             Counter::Allowed => "ratelimit.allowed",
             Counter::Denied => "ratelimit.denied",
+            Counter::DeniedCached => "ratelimit.denied_cached",
+            Counter::Blocked => "ratelimit.blocked",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
@@ -77,6 +85,8 @@ impl Counter {
         match outcome {
             Outcome::Allowed => Counter::Allowed,
             Outcome::Denied => Counter::Denied,
+            Outcome::DeniedCached => Counter::DeniedCached,
+            Outcome::Blocked => Counter::Blocked,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,

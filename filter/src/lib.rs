@@ -4,11 +4,13 @@
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
 pub mod backend;
+pub mod block;
 pub mod breaker;
 pub mod check;
 pub mod config;
 pub mod config_error;
 pub mod counters;
+pub mod deny_cache;
 pub mod digest;
 pub mod exchange;
 #[cfg(test)]

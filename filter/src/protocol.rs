@@ -12,7 +12,11 @@ use ratelimit_protocol::{encode_rule, end_check};
 pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
     for (i, r) in rules.iter().enumerate() {
         let l = &r.limit;
-        encode_rule(body, i == 0, (&r.key, l.burst, l.num, l.den, r.cost));
+        encode_rule(
+            body,
+            i == 0,
+            (&r.key, l.burst, l.num, l.den, r.cost, r.block),
+        );
     }
     end_check(body);
 }
@@ -35,6 +39,7 @@ mod tests {
             key: key.into(),
             limit,
             cost,
+            block: None,
         }
     }
 

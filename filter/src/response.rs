@@ -72,18 +72,46 @@ pub fn rate_limit_headers(
 
 /// The 429 for a denied request.
 pub fn too_many_requests(shown: &Shown<'_>, config: &Config) -> LocalReply {
+    let limit = shown.limit;
+    let sentence = format!(
+        "You have exceeded the rate limit of {} requests per {}.",
+        limit.requests,
+        limit.period_phrase()
+    );
+    refusal(shown, 429, "Rate limit exceeded", &sentence, config)
+}
+
+/// The reply to a blocked client: the rule's status, the usual headers, `Retry-After` the
+/// rest of the block.
+pub fn blocked(shown: &Shown<'_>, status: u32, config: &Config) -> LocalReply {
+    let limit = shown.limit;
+    let sentence = format!(
+        "Too many of your requests were over the rate limit of {} requests per {}: you are blocked.",
+        limit.requests,
+        limit.period_phrase()
+    );
+    refusal(shown, status, "Blocked", &sentence, config)
+}
+
+/// A refused request's reply: the shown rule's headers, `Retry-After`, and a JSON body of
+/// `error` and `sentence` (neither holds a character JSON would escape).
+fn refusal(
+    shown: &Shown<'_>,
+    status: u32,
+    error: &str,
+    sentence: &str,
+    config: &Config,
+) -> LocalReply {
     let retry = shown.retry_after_s();
     let mut headers = rate_limit_headers(shown, config.headers);
     headers.push(("retry-after", retry.to_string()));
     headers.push(("content-type", "application/json".into()));
+    let plural = if retry == 1 { "" } else { "s" };
     let body = format!(
-        "{{\"error\": \"Rate limit exceeded\", \"message\": \"You have exceeded the rate limit of {} requests per {}. Try again in {retry} second{}.\"}}",
-        shown.limit.requests,
-        shown.limit.period_phrase(),
-        if retry == 1 { "" } else { "s" }
+        "{{\"error\": \"{error}\", \"message\": \"{sentence} Try again in {retry} second{plural}.\"}}"
     );
     LocalReply {
-        status: 429,
+        status,
         headers,
         body,
     }
@@ -132,6 +160,7 @@ mod tests {
     fn denial_renders_the_documented_headers_and_body() {
         let result = RuleResult {
             allowed: false,
+            blocked: false,
             remaining: 0,
             full_ms: 59_400,
             wait_ms: 599,
@@ -171,6 +200,7 @@ mod tests {
     fn ietf_draft_fields_are_opt_in() {
         let result = RuleResult {
             allowed: true,
+            blocked: false,
             remaining: 7,
             full_ms: 1_800,
             wait_ms: 0,
@@ -203,6 +233,7 @@ mod tests {
         let l = limit();
         let mut result = RuleResult {
             allowed: false,
+            blocked: false,
             remaining: 0,
             full_ms: 0,
             wait_ms: 0,

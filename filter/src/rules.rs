@@ -1,5 +1,6 @@
 //! Which rules apply to a request, and the bucket each of them checks.
 
+use crate::block::Block;
 use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::host::RequestView;
@@ -24,6 +25,8 @@ pub struct PlannedRule {
     /// The limit in force for this client (its tier's, if it has one).
     pub limit: Limit,
     pub cost: u64,
+    /// When the rule blocks repeat offenders.
+    pub block: Option<Block>,
 }
 
 impl Matcher {
@@ -85,6 +88,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
             key,
             limit: rule.limit_for(tier.as_deref()),
             cost: rule.cost,
+            block: rule.block.map(|b| b.wire),
         });
     }
     Ok(planned)

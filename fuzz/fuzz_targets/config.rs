@@ -37,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
             num: p.limit.num,
             den: p.limit.den,
             cost: p.cost,
+            block: p.block,
         })
         .collect();
     assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// A check's result: its kind, Redis time, rules and reason, as far as the kind uses them.
-type Item = (u8, u64, Vec<(bool, u64, u64, u64)>, String);
+type Item = (u8, u64, Vec<(bool, bool, u64, u64, u64)>, String);
 
 fn result((kind, now_ms, rules, reason): Item) -> CheckResult {
     match kind % 3 {
@@ -36,12 +36,15 @@ fn result((kind, now_ms, rules, reason): Item) -> CheckResult {
             rules: rules
                 .into_iter()
                 .take(MAX_RULES)
-                .map(|(allowed, remaining, full_ms, wait_ms)| RuleResult {
-                    allowed,
-                    remaining,
-                    full_ms,
-                    wait_ms,
-                })
+                .map(
+                    |(allowed, blocked, remaining, full_ms, wait_ms)| RuleResult {
+                        allowed,
+                        blocked: blocked && !allowed,
+                        remaining,
+                        full_ms,
+                        wait_ms,
+                    },
+                )
                 .collect(),
         },
         1 => CheckResult::Failed(reason),

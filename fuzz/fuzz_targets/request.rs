@@ -15,7 +15,11 @@ fuzz_target!(|body: &[u8]| {
         assert!(!rules.is_empty() && rules.len() <= MAX_RULES);
         let mut line = String::new();
         for (i, r) in rules.iter().enumerate() {
-            encode_rule(&mut line, i == 0, (&r.key, r.burst, r.num, r.den, r.cost));
+            encode_rule(
+                &mut line,
+                i == 0,
+                (&r.key, r.burst, r.num, r.den, r.cost, r.block),
+            );
         }
         end_check(&mut line);
         assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(rules)]), "{line}");

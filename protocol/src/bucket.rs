@@ -81,6 +81,7 @@ impl Shape {
         };
         let result = RuleResult {
             allowed: wait == 0,
+            blocked: false,
             remaining: saturate(left / self.den),
             full_ms: saturate(self.capacity.saturating_sub(left).div_ceil(self.num)),
             wait_ms: saturate(wait),

@@ -10,13 +10,15 @@
 //!   worker): each message is the exchange id, `\n`, then the batch; each reply message is
 //!   the same id, `\n`, then the answer. Replies may come in any order.
 //!
-//! Request, one line per check, each rule `key,burst,num,den,cost`, rules separated by one
-//! space:
+//! Request, one line per check, each rule `key,burst,num,den,cost`, and for a rule that
+//! blocks repeat offenders `,after,within_ms,for_ms`; rules separated by one space:
 //! ```text
 //! rl:per-user:alice,100,1,600,1 rl:global,50000,50,1,1
+//! rl:login:10.0.0.7,5,1,12000,1,10,60000,900000
 //! ```
 //! Reply, one line per check: the Redis time in ms, then per rule
-//! `allowed,remaining,full_ms,wait_ms`; or `!` and a reason for a check the bridge could not
+//! `flag,remaining,full_ms,wait_ms` where the flag is `1` (allowed), `0` (denied) or `b`
+//! (denied, the client is blocked: `wait_ms` is the rest of the block); or `!` and a reason for a check the bridge could not
 //! run (Redis failed: a backend failure), or `?` and a reason for a check it would not run
 //! (the check's own fault, such as a key outside the bridge's prefixes: it must never count
 //! against the backend). Either way that check alone fails:
@@ -39,7 +41,7 @@ pub use bucket::{gcd, Level, Shape};
 pub use limits::*;
 pub use number::{push_u64, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
-pub use request::{encode_rule, end_check, parse_batch, BadBatch, RuleSpec};
+pub use request::{encode_rule, end_check, parse_batch, BadBatch, Block, RuleFields, RuleSpec};
 pub use stream::{split_message, stream_message};
 
 /// The path of the HTTP transport.

@@ -8,6 +8,8 @@ use crate::number::push_u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuleResult {
     pub allowed: bool,
+    /// The bucket's client is blocked (`wait_ms`: until the block ends); never allowed.
+    pub blocked: bool,
     /// Whole tokens left.
     pub remaining: u64,
     /// Milliseconds until the bucket is full again.
@@ -37,7 +39,11 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
             CheckResult::Checked { now_ms, rules } => {
                 push_u64(out, *now_ms);
                 for r in rules {
-                    out.push_str(if r.allowed { " 1" } else { " 0" });
+                    out.push_str(match (r.allowed, r.blocked) {
+                        (true, _) => " 1",
+                        (false, false) => " 0",
+                        (false, true) => " b",
+                    });
                     for n in [r.remaining, r.full_ms, r.wait_ms] {
                         out.push(',');
                         push_u64(out, n);
@@ -99,13 +105,15 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     let mut rules = Vec::with_capacity(expected);
     for field in fields {
         let mut parts = field.split(',');
-        let allowed = match parts.next() {
-            Some("1") => true,
-            Some("0") => false,
+        let (allowed, blocked) = match parts.next() {
+            Some("1") => (true, false),
+            Some("0") => (false, false),
+            Some("b") => (false, true),
             _ => return Err(BadReply("rule result lacks an allowed flag")),
         };
         let result = RuleResult {
             allowed,
+            blocked,
             remaining: number(parts.next())?,
             full_ms: number(parts.next())?,
             wait_ms: number(parts.next())?,
@@ -135,12 +143,14 @@ mod tests {
 
     const OK: RuleResult = RuleResult {
         allowed: true,
+        blocked: false,
         remaining: 9,
         full_ms: 6000,
         wait_ms: 0,
     };
     const NO: RuleResult = RuleResult {
         allowed: false,
+        blocked: false,
         remaining: 0,
         full_ms: 100,
         wait_ms: 40,
@@ -197,6 +207,7 @@ mod tests {
     fn the_largest_possible_reply_fits_and_decodes() {
         let max = RuleResult {
             allowed: true,
+            blocked: false,
             remaining: u64::MAX,
             full_ms: u64::MAX,
             wait_ms: u64::MAX,

@@ -17,14 +17,27 @@ pub struct RuleSpec {
     pub den: u64,
     /// Tokens this request takes.
     pub cost: u64,
+    /// When the bucket's client is blocked after repeated denials.
+    pub block: Option<Block>,
 }
 
-/// A rule as the filter encodes it: key, burst, num, den, cost (see `RuleSpec`).
-pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64);
+/// A rule's automatic block: a client denied `after` times within `within_ms` (counted
+/// from the first of them) is blocked for `for_ms`. All three at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Block {
+    pub after: u64,
+    pub within_ms: u64,
+    pub for_ms: u64,
+}
 
-/// Appends one rule to the current check's line; rules of a line are separated by a space.
+/// A rule as the filter encodes it: key, burst, num, den, cost, block (see `RuleSpec`).
+pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64, Option<Block>);
+
+/// Appends one rule to the current check's line (`key,burst,num,den,cost`, then
+/// `,after,within_ms,for_ms` for a rule that blocks); rules of a line are separated by a
+/// space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
-    let (key, burst, num, den, cost) = rule;
+    let (key, burst, num, den, cost, block) = rule;
     if !first {
         body.push(' ');
     }
@@ -32,6 +45,12 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
     for n in [burst, num, den, cost] {
         body.push(',');
         push_u64(body, n);
+    }
+    if let Some(b) = block {
+        for n in [b.after, b.within_ms, b.for_ms] {
+            body.push(',');
+            push_u64(body, n);
+        }
     }
 }
 
@@ -91,23 +110,48 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         let shown: String = key.chars().take(64).collect();
         return Err(format!("bad key {shown:?}"));
     }
-    let mut number = |name: &str| -> Result<u64, String> {
-        parts
-            .next()
-            .and_then(|p| p.parse::<u64>().ok())
-            .filter(|&n| (1..MAX_EXACT).contains(&n))
-            .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
+    const FIELDS: [&str; 7] = ["burst", "num", "den", "cost", "after", "within", "for"];
+    let mut n = [0u64; 7];
+    let mut count = 0;
+    for part in parts {
+        let (Some(slot), Some(name)) = (n.get_mut(count), FIELDS.get(count)) else {
+            return Err(format!("rule {key:?} has extra fields"));
+        };
+        *slot = part
+            .parse::<u64>()
+            .ok()
+            .filter(|v| (1..MAX_EXACT).contains(v))
+            .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))?;
+        count += 1;
+    }
+    let block = match count {
+        4 => None,
+        7 => Some(Block {
+            after: n[4],
+            within_ms: n[5],
+            for_ms: n[6],
+        }),
+        5 | 6 => {
+            return Err(format!(
+                "rule {key:?} has extra fields (a block needs after, within and for)"
+            ))
+        }
+        missing => {
+            let name = FIELDS.get(missing).copied().unwrap_or("cost");
+            return Err(format!(
+                "{name} of {key:?} must be an integer from 1 to 2^53"
+            ));
+        }
     };
+    let [burst, num, den, cost, ..] = n;
     let rule = RuleSpec {
         key: key.to_string(),
-        burst: number("burst")?,
-        num: number("num")?,
-        den: number("den")?,
-        cost: number("cost")?,
+        burst,
+        num,
+        den,
+        cost,
+        block,
     };
-    if parts.next().is_some() {
-        return Err(format!("rule {key:?} has extra fields"));
-    }
     if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
         return Err(format!("burst x den of {key:?} must stay below 2^53"));
     }
@@ -120,6 +164,12 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BLOCK: Block = Block {
+        after: 3,
+        within_ms: 60_000,
+        for_ms: 900_000,
+    };
 
     fn encode(checks: &[&[RuleFields<'_>]]) -> String {
         let mut body = String::new();
@@ -135,10 +185,16 @@ mod tests {
     #[test]
     fn what_the_filter_encodes_the_bridge_parses() {
         let body = encode(&[
-            &[("rl:a:x", 10, 1, 6000, 1), ("rl:g", 5, 50, 1, 2)],
-            &[("rl:b", 1, 1, 1, 1)],
+            &[
+                ("rl:a:x", 10, 1, 6000, 1, None),
+                ("rl:g", 5, 50, 1, 2, None),
+            ],
+            &[("rl:b", 1, 1, 1, 1, Some(BLOCK))],
         ]);
-        assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
+        assert_eq!(
+            body,
+            "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1,3,60000,900000\n"
+        );
         let checks = parse_batch(body.as_bytes()).unwrap();
         assert_eq!(checks.len(), 2);
         assert_eq!(
@@ -148,10 +204,12 @@ mod tests {
                 burst: 5,
                 num: 50,
                 den: 1,
-                cost: 2
+                cost: 2,
+                block: None,
             }
         );
         assert_eq!(checks[1].as_ref().unwrap()[0].key, "rl:b");
+        assert_eq!(checks[1].as_ref().unwrap()[0].block, Some(BLOCK));
     }
 
     #[test]
@@ -165,6 +223,9 @@ mod tests {
             (String::new(), "bad key"),
             ("k,1,1,1".into(), "cost"),
             ("k,1,1,1,1,1".into(), "extra"),
+            ("k,1,1,1,1,1,1".into(), "a block needs"),
+            ("k,1,1,1,1,1,1,0".into(), "for"),
+            ("k,1,1,1,1,1,1,1,1".into(), "extra"),
             ("k,0,1,1,1".into(), "burst"),
             ("k,1,1,1,2".into(), "exceeds"),
             ("k,1,x,1,1".into(), "num"),
@@ -204,11 +265,16 @@ mod tests {
 
     #[test]
     fn the_longest_legal_check_fits_a_body_many_times() {
-        let rule = ("k".repeat(MAX_KEY_LEN), MAX_EXACT - 1, MAX_EXACT - 1, 1, 1);
+        let key = "k".repeat(MAX_KEY_LEN);
+        let big = MAX_EXACT - 1;
+        let block = Block {
+            after: big,
+            within_ms: big,
+            for_ms: big,
+        };
         let mut body = String::new();
         for i in 0..MAX_RULES {
-            let r = &rule;
-            encode_rule(&mut body, i == 0, (&r.0, r.1, r.2, r.3, r.4));
+            encode_rule(&mut body, i == 0, (&key, big, big, 1, 1, Some(block)));
         }
         end_check(&mut body);
         assert!(body.len() * 8 < MAX_BODY, "{}", body.len());

@@ -236,8 +236,9 @@ def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
 def test_group_commit_stays_exact_across_two_gateways(stack_of, transport):
     """Group commit is on by default (max_inflight 1): checks that arrive while exchanges
     are out leave together in the next one. Fewer exchanges than checks, the same exact
-    total, on the gRPC stream (the default) and over HTTP callouts."""
-    config = plugin(rule("per-user", ["user"], 40))
+    total, on the gRPC stream (the default) and over HTTP callouts. (Without the deny
+    cache, so that every request is a check.)"""
+    config = plugin(rule("per-user", ["user"], 40), deny_cache_entries=0)
     config["backend"]["transport"] = transport
     stack = stack_of(config, gateways=2)
     results = []

@@ -22,6 +22,7 @@ pub fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
         num,
         den,
         cost,
+        block: None,
     }
 }
 
@@ -34,42 +35,46 @@ pub async fn batch(store: &Store, checks: &[Check]) -> Vec<(u64, Vec<RuleOutcome
     out.into_iter().map(|o| o.unwrap()).collect()
 }
 
-/// Reads a bucket's stored state: tag 1, then its level in units and the Redis time (ms)
-/// of that level, as little-endian doubles.
-pub fn stored(server: &impl Connect, key: &str) -> Option<Bucket> {
-    let value: Option<Vec<u8>> = redis::cmd("GET")
+/// A bucket's raw value, if its key exists.
+fn raw(server: &impl Connect, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("GET")
         .arg(key)
         .query(&mut server.connection())
-        .unwrap();
-    let value = value?;
-    assert!(value.len() == 17 && value[0] == 1, "stored {value:?}");
+        .unwrap()
+}
+
+/// Reads a bucket's stored state: tag 3, then its level in units, the Redis time (ms) of
+/// that level and the units' `den`, as little-endian doubles (tag 2, a rule that blocks,
+/// starts the same way).
+pub fn stored(server: &impl Connect, key: &str) -> Option<Bucket> {
+    let value = raw(server, key)?;
+    assert!(
+        (value.len() == 25 && value[0] == 3) || (value.len() == 49 && value[0] == 2),
+        "stored {value:?}"
+    );
     let double = |at: usize| f64::from_le_bytes(value[at..at + 8].try_into().unwrap());
-    let (units, at) = (double(1), double(9));
-    for v in [units, at] {
+    let (units, at, den) = (double(1), double(9), double(17));
+    for v in [units, at, den] {
         assert!(
             v >= 0.0 && v.fract() == 0.0 && v < 2f64.powi(53),
             "stored {v}"
         );
     }
+    assert!(den >= 1.0, "stored den {den}");
     Some(Bucket {
         units: units as u128,
         at: at as u128,
     })
 }
 
-/// A bucket as the script stores it.
-pub fn encode(b: Bucket) -> Vec<u8> {
-    let mut value = vec![1];
-    value.extend((b.units as f64).to_le_bytes());
-    value.extend((b.at as f64).to_le_bytes());
-    value
-}
-
 /// Moves a bucket's last update `ms` into the past: the same as waiting `ms`. An expired
 /// bucket is full already, and waiting leaves it full.
 pub fn age(valkey: &Valkey, key: &str, ms: u128) {
-    let Some(b) = stored(valkey, key) else { return };
-    let value = encode(Bucket { at: b.at - ms, ..b });
+    let Some(mut value) = raw(valkey, key) else {
+        return;
+    };
+    let b = stored(valkey, key).unwrap();
+    value[9..17].copy_from_slice(&((b.at - ms) as f64).to_le_bytes());
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg(value)

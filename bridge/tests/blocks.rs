@@ -1,0 +1,98 @@
+//! Automatic blocks in the token bucket script on a real Valkey: a client denied `after`
+//! times within `within` is blocked for `for`, taking nothing, in the same call that
+//! denies; the block outlives a refill and ends on time; a count past its window starts
+//! again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
+mod common;
+
+use common::buckets::{rule, run, store};
+use common::Valkey;
+use ratelimit_bridge::check::RuleSpec;
+use ratelimit_protocol::Block;
+use std::time::Duration;
+
+fn blocking(key: &str, burst: u64, den: u64, after: u64, within_ms: u64, for_ms: u64) -> RuleSpec {
+    RuleSpec {
+        block: Some(Block {
+            after,
+            within_ms,
+            for_ms,
+        }),
+        ..rule(key, burst, 1, den, 1)
+    }
+}
+
+#[tokio::test]
+async fn the_nth_denial_blocks_and_a_blocked_client_takes_nothing_until_the_block_ends() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // 1 token an hour; blocked for 1.5 s after 3 denials within a minute.
+    let login = blocking("rl:login:ip", 1, 3_600_000, 3, 60_000, 1_500);
+    let roomy = rule("rl:per-user:u", 100, 1, 1, 1);
+    assert!(run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
+    for _ in 0..2 {
+        let out = run(&store, std::slice::from_ref(&login)).await.1;
+        assert!(!out[0].allowed && !out[0].blocked, "{out:?}");
+    }
+    let out = run(&store, std::slice::from_ref(&login)).await.1;
+    assert!(
+        out[0].blocked && !out[0].allowed,
+        "third denial blocks: {out:?}"
+    );
+    assert!(out[0].wait_ms > 1_000 && out[0].wait_ms <= 1_500, "{out:?}");
+    assert_eq!(out[0].remaining, 0);
+
+    // Blocked, a check with another rule takes nothing from it either.
+    let (_, out) = run(&store, &[roomy.clone(), login.clone()]).await;
+    assert!(out[1].blocked && out[0].remaining == 100, "{out:?}");
+    assert_eq!(
+        run(&store, std::slice::from_ref(&roomy)).await.1[0].remaining,
+        99
+    );
+
+    // The key lives at least as long as the block.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("rl:login:ip")
+        .query(&mut common::Connect::connection(&valkey))
+        .unwrap();
+    assert!(ttl > 1_000, "{ttl}");
+
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    let out = run(&store, std::slice::from_ref(&login)).await.1;
+    assert!(
+        !out[0].blocked && !out[0].allowed,
+        "over, but still no token: {out:?}"
+    );
+}
+
+#[tokio::test]
+async fn denials_count_within_their_window_only() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let r = blocking("rl:r:k", 1, 3_600_000, 2, 200, 60_000);
+    assert!(run(&store, std::slice::from_ref(&r)).await.1[0].allowed);
+    assert!(!run(&store, std::slice::from_ref(&r)).await.1[0].blocked);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The first denial's window is over: this one starts a new count.
+    assert!(!run(&store, std::slice::from_ref(&r)).await.1[0].blocked);
+    assert!(
+        run(&store, std::slice::from_ref(&r)).await.1[0].blocked,
+        "two within 200 ms"
+    );
+}
+
+#[tokio::test]
+async fn a_rule_without_a_block_never_blocks_and_keeps_the_short_format() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let r = rule("rl:r:plain", 1, 1, 3_600_000, 1);
+    for _ in 0..20 {
+        assert!(!run(&store, std::slice::from_ref(&r)).await.1[0].blocked);
+    }
+    assert!(
+        common::buckets::stored(&valkey, "rl:r:plain").is_some(),
+        "no block state: tag 3"
+    );
+}

@@ -1,0 +1,229 @@
+//! The deny cache: what a worker learned from the bridge about buckets that cannot admit
+//! a request before some time, so that a client far over its limit stops costing a
+//! callout, a bridge round trip and a script call per request.
+//!
+//! Exact: when the script answers that a bucket lacks a request's cost for `wait_ms`, no
+//! request of that cost or more can be admitted by that bucket before then, whatever the
+//! other gateways do (they only take tokens). The entry's deadline counts from when the
+//! check was *sent*, which is before Redis's clock read it, so the cache never denies past
+//! the moment Redis would admit. (A refund, which only a Cluster race or a returned lease
+//! makes, can put tokens back earlier: the cache then denies a little longer than Redis
+//! would, never less.) Blocks (`block` in a rule) are cached the same way until they end.
+//!
+//! Bounded: at most `cap` entries per worker. When it is full, expired entries go first,
+//! then the eighth that expires soonest, so inserting stays cheap under a flood of keys.
+
+use crate::limit::Limit;
+use hashbrown::HashMap;
+
+/// Entries per worker by default (`deny_cache_entries`); each costs its key (at most
+/// `MAX_KEY_LEN` bytes, typically a few dozen) and about 80 bytes more.
+pub const DEFAULT_ENTRIES: u64 = 10_000;
+/// Most entries per worker that may be configured.
+pub const MAX_ENTRIES: u64 = 1_000_000;
+
+/// Why a bucket cannot admit before `until_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// It lacks `cost` tokens: requests of that cost or more are denied.
+    Empty { cost: u64 },
+    /// Its client is blocked: every request is refused.
+    Blocked,
+}
+
+/// One cached verdict, in the worker's own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub reason: Reason,
+    /// Until when the bucket cannot admit (ms since the epoch, the worker's clock).
+    pub until_ms: u64,
+    /// When the bucket will be full again, for `X-RateLimit-Reset`.
+    pub full_ms: u64,
+    /// The limit the verdict was reached under: a client whose tier changed asks again.
+    pub limit: Limit,
+}
+
+impl Entry {
+    /// Whether this entry decides a request of `cost` under `limit` at `now_ms`.
+    fn decides(&self, limit: &Limit, cost: u64, now_ms: u64) -> bool {
+        now_ms < self.until_ms
+            && self.limit == *limit
+            && match self.reason {
+                Reason::Empty { cost: lacking } => cost >= lacking,
+                Reason::Blocked => true,
+            }
+    }
+}
+
+/// One worker's deny cache.
+#[derive(Debug, Default)]
+pub struct DenyCache {
+    cap: usize,
+    entries: HashMap<String, Entry>,
+}
+
+impl DenyCache {
+    /// A cache of at most `cap` entries (0: never caches).
+    pub fn new(cap: u64) -> DenyCache {
+        DenyCache {
+            cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            entries: HashMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry that decides a request of `cost` for `key` under `limit`, if one does.
+    pub fn lookup(&self, key: &str, limit: &Limit, cost: u64, now_ms: u64) -> Option<Entry> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        self.entries
+            .get(key)
+            .filter(|e| e.decides(limit, cost, now_ms))
+            .copied()
+    }
+
+    /// Remembers `entry` for `key`, replacing what was known of it.
+    pub fn insert(&mut self, key: &str, entry: Entry, now_ms: u64) {
+        if self.cap == 0 || entry.until_ms <= now_ms {
+            return;
+        }
+        if let Some(known) = self.entries.get_mut(key) {
+            *known = entry;
+            return;
+        }
+        if self.entries.len() >= self.cap {
+            self.make_room(now_ms);
+        }
+        self.entries.insert(key.to_owned(), entry);
+    }
+
+    /// Drops the expired entries and, if that is not enough, the eighth (at least one)
+    /// that expires soonest: a full scan pays for many inserts.
+    fn make_room(&mut self, now_ms: u64) {
+        self.entries.retain(|_, e| e.until_ms > now_ms);
+        let keep = self.cap - (self.cap / 8).max(1);
+        if self.entries.len() <= keep {
+            return;
+        }
+        let mut deadlines: Vec<u64> = self.entries.values().map(|e| e.until_ms).collect();
+        let cut = deadlines.len() - keep;
+        let (_, &mut threshold, _) = deadlines.select_nth_unstable(cut - 1);
+        let mut dropped = 0;
+        self.entries.retain(|_, e| {
+            let drop = e.until_ms <= threshold && dropped < cut;
+            dropped += usize::from(drop);
+            !drop
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(burst: u64) -> Limit {
+        Limit {
+            requests: burst,
+            per_ms: 60_000,
+            burst,
+            num: 1,
+            den: 60_000 / burst,
+        }
+    }
+
+    fn empty(cost: u64, until_ms: u64) -> Entry {
+        Entry {
+            reason: Reason::Empty { cost },
+            until_ms,
+            full_ms: until_ms + 1000,
+            limit: limit(10),
+        }
+    }
+
+    #[test]
+    fn a_denial_decides_requests_of_its_cost_or_more_until_its_deadline() {
+        let mut cache = DenyCache::new(10);
+        cache.insert("rl:r:a", empty(2, 1_500), 1_000);
+        let l = limit(10);
+        assert!(cache.lookup("rl:r:a", &l, 2, 1_000).is_some());
+        assert!(cache.lookup("rl:r:a", &l, 5, 1_499).is_some());
+        assert!(
+            cache.lookup("rl:r:a", &l, 1, 1_000).is_none(),
+            "a cheaper request may pass"
+        );
+        assert!(
+            cache.lookup("rl:r:a", &l, 2, 1_500).is_none(),
+            "over at the deadline"
+        );
+        assert!(
+            cache.lookup("rl:r:b", &l, 2, 1_000).is_none(),
+            "another key"
+        );
+        assert!(
+            cache.lookup("rl:r:a", &limit(20), 2, 1_000).is_none(),
+            "another limit"
+        );
+    }
+
+    #[test]
+    fn a_block_decides_every_request_until_it_ends() {
+        let mut cache = DenyCache::new(10);
+        let block = Entry {
+            reason: Reason::Blocked,
+            ..empty(5, 9_000)
+        };
+        cache.insert("rl:r:a", block, 1_000);
+        assert_eq!(cache.lookup("rl:r:a", &limit(10), 1, 8_999), Some(block));
+        assert!(cache.lookup("rl:r:a", &limit(10), 1, 9_000).is_none());
+    }
+
+    #[test]
+    fn nothing_is_cached_without_room_or_past_its_deadline() {
+        let mut off = DenyCache::new(0);
+        off.insert("k", empty(1, 2_000), 1_000);
+        assert!(off.is_empty());
+        let mut cache = DenyCache::new(4);
+        cache.insert("k", empty(1, 1_000), 1_000);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_full_cache_stays_within_its_cap_dropping_what_expires_soonest() {
+        let cap = 1_000;
+        let mut cache = DenyCache::new(cap);
+        for i in 0..100_000u64 {
+            // Deadlines rise with i, except every 10th key, which lives long.
+            let until = if i % 10 == 0 {
+                1_000_000 + i
+            } else {
+                10_000 + i
+            };
+            cache.insert(&format!("rl:r:{i}"), empty(1, until), 5_000);
+            assert!(cache.len() <= cap as usize, "{} entries", cache.len());
+        }
+        let l = limit(10);
+        assert!(
+            cache.lookup("rl:r:99999", &l, 1, 5_000).is_some(),
+            "the newest stays"
+        );
+        assert!(
+            cache.lookup("rl:r:99990", &l, 1, 5_000).is_some(),
+            "the longest stays"
+        );
+        assert!(
+            cache.lookup("rl:r:1", &l, 1, 5_000).is_none(),
+            "the soonest went"
+        );
+        // Once time passes, expired entries make room before live ones are dropped.
+        cache.insert("late", empty(1, 3_000_000), 2_000_000);
+        assert_eq!(cache.len(), 1);
+    }
+}
