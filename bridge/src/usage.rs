@@ -31,8 +31,9 @@ pub struct Query {
 }
 
 /// The bucket `query` names: its rule and the rule spec to peek with (the limit of the
-/// client's tier, a cost of 0 so that the peek answers the level now); or why the query
-/// does not fit the configuration. Pure: nothing is read yet.
+/// client's tier, the rule's block so that a block shows, and a cost of 0: the peek answers
+/// the level now, and is never a denial that would count towards a block); or why the
+/// query does not fit the configuration. Pure: nothing is read yet.
 pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), String> {
     let Some(rule) = config.rules.iter().find(|r| r.name == query.rule) else {
         let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
@@ -68,6 +69,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         num: limit.num,
         den: limit.den,
         cost: 0,
+        block: rule.block.map(|b| b.wire),
     };
     Ok((rule.name.clone(), spec))
 }
@@ -75,7 +77,8 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
 /// The usage of the bucket `spec` of `rule` under `prefix` as one JSON object: the rule and
 /// its bucket key, `limit` (the burst in force), `remaining` (whole tokens now), `reset`
 /// (Unix seconds when the bucket is full again, by Redis's clock), the active `override`
-/// (or null) and `blocked`. Fails only when Redis does.
+/// (or null) and `blocked` (null, or `{"until": Unix seconds}` while the rule's automatic
+/// block refuses the client; `remaining` is then 0). Fails only when Redis does.
 pub async fn read(
     store: &Store,
     prefix: &str,
@@ -98,8 +101,9 @@ pub async fn read(
         "remaining": outcome.remaining,
         "reset": now_ms.saturating_add(outcome.full_ms).div_ceil(1000),
         "override": found.map(|o| o.to_json()),
-        // Automatic blocking (per rule, kept in the bucket's stored value) is not read yet.
-        "blocked": Value::Null,
+        "blocked": outcome.blocked.then(|| {
+            json!({"until": now_ms.saturating_add(outcome.wait_ms).div_ceil(1000)})
+        }),
     }))
 }
 
@@ -113,7 +117,8 @@ mod tests {
                      "tier": {"header": "x-tier", "trusted": true}},
         "rules": [
             {"name": "per-user", "key": ["user", "ip"], "limit": {"requests": 3, "per": "1m"},
-             "tiers": {"gold": {"requests": 30, "per": "1m", "burst": 60}}},
+             "tiers": {"gold": {"requests": 30, "per": "1m", "burst": 60}},
+             "block": {"after": 5, "within": "1m", "for": "15m"}},
             {"name": "global", "limit": {"requests": 100, "per": "1s"}}
         ]}"#;
 

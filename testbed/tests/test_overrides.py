@@ -2,10 +2,9 @@
 line reach two real Envoy gateways within a second and expire by themselves; `usage`
 reads a client's bucket as the gateways see it; every admin endpoint wants the token.
 
-Every bucket a test counts on under an override whose rate differs from the rule's is a
-fresh one (a client that made no request before): the script reads a stored level in the
-units of the shape it is called with, so these tests do not depend on it rescaling a
-bucket whose shape changed."""
+Most buckets counted under an override whose rate differs from the rule's are fresh ones
+(clients that made no request before); `test_an_override_on_a_client_in_use_keeps_its_tokens`
+is the one that counts on the script rescaling a stored level to a changed rate."""
 
 import http.client
 import json
@@ -148,6 +147,33 @@ def test_usage_shows_what_the_next_request_shows_plus_one(stack_of, tmp_path):
                    "--value", user)
     assert (usage["limit"], usage["override"]["scope"], usage["override"]["burst"]) == \
         (8, "client", 8)
+
+
+def test_an_override_on_a_client_in_use_keeps_its_tokens(stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 10))
+    assert admitted(stack, "bob", 3) == [2, 1]
+    bridge(stack, "override", "set", "--rule", "per-user", "--value", "bob", "--requests", "4",
+           "--per", "1h", "--ttl", "1m")
+    time.sleep(WITHIN)
+    # bob had 7 of 10 at 10 per hour: under 4 per hour (another rate, so other units) he
+    # has 4, the new burst, not 7 read in the wrong units (17) nor a fresh bucket.
+    assert admitted(stack, "bob", 6) == [2, 2]
+    usage = bridge(stack, "usage", "--config", str(stack.plugin_file), "--rule", "per-user",
+                   "--value", "bob")
+    assert (usage["limit"], usage["remaining"]) == (4, 0)
+
+
+def test_usage_shows_a_block(stack_of, tmp_path):
+    block = {"after": 1, "within": "1m", "for": "1m"}
+    stack = start(stack_of, tmp_path, rule("login", ["user"], 2, block=block))
+    query = ["usage", "--config", str(stack.plugin_file), "--rule", "login", "--value", "eve"]
+    assert bridge(stack, *query)["blocked"] is None
+    assert [stack.get(0, "/", {"x-user-id": "eve"})[0] for _ in range(3)] == [200, 200, 429]
+    usage = bridge(stack, *query)
+    assert usage["remaining"] == 0
+    assert 55 <= usage["blocked"]["until"] - time.time() <= 61
+    # Reading it again counted no denial: the block ends when it did.
+    assert bridge(stack, *query)["blocked"] == usage["blocked"]
 
 
 def admin(stack, method, path, token=TOKEN, port=None):
