@@ -414,3 +414,7 @@ impl RawMatch {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_cases_tests.rs"]
+mod cases;
