@@ -376,3 +376,7 @@ impl RawRule {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_cases_tests.rs"]
+mod cases;
