@@ -126,6 +126,16 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             "/definitions/limit/properties",
             r#"{"rules": [{"limit": {"zz": 1}}]}"#,
         ),
+        (
+            "a block",
+            "/definitions/block/properties",
+            r#"{"rules": [{"block": {"zz": 1}}]}"#,
+        ),
+        (
+            "a lease",
+            "/definitions/lease/properties",
+            r#"{"rules": [{"lease": {"zz": 1}}]}"#,
+        ),
     ];
     let mut wrong = Vec::new();
     for (place, pointer, config) in places {
