@@ -14,8 +14,8 @@ BRIDGE := dist/ratelimit-bridge
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 
-.PHONY: all help build setup test test-unit test-wasm test-e2e lint demo testbed soak clean \
-	bench bench-smoke bench-build
+.PHONY: all help build package setup test test-unit test-wasm test-e2e test-package lint demo \
+	testbed soak clean bench bench-smoke bench-build
 
 all: build
 
@@ -46,11 +46,17 @@ build: .rust-target
 	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
 	@ls -l $(WASM) $(BRIDGE)
 
+## package: what each host takes, from dist/ratelimit.wasm: dist/ratelimit.schema.json,
+## dist/kong/ (the filter + ratelimit.meta.json), Istio's Wasm image as dist/oci/ and
+## dist/ratelimit-oci.tar, dist/istio/wasmplugin.yaml with its digest; prints the digests
+package: build
+	$(PYTHON) tools/package.py
+
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
 ## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
-## a few seconds of each fuzz target, and a smoke run of the benchmark scripts so they
-## cannot rot
-test: setup build lint test-unit fuzz-smoke test-wasm test-e2e bench-smoke
+## the packages and the schema against the parser's corpus, a few seconds of each fuzz
+## target, and a smoke run of the benchmark scripts so they cannot rot
+test: setup build lint test-unit fuzz-smoke test-wasm test-package test-e2e bench-smoke
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -62,8 +68,16 @@ test-wasm: .rust-target
 	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
 		$(CARGO) test -p ratelimit-filter --target $(WASM_TARGET)
 
+# The tests that need neither Envoy nor Valkey: the packages (read back as the hosts read
+# them), the deploy/ manifests, the schema against schema/cases.json, the examples.
+PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_schema.py testbed/tests/test_docs.py
+
+## test-package: the package tests alone (no Envoy, no Valkey), after `package`
+test-package: setup package
+	$(PY) -m pytest -q $(PACKAGE_TESTS)
+
 test-e2e: setup build
-	$(PY) -m pytest -q testbed/tests
+	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32)
 lint: .rust-target

@@ -14,7 +14,8 @@ import valkey
 # Exchanges with the bridge: HTTP callouts and messages on the gRPC stream.
 EXCHANGES = ("callouts", "stream_messages")
 # Requests the filter decided, one counter per outcome.
-OUTCOMES = ("allowed", "denied", "backend_failures", "short_circuits")
+OUTCOMES = ("allowed", "allowed_leased", "denied", "denied_cached", "blocked",
+            "backend_failures", "short_circuits")
 # Exchanges by the number of checks they carried.
 BATCH_BUCKETS = ("batch_1", "batch_2_3", "batch_4_7", "batch_8_15", "batch_16_31",
                  "batch_32_63", "batch_64_up")

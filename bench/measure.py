@@ -46,6 +46,8 @@ def plugin(*rules, identity=None, transport=None):
 
 
 UNLIMITED = {"requests": 1_000_000_000, "per": "1s"}
+# A worker's lease of a hot bucket: the bench's and the accuracy run's.
+LEASE = {"tokens": 100, "ttl": "1s"}
 ONCE_A_DAY = {"requests": 1, "per": "1d"}
 
 
@@ -78,8 +80,12 @@ CONFIGS = [
     config("7", "http", "ratelimit.wasm, 1 key, allowed, HTTP callouts", "ratelimit",
            plugin({"name": "open-http", "limit": UNLIMITED}, transport="http"),
            ["x-user-id: bench"]),
+    # Answered by the deny cache after the first denial: no check until the day is over.
     config("8", "denied", "ratelimit.wasm, 1 key, denied", "ratelimit",
            plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: bench"]),
+    config("9", "leased", f"ratelimit.wasm, 1 key, allowed, leases of {LEASE['tokens']}",
+           "ratelimit", plugin({"name": "leased", "limit": UNLIMITED, "lease": LEASE}),
+           ["x-user-id: bench"]),
     # The same baselines without an upstream: what earlier reports measured.
     config("D1", "direct-none", "Envoy, no filter (direct response)", "none", base="direct"),
     config("D2", "direct-noop", "Envoy + no-op wasm (direct response)", "noop", base="direct"),
@@ -286,17 +292,23 @@ def cluster_cost(bench, workdir, conf):
 
 
 def accuracy(bench, workdir, conf, limit=100):
-    """One client at 2x its limit through two gateways: admitted vs what the limit allows."""
+    """One client at 2x its limit through two gateways: admitted vs what the limit allows,
+    exactly checked, with leases of 5 tokens, and by Envoy's local_ratelimit."""
     results = []
-    plug = plugin({"name": "accuracy", "limit": {"requests": limit, "per": "1s"}})
-    for kind in ("ratelimit", "local"):
+    per_second = {"requests": limit, "per": "1s"}
+    plugins = {"ratelimit": plugin({"name": "accuracy", "limit": per_second}),
+               "leased": plugin({"name": "accuracy-leased", "limit": per_second,
+                                 "lease": {"tokens": 5, "ttl": "1s"}}),
+               "local": None}
+    for filt, plug in plugins.items():
+        kind = "local" if filt == "local" else "ratelimit"
         gws = []
         try:
             for i in range(2):
-                gws.append(Gateway(f"envoy-accuracy-{kind}-{i}", kind, workdir, bench.bridge_port,
+                gws.append(Gateway(f"envoy-accuracy-{filt}-{i}", kind, workdir, bench.bridge_port,
                                    plug, local=(limit, limit)).start())
             user = f"acc-{uuid.uuid4().hex[:12]}"
-            r = loadgen(workdir, f"accuracy-{kind}", [g.url() for g in gws],
+            r = loadgen(workdir, f"accuracy-{filt}", [g.url() for g in gws],
                         conf["accuracy_duration"], concurrency=4, rate=2 * limit,
                         headers=[f"x-user-id: {user}"])
         finally:
@@ -304,11 +316,11 @@ def accuracy(bench, workdir, conf, limit=100):
                 g.stop()
         admitted = r["status"].get("200", 0)
         expected = limit + limit * r["send_window_s"]  # a full bucket, then the refill
-        results.append({"filter": kind, "limit_per_s": limit, "sent": r["responses"],
+        results.append({"filter": filt, "limit_per_s": limit, "sent": r["responses"],
                         "window_s": r["send_window_s"], "admitted": admitted,
                         "expected": expected, "ratio": admitted / expected,
                         "status": r["status"], "errors": r["errors"]})
-        print(f"  accuracy {kind}: admitted {admitted} / expected {expected:.0f}", flush=True)
+        print(f"  accuracy {filt}: admitted {admitted} / expected {expected:.0f}", flush=True)
     return results
 
 

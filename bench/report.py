@@ -7,10 +7,13 @@ from . import plot
 from .diagnostics import BATCH_BUCKETS
 from .measure import IN_FLIGHT, TIMEOUT_MS
 
-# The issue's acceptance: these configurations, against the no-op filter on the proxying
-# base, in the same run.
+# The issues' acceptance: these configurations, against the no-op filter on the proxying
+# base, in the same run; the p99 bound applies to the throughput issue's.
 ACCEPTANCE = ("allowed", "mixed")
 MIN_RATIO = 0.85
+HOT_KEYS = ("leased", "denied")
+HOT_KEYS_MIN_RATIO = 0.95
+HOT_KEYS_LEVEL = 16
 MAX_P99_ADDED_MS = 1.0
 P99_LEVEL = 16
 
@@ -109,7 +112,25 @@ def acceptance(configs):
             rows.append(f"| {c['id']}: {c['label']} | {n} | {ratio:.2f} | "
                         f"{'yes' if ratio_ok else '**no**'} | {added:+.2f} | {p99_cell} |")
     verdict = "**met**" if ok else "**not met**"
-    return (f"Acceptance (throughput issue): {verdict} in this run.\n\n" + "\n".join(rows))
+    return (f"Acceptance (throughput issue): {verdict} in this run.\n\n" + "\n".join(rows)
+            + "\n\n" + hot_keys_acceptance(by))
+
+
+def hot_keys_acceptance(by):
+    """The hot keys issue's criterion: a leased and a denied key at the no-op's speed."""
+    rows = [f"| configuration | in flight | × no-op | ≥ {HOT_KEYS_MIN_RATIO} | exchanges per request |",
+            "|---|---:|---:|---|---:|"]
+    ok = True
+    for key in HOT_KEYS:
+        c = by[key]
+        lv, noop = level(c, HOT_KEYS_LEVEL), level(by["noop"], HOT_KEYS_LEVEL)
+        ratio = lv["rps"] / noop["rps"]
+        ok = ok and ratio >= HOT_KEYS_MIN_RATIO
+        per_request = (lv.get("diagnostics") or {}).get("exchanges_per_request")
+        rows.append(f"| {c['id']}: {c['label']} | {HOT_KEYS_LEVEL} | {ratio:.2f} | "
+                    f"{'yes' if ratio >= HOT_KEYS_MIN_RATIO else '**no**'} | {num(per_request, '.4f')} |")
+    verdict = "**met**" if ok else "**not met**"
+    return (f"Acceptance (hot keys issue): {verdict} in this run.\n\n" + "\n".join(rows))
 
 
 def transport_table(configs):
@@ -218,6 +239,7 @@ def cluster_table(rows):
 
 def accuracy_table(rows):
     names = {"ratelimit": "ratelimit.wasm (one bucket in Redis)",
+             "leased": "ratelimit.wasm, leases of 5 tokens (at most 2 x 5 parked)",
              "local": "Envoy local_ratelimit (one bucket per gateway)"}
     out = ["| filter | limit | sent | admitted | expected | admitted / expected |",
            "|---|---:|---:|---:|---:|---:|"]

@@ -10,7 +10,7 @@
 //! and take another gateway may still take the last token: the parts that did take are
 //! then refunded.
 
-use crate::check::{Check, CheckOutcome, RuleOutcome};
+use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
 use crate::script::{self, Part, ScriptOutcome, Shape};
 use crate::slot::slot;
 use std::collections::{BTreeMap, HashSet};
@@ -81,6 +81,23 @@ pub fn spanning(checks: usize, calls: &[Call]) -> Vec<bool> {
         }
     }
     spanning
+}
+
+/// `checks` with no lease asked by those `spanning` selects.
+pub fn without_leases(checks: &[Check], spanning: &[bool]) -> Vec<Check> {
+    checks
+        .iter()
+        .zip(spanning)
+        .map(|(check, &spans)| {
+            check
+                .iter()
+                .map(|r| RuleSpec {
+                    lease: if spans { 0 } else { r.lease },
+                    ..r.clone()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// `calls` with only the parts of the checks `keep` selects; calls left empty drop out.

@@ -8,6 +8,7 @@ fn rule(key: &str) -> RuleSpec {
         num: 1,
         den: 1,
         cost: 1,
+        lease: 0,
         block: None,
     }
 }
@@ -26,6 +27,7 @@ fn outcome(allowed: bool) -> ScriptOutcome {
         remaining: 0,
         full_ms: 1,
         wait_ms: u64::from(!allowed),
+        leased: 0,
     })
 }
 

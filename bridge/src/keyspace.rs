@@ -84,6 +84,7 @@ mod tests {
                 num: 1,
                 den: 1,
                 cost: 1,
+                lease: 0,
                 block: None,
             })
             .collect()

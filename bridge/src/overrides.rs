@@ -230,6 +230,7 @@ mod tests {
             num: 1,
             den: 20_000,
             cost: 1,
+            lease: 0,
             block: None,
         }
     }

@@ -43,9 +43,9 @@ pub struct Part {
     pub rules: Vec<usize>,
 }
 
-/// A rule's parameters (burst, num, den, cost, and its block's after, within, for, or
-/// zeros), which many rules of a batch share.
-pub type Shape = [u64; 7];
+/// A rule's parameters (burst, num, den, cost, its block's after, within, for or zeros,
+/// and the lease it asks for or 0), which many rules of a batch share.
+pub type Shape = [u64; 8];
 
 /// The shape of `rule`.
 pub fn shape(rule: &RuleSpec) -> Shape {
@@ -53,7 +53,7 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         .block
         .map_or([0; 3], |b| [b.after, b.within_ms, b.for_ms]);
     [
-        rule.burst, rule.num, rule.den, rule.cost, block[0], block[1], block[2],
+        rule.burst, rule.num, rule.den, rule.cost, block[0], block[1], block[2], rule.lease,
     ]
 }
 
@@ -159,7 +159,11 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
             if r == [-1, -1, -1] {
                 return Ok(None);
             }
-            let wait_ms = unsigned(r[2])?;
+            // An admitted rule that took a lease answers it as a negative wait.
+            let (wait_ms, leased) = match r[2] {
+                w if w < 0 && r[0] != BLOCKED => (0, w.unsigned_abs()),
+                w => (unsigned(w)?, 0),
+            };
             let blocked = r[0] == BLOCKED;
             Ok(Some(RuleOutcome {
                 allowed: wait_ms == 0 && !blocked,
@@ -167,6 +171,7 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
                 remaining: if blocked { 0 } else { unsigned(r[0])? },
                 full_ms: unsigned(r[1])?,
                 wait_ms,
+                leased,
             }))
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -184,6 +189,7 @@ mod tests {
             num: 1,
             den: 600,
             cost,
+            lease: 0,
             block: None,
         }
     }
@@ -210,14 +216,16 @@ mod tests {
                     blocked: false,
                     remaining: 1,
                     full_ms: 2,
-                    wait_ms: 3
+                    wait_ms: 3,
+                    leased: 0
                 }),
                 Some(RuleOutcome {
                     allowed: true,
                     blocked: false,
                     remaining: 4,
                     full_ms: 5,
-                    wait_ms: 0
+                    wait_ms: 0,
+                    leased: 0
                 }),
                 None,
             ]
@@ -244,7 +252,7 @@ mod tests {
         assert_eq!(layout.keys, ["a", "b", "c"]);
         assert_eq!(
             layout.shapes,
-            [[10, 1, 600, 1, 0, 0, 0], [5, 1, 600, 1, 0, 0, 0]]
+            [[10, 1, 600, 1, 0, 0, 0, 0], [5, 1, 600, 1, 0, 0, 0, 0]]
         );
         // Each part: its size and its rules' shapes.
         assert_eq!(layout.checks, [2, 1, 2, 1, 1]);

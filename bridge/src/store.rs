@@ -174,6 +174,15 @@ impl Store {
         let mut calls = batch::plan(checks, clustered);
         let mut tally = Tally::new(checks);
         let spanning = batch::spanning(checks.len(), &calls);
+        // A check spanning slots takes no lease: a refund after a race between its slots
+        // could not know what a lease took.
+        let unleased: Vec<Check>;
+        let checks = if spanning.contains(&true) && checks.iter().flatten().any(|r| r.lease > 0) {
+            unleased = batch::without_leases(checks, &spanning);
+            &unleased[..]
+        } else {
+            checks
+        };
         if spanning.contains(&true) {
             let peeks = batch::only(&calls, |c| spanning.get(c) == Some(&true));
             let replies =
@@ -204,6 +213,27 @@ impl Store {
             for (call, reply) in calls.iter().zip(replies) {
                 tally.refunded(call, reply);
             }
+        }
+        tally.finish()
+    }
+
+    /// Gives back each refund's cost to every bucket of its rules (the tokens a lease did
+    /// not use); one outcome per refund, in order: the buckets after the refund.
+    pub async fn refund_all(&self, refunds: &[Check]) -> Vec<CheckOutcome> {
+        if refunds.is_empty() {
+            return Vec::new();
+        }
+        let clustered = matches!(self.backend, Backend::Cluster { .. });
+        let calls = batch::plan(refunds, clustered);
+        let replies = join_all(
+            calls
+                .iter()
+                .map(|call| self.call(Mode::Refund, refunds, call)),
+        )
+        .await;
+        let mut tally = Tally::new(refunds);
+        for (call, reply) in calls.iter().zip(replies) {
+            tally.checked(call, reply);
         }
         tally.finish()
     }

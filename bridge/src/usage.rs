@@ -69,6 +69,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         num: limit.num,
         den: limit.den,
         cost: 0,
+        lease: 0,
         block: rule.block.map(|b| b.wire),
     };
     Ok((rule.name.clone(), spec))

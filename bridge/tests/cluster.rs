@@ -21,6 +21,7 @@ fn rule(key: &str, burst: u64) -> RuleSpec {
         num: 1,
         den: 3_600_000,
         cost: 1,
+        lease: 0,
         block: None,
     }
 }

@@ -6,9 +6,10 @@
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
-use crate::deny_cache::{self, DenyCache, Reason};
+use crate::deny_cache::DenyCache;
 use crate::host::Proxy;
 use crate::identity::Repeated;
+use crate::lease::Leases;
 use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, Shown};
@@ -19,6 +20,7 @@ use crate::rules::{self, PlannedRule};
 pub struct Worker {
     pub breaker: Breaker,
     pub deny_cache: DenyCache,
+    pub leases: Leases,
 }
 
 impl Worker {
@@ -26,6 +28,7 @@ impl Worker {
         Worker {
             breaker: Breaker::new(config.circuit_breaker, config.backend.timeout_ms),
             deny_cache: DenyCache::new(config.deny_cache_entries),
+            leases: Leases::default(),
         }
     }
 }
@@ -57,6 +60,8 @@ pub enum Outcome {
     Denied,
     /// Denied from the deny cache, without asking the bridge.
     DeniedCached,
+    /// Allowed from this worker's leases, without asking the bridge.
+    Leased,
     /// Refused because the client is blocked (by the bridge's answer or the cache).
     Blocked,
     /// The backend failed; the failure mode decided.
@@ -74,7 +79,10 @@ pub enum Outcome {
 /// what it sends: its line of rules in an exchange.)
 #[derive(Debug, Default)]
 pub struct Admission {
+    /// The rules sent to the bridge.
     planned: Vec<PlannedRule>,
+    /// The rules admitted from this worker's leases, with what they show.
+    leased: Vec<(PlannedRule, RuleResult)>,
     /// Headers to add to the upstream's response when the request is allowed.
     pub response_headers: Vec<(&'static str, String)>,
     /// Set once the check has ended.
@@ -104,12 +112,19 @@ impl Admission {
             return Start::Decided(verdict);
         }
         self.asked_ms = now_ms;
+        self.use_leases(config, &mut worker.leases, now_ms);
+        if self.planned.is_empty() {
+            self.outcome = Some(Outcome::Leased);
+            return Start::Decided(self.decide(config, now_ms, &[]));
+        }
         match worker.breaker.allow(now_ms) {
             Permit::Call => {}
             Permit::Probe => self.probe = true,
             Permit::Deny => {
                 self.outcome = Some(Outcome::ShortCircuited);
-                return Start::Decided(self.failure_mode(config, host));
+                let verdict = self.failure_mode(config, host);
+                self.settle_leases(config, &mut worker.leases, &verdict, None);
+                return Start::Decided(verdict);
             }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
@@ -127,68 +142,37 @@ impl Admission {
         self.probe
     }
 
-    /// The reply the deny cache knows for this request, if any of its buckets is known to
-    /// lack its cost now or its client is blocked: a block first, then the longest wait.
-    fn cached(&mut self, config: &Config, cache: &DenyCache, now_ms: u64) -> Option<Verdict> {
-        let (planned, entry) = self
-            .planned
-            .iter()
-            .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
-            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
-        let blocked = entry.reason == Reason::Blocked;
-        let result = RuleResult {
-            allowed: false,
-            blocked,
-            remaining: 0,
-            full_ms: entry.full_ms.saturating_sub(now_ms),
-            wait_ms: entry.until_ms - now_ms,
-        };
-        self.outcome = Some(if blocked {
-            Outcome::Blocked
-        } else {
-            Outcome::DeniedCached
-        });
-        Some(Verdict::Reply(denial(config, planned, &result, now_ms)))
-    }
-
-    /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
-    /// long as the bridge says. Not a plain denial by a rule that blocks: each of those
-    /// must reach Redis to be counted towards the block.
-    fn remember_denials(&self, cache: &mut DenyCache, rules: &[RuleResult], now_ms: u64) {
-        for (planned, result) in self.planned.iter().zip(rules) {
-            let counted = planned.block.is_some() && !result.blocked;
-            if result.allowed || result.wait_ms == 0 || counted {
-                continue;
-            }
-            let entry = deny_cache::Entry {
-                reason: if result.blocked {
-                    Reason::Blocked
-                } else {
-                    Reason::Empty { cost: planned.cost }
-                },
-                until_ms: self.asked_ms.saturating_add(result.wait_ms),
-                full_ms: self.asked_ms.saturating_add(result.full_ms),
-                limit: planned.limit,
-            };
-            cache.insert(&planned.key, entry, now_ms);
-        }
-    }
-
     /// Decides from this check's line of the reply, or from why there is none. The
     /// exchange it travelled in has been counted in the breaker already (`record_exchange`).
     fn conclude(
         &mut self,
         config: &Config,
-        cache: &mut DenyCache,
+        worker: &mut Worker,
         host: &impl Proxy,
         result: Result<CheckResult, String>,
     ) -> Verdict {
+        let verdict = self.verdict_of(config, &mut worker.deny_cache, host, &result);
+        let answered = match &result {
+            Ok(CheckResult::Checked { rules, .. }) => Some(&rules[..]),
+            _ => None,
+        };
+        self.settle_leases(config, &mut worker.leases, &verdict, answered);
+        verdict
+    }
+
+    fn verdict_of(
+        &mut self,
+        config: &Config,
+        cache: &mut DenyCache,
+        host: &impl Proxy,
+        result: &Result<CheckResult, String>,
+    ) -> Verdict {
         match result {
             Ok(CheckResult::Checked { now_ms, rules }) => {
-                let verdict = self.decide(config, now_ms, &rules);
+                let verdict = self.decide(config, *now_ms, rules);
                 let denied = matches!(verdict, Verdict::Reply(_));
                 if denied {
-                    self.remember_denials(cache, &rules, host.now_ms());
+                    self.remember_denials(cache, rules, host.now_ms());
                 }
                 self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
                     (false, _) => Outcome::Allowed,
@@ -227,27 +211,56 @@ impl Admission {
         }
     }
 
+    /// Decides from the results of the rules sent (those admitted from leases were
+    /// admitted already), showing the most restrictive of all.
     fn decide(&mut self, config: &Config, now_ms: u64, results: &[RuleResult]) -> Verdict {
-        let denied = results.iter().any(|r| !r.allowed);
-        let shown = most_restrictive(&self.planned, results, denied)
-            .and_then(|i| Some((self.planned.get(i)?, results.get(i)?)));
-        let Some((planned, result)) = shown else {
-            return Verdict::Reply(response::unavailable());
+        let (verdict, headers) = if self.leased.is_empty() {
+            decide(config, now_ms, &self.planned, results)
+        } else {
+            let mut planned = self.planned.clone();
+            let mut all = results.to_vec();
+            for (p, r) in &self.leased {
+                planned.push(p.clone());
+                all.push(*r);
+            }
+            decide(config, now_ms, &planned, &all)
         };
-        if denied {
-            return Verdict::Reply(denial(config, planned, result, now_ms));
-        }
-        let shown = Shown {
-            name: rule_name(config, planned),
-            limit: &planned.limit,
-            result,
-            now_ms,
-        };
-        if config.headers.on_allowed {
-            self.response_headers = response::rate_limit_headers(&shown, config.headers);
-        }
-        Verdict::Resume
+        self.response_headers = headers;
+        verdict
     }
+}
+
+/// The verdict on `results` (one per planned rule), and the headers for an allowed
+/// response.
+fn decide(
+    config: &Config,
+    now_ms: u64,
+    planned: &[PlannedRule],
+    results: &[RuleResult],
+) -> (Verdict, Vec<(&'static str, String)>) {
+    let denied = results.iter().any(|r| !r.allowed);
+    let shown = most_restrictive(planned, results, denied)
+        .and_then(|i| Some((planned.get(i)?, results.get(i)?)));
+    let Some((planned, result)) = shown else {
+        return (Verdict::Reply(response::unavailable()), Vec::new());
+    };
+    if denied {
+        let reply = shortcuts::denial(config, planned, result, now_ms);
+        return (Verdict::Reply(reply), Vec::new());
+    }
+    if !config.headers.on_allowed {
+        return (Verdict::Resume, Vec::new());
+    }
+    let shown = Shown {
+        name: rule_name(config, planned),
+        limit: &planned.limit,
+        result,
+        now_ms,
+    };
+    (
+        Verdict::Resume,
+        response::rate_limit_headers(&shown, config.headers),
+    )
 }
 
 /// Decodes a callout's reply to checks of `rule_counts` rules each; the error says why the
@@ -292,7 +305,7 @@ pub fn conclude_exchange<'a>(
         .zip(results)
         .map(|(member, result)| {
             let (config, check) = member.as_mut()?;
-            Some(check.conclude(config, &mut worker.deny_cache, host, result))
+            Some(check.conclude(config, worker, host, result))
         })
         .collect()
 }
@@ -337,21 +350,6 @@ pub fn record_exchange(
     }
 }
 
-/// The reply to a denied request, showing `planned`'s rule: blocked, or over the limit.
-fn denial(config: &Config, planned: &PlannedRule, result: &RuleResult, now_ms: u64) -> LocalReply {
-    let rule = config.rules.get(planned.rule);
-    let shown = Shown {
-        name: rule.map_or("", |r| r.name.as_str()),
-        limit: &planned.limit,
-        result,
-        now_ms,
-    };
-    match rule.and_then(|r| r.block).filter(|_| result.blocked) {
-        Some(block) => response::blocked(&shown, block.status, config),
-        None => response::too_many_requests(&shown, config),
-    }
-}
-
 fn rule_name<'c>(config: &'c Config, planned: &PlannedRule) -> &'c str {
     config
         .rules
@@ -382,6 +380,8 @@ pub fn most_restrictive(
             .map(|(i, _)| i)
     }
 }
+
+mod shortcuts;
 
 #[cfg(test)]
 #[path = "check_tests.rs"]

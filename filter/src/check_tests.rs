@@ -445,3 +445,95 @@ fn a_blocked_client_gets_the_rules_status_and_is_then_refused_locally() {
         Start::Ask(_)
     ));
 }
+
+#[test]
+fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
+    // Only the global rule applies to /other; it leases 3 tokens.
+    let json = EXAMPLE.replace(
+        r#""name": "global", "key": [],"#,
+        r#""name": "global", "key": [], "lease": {"tokens": 3, "ttl": "2s"},"#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = FakeProxy {
+        req: FakeRequest::default()
+            .with(":method", "GET")
+            .with(":path", "/other")
+            .peer_at("198.51.100.4:1"),
+        ..host()
+    };
+    let (mut first, mut worker, body) = started(&config, &host);
+    assert!(!body.contains('+'), "seen once: no lease asked: {body}");
+    conclude(
+        &config,
+        &mut worker,
+        &host,
+        &mut first,
+        Some(200),
+        b"1 1,49999,1,0\n",
+    );
+    let mut second = Admission::default();
+    let Start::Ask(body) = second.start(&config, &mut worker, &host) else {
+        panic!("no check")
+    };
+    assert!(
+        body.ends_with(",1+3\n"),
+        "seen again: asks for 3 more: {body}"
+    );
+    let reply = b"1 1,49995,5,0,3\n";
+    let verdict = conclude(&config, &mut worker, &host, &mut second, Some(200), reply);
+    assert_eq!(verdict, Verdict::Resume);
+    for left in ["49994", "49993", "49992"] {
+        let mut local = Admission::default();
+        let start = local.start(&config, &mut worker, &host);
+        assert_eq!(start, Start::Decided(Verdict::Resume));
+        assert_eq!(local.outcome, Some(Outcome::Leased));
+        assert_eq!(
+            local.response_headers[1],
+            ("x-ratelimit-remaining", left.into())
+        );
+    }
+    let mut after = Admission::default();
+    assert!(
+        matches!(after.start(&config, &mut worker, &host), Start::Ask(_)),
+        "used up"
+    );
+    assert!(worker.leases.take_returns().is_empty());
+}
+
+#[test]
+fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
+    let json = EXAMPLE.replace(
+        r#""name": "global", "key": [],"#,
+        r#""name": "global", "key": [], "lease": {"tokens": 2},"#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let (mut check, mut worker, _) = started(&config, &host);
+    let allowed = b"1 1,9,1,0 1,4,1,0 1,49999,1,0\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), allowed);
+    let mut check = Admission::default();
+    let Start::Ask(body) = check.start(&config, &mut worker, &host) else {
+        panic!("no check")
+    };
+    assert!(body.contains("+2"), "{body}");
+    let granted = b"1 1,8,1,0 1,3,1,0 1,49996,1,0,2\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), granted);
+    // The global rule comes from the lease; per-user and per-IP are asked, and deny.
+    let mut denied = Admission::default();
+    let Start::Ask(body) = denied.start(&config, &mut worker, &host) else {
+        panic!("no check")
+    };
+    assert!(!body.contains("rl:global"), "{body}");
+    let reply = b"1 0,0,1,5000 1,2,1,0\n";
+    let verdict = conclude(&config, &mut worker, &host, &mut denied, Some(200), reply);
+    assert!(matches!(verdict, Verdict::Reply(_)));
+    // Both leased tokens are still there for the next requests.
+    worker.leases.end_all();
+    let back: Vec<u64> = worker
+        .leases
+        .take_returns()
+        .iter()
+        .map(|r| r.tokens)
+        .collect();
+    assert_eq!(back, [2]);
+}

@@ -10,8 +10,10 @@ use crate::breaker::BreakerConfig;
 use crate::config_error::err;
 pub use crate::config_error::ConfigError;
 use crate::deny_cache;
+use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
-use crate::path;
+pub use crate::matcher::Matcher;
+use crate::matcher::RawMatch;
 use crate::source::RawIdentity;
 pub use crate::source::{Address, Forwarded, Identity, Source};
 use serde::Deserialize;
@@ -66,6 +68,7 @@ struct RawRule {
     #[serde(default = "default_tier_identity")]
     tier_identity: String,
     block: Option<RawBlock>,
+    lease: Option<RawLease>,
 }
 
 fn default_cost() -> u64 {
@@ -74,15 +77,6 @@ fn default_cost() -> u64 {
 
 fn default_tier_identity() -> String {
     "tier".into()
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawMatch {
-    path_prefix: Option<String>,
-    path: Option<String>,
-    #[serde(default)]
-    methods: Vec<String>,
 }
 
 /// What to do when the backend cannot answer (unreachable, too slow, garbage reply).
@@ -117,16 +111,6 @@ impl Default for HeaderOptions {
     }
 }
 
-/// Which requests a rule applies to; every present condition must hold. The paths are in
-/// normal form (`path::normalize`), as the request paths they are compared with.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Matcher {
-    pub path_prefix: Option<String>,
-    pub path: Option<String>,
-    /// Upper-case method names; empty means any method.
-    pub methods: Vec<String>,
-}
-
 /// One validated rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -143,6 +127,8 @@ pub struct Rule {
     pub tiers: Vec<(String, Limit)>,
     /// Block clients denied too often.
     pub block: Option<BlockPolicy>,
+    /// Lease tokens of a hot bucket to the worker.
+    pub lease: Option<LeasePolicy>,
 }
 
 /// Local buckets per rule by default (`failure_mode: "local"`).
@@ -369,6 +355,10 @@ impl RawRule {
             Some(raw) => Some(raw.validate(&format!("{field}.block"))?),
             None => None,
         };
+        let lease = match self.lease {
+            Some(raw) => Some(raw.validate(&format!("{field}.lease"), &limit)?),
+            None => None,
+        };
         Ok(Rule {
             name: self.name,
             key,
@@ -378,44 +368,7 @@ impl RawRule {
             tier_identity,
             tiers,
             block,
-        })
-    }
-}
-
-impl RawMatch {
-    fn validate(self, field: &str) -> Result<Matcher, ConfigError> {
-        for (name, value) in [("path_prefix", &self.path_prefix), ("path", &self.path)] {
-            if let Some(p) = value {
-                if !p.starts_with('/') {
-                    return err(format!("{field}.{name}"), "must start with '/'");
-                }
-                // Refused, not rewritten: what the config says is exactly what is compared.
-                let normal = path::normalize(p.as_bytes());
-                if normal != p.as_bytes() {
-                    return err(
-                        format!("{field}.{name}"),
-                        format!(
-                            "{p:?} is not in the normal form requests are matched in; write {:?}",
-                            String::from_utf8_lossy(&normal)
-                        ),
-                    );
-                }
-            }
-        }
-        let mut methods = Vec::with_capacity(self.methods.len());
-        for (i, m) in self.methods.iter().enumerate() {
-            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphabetic()) {
-                return err(
-                    format!("{field}.methods[{i}]"),
-                    format!("{m:?} is not a method"),
-                );
-            }
-            methods.push(m.to_ascii_uppercase());
-        }
-        Ok(Matcher {
-            path_prefix: self.path_prefix,
-            path: self.path,
-            methods,
+            lease,
         })
     }
 }
@@ -423,3 +376,7 @@ impl RawMatch {
 #[cfg(test)]
 #[path = "config_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "config_cases_tests.rs"]
+mod cases;

@@ -12,6 +12,8 @@ pub enum Counter {
     DeniedCached,
     /// Requests refused because their client is blocked.
     Blocked,
+    /// Requests admitted from the worker's leases, without a check.
+    AllowedLeased,
     BackendFailures,
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
@@ -35,11 +37,12 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 19] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
         Counter::Blocked,
+        Counter::AllowedLeased,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
@@ -63,6 +66,7 @@ impl Counter {
             Counter::Denied => "ratelimit.denied",
             Counter::DeniedCached => "ratelimit.denied_cached",
             Counter::Blocked => "ratelimit.blocked",
+            Counter::AllowedLeased => "ratelimit.allowed_leased",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
@@ -87,6 +91,7 @@ impl Counter {
             Outcome::Denied => Counter::Denied,
             Outcome::DeniedCached => Counter::DeniedCached,
             Outcome::Blocked => Counter::Blocked,
+            Outcome::Leased => Counter::AllowedLeased,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,

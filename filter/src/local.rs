@@ -200,6 +200,7 @@ mod tests {
                 den: per_ms,
             },
             cost,
+            lease: 0,
             block: None,
         }
     }

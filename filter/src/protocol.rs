@@ -1,12 +1,13 @@
 //! The filter's side of the wire format (specified in the `ratelimit-protocol` crate): a
 //! planned check becomes one line of an exchange's batch.
 
+use crate::limit::Limit;
 use crate::rules::PlannedRule;
 pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,
     GRPC_SERVICE, MAX_REPLY_LEN, PATH,
 };
-use ratelimit_protocol::{encode_rule, end_check};
+use ratelimit_protocol::{encode_rule, end_check, start_refund};
 
 /// Appends one check's line (all its rules) to a batch.
 pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
@@ -15,9 +16,17 @@ pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
         encode_rule(
             body,
             i == 0,
-            (&r.key, l.burst, l.num, l.den, r.cost, r.block),
+            (&r.key, l.burst, l.num, l.den, r.cost, r.lease, r.block),
         );
     }
+    end_check(body);
+}
+
+/// Appends a line that gives `tokens` a lease did not use back to the bucket `key`.
+pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
+    let l = limit;
+    start_refund(body);
+    encode_rule(body, true, (key, l.burst, l.num, l.den, tokens, 0, None));
     end_check(body);
 }
 
@@ -39,6 +48,7 @@ mod tests {
             key: key.into(),
             limit,
             cost,
+            lease: 0,
             block: None,
         }
     }

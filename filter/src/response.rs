@@ -164,6 +164,7 @@ mod tests {
             remaining: 0,
             full_ms: 59_400,
             wait_ms: 599,
+            leased: 0,
         };
         let l = limit();
         let shown = Shown {
@@ -204,6 +205,7 @@ mod tests {
             remaining: 7,
             full_ms: 1_800,
             wait_ms: 0,
+            leased: 0,
         };
         let l = limit();
         let shown = Shown {
@@ -237,6 +239,7 @@ mod tests {
             remaining: 0,
             full_ms: 0,
             wait_ms: 0,
+            leased: 0,
         };
         for (wait_ms, expect) in [(0, 1), (1, 1), (1000, 1), (1001, 2), (60_000, 60)] {
             result.wait_ms = wait_ms;

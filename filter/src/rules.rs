@@ -1,7 +1,7 @@
 //! Which rules apply to a request, and the bucket each of them checks.
 
 use crate::block::Block;
-use crate::config::{Config, Matcher, Rule, MAX_NAME_LEN};
+use crate::config::{Config, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::host::RequestView;
 use crate::identity::{self, Repeated};
@@ -25,19 +25,10 @@ pub struct PlannedRule {
     /// The limit in force for this client (its tier's, if it has one).
     pub limit: Limit,
     pub cost: u64,
+    /// Tokens this check asks for beyond the cost, as a lease (0: none; see `lease`).
+    pub lease: u64,
     /// When the rule blocks repeat offenders.
     pub block: Option<Block>,
-}
-
-impl Matcher {
-    /// `path` is the request path in normal form (`path::normalize`), as the patterns are.
-    pub fn matches(&self, method: &[u8], path: &[u8]) -> bool {
-        self.path_prefix
-            .as_ref()
-            .is_none_or(|p| path.starts_with(p.as_bytes()))
-            && self.path.as_ref().is_none_or(|p| path == p.as_bytes())
-            && (self.methods.is_empty() || self.methods.iter().any(|m| m.as_bytes() == method))
-    }
 }
 
 /// Every rule that applies to the request and whose identities it carries, in config order;
@@ -88,6 +79,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
             key,
             limit: rule.limit_for(tier.as_deref()),
             cost: rule.cost,
+            lease: 0,
             block: rule.block.map(|b| b.wire),
         });
     }

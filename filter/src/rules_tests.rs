@@ -1,6 +1,7 @@
 use super::*;
 use crate::fakes::{FakeRequest, EXAMPLE};
 use crate::identity::MAX_VALUE_LEN;
+use crate::matcher::Matcher;
 
 fn example() -> Config {
     Config::parse(EXAMPLE.as_bytes()).unwrap()

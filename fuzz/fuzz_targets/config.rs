@@ -7,7 +7,7 @@ use ratelimit_filter::config::Config;
 use ratelimit_filter::protocol::encode_check;
 use ratelimit_filter::rules::plan;
 use ratelimit_fuzz::Request;
-use ratelimit_protocol::{parse_batch, RuleSpec};
+use ratelimit_protocol::{parse_batch, Line, RuleSpec};
 
 fuzz_target!(|data: &[u8]| {
     // The configuration, then after a NUL (which JSON never holds) the request.
@@ -37,8 +37,13 @@ fuzz_target!(|data: &[u8]| {
             num: p.limit.num,
             den: p.limit.den,
             cost: p.cost,
+            lease: p.lease,
             block: p.block,
         })
         .collect();
+    let sent = Line {
+        refund: false,
+        rules: sent,
+    };
     assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");
 });

@@ -43,6 +43,7 @@ fn result((kind, now_ms, rules, reason): Item) -> CheckResult {
                         remaining,
                         full_ms,
                         wait_ms,
+                        leased: 0,
                     },
                 )
                 .collect(),

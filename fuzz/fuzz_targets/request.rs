@@ -4,24 +4,27 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_protocol::{encode_rule, end_check, parse_batch, MAX_CHECKS, MAX_RULES};
+use ratelimit_protocol::{
+    encode_rule, end_check, parse_batch, start_refund, MAX_CHECKS, MAX_RULES,
+};
 
 fuzz_target!(|body: &[u8]| {
     let Ok(checks) = parse_batch(body) else {
         return;
     };
     assert!(!checks.is_empty() && checks.len() <= MAX_CHECKS);
-    for rules in checks.into_iter().flatten() {
+    for parsed in checks.into_iter().flatten() {
+        let rules = &parsed.rules;
         assert!(!rules.is_empty() && rules.len() <= MAX_RULES);
         let mut line = String::new();
+        if parsed.refund {
+            start_refund(&mut line);
+        }
         for (i, r) in rules.iter().enumerate() {
-            encode_rule(
-                &mut line,
-                i == 0,
-                (&r.key, r.burst, r.num, r.den, r.cost, r.block),
-            );
+            let fields = (&r.key[..], r.burst, r.num, r.den, r.cost, r.lease, r.block);
+            encode_rule(&mut line, i == 0, fields);
         }
         end_check(&mut line);
-        assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(rules)]), "{line}");
+        assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(parsed)]), "{line}");
     }
 });

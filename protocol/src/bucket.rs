@@ -85,6 +85,7 @@ impl Shape {
             remaining: saturate(left / self.den),
             full_ms: saturate(self.capacity.saturating_sub(left).div_ceil(self.num)),
             wait_ms: saturate(wait),
+            leased: 0,
         };
         (left, result)
     }

@@ -15,10 +15,16 @@
 //! ```text
 //! rl:per-user:alice,100,1,600,1 rl:global,50000,50,1,1
 //! rl:login:10.0.0.7,5,1,12000,1,10,60000,900000
+//! rl:global,50000,50,1,1+100
+//! + rl:global,50000,50,1,37
 //! ```
+//! A cost written `1+100` also asks for a lease: up to 100 tokens more, if the bucket holds
+//! them once the check is admitted. A line starting `+ ` returns tokens: each rule's cost
+//! is given back (what a lease did not use).
 //! Reply, one line per check: the Redis time in ms, then per rule
 //! `flag,remaining,full_ms,wait_ms` where the flag is `1` (allowed), `0` (denied) or `b`
-//! (denied, the client is blocked: `wait_ms` is the rest of the block); or `!` and a reason for a check the bridge could not
+//! (denied, the client is blocked: `wait_ms` is the rest of the block), then `,leased` for
+//! an allowed rule that was granted a lease of that many tokens; or `!` and a reason for a check the bridge could not
 //! run (Redis failed: a backend failure), or `?` and a reason for a check it would not run
 //! (the check's own fault, such as a key outside the bridge's prefixes: it must never count
 //! against the backend). Either way that check alone fails:
@@ -41,7 +47,9 @@ pub use bucket::{gcd, Level, Shape};
 pub use limits::*;
 pub use number::{push_u64, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
-pub use request::{encode_rule, end_check, parse_batch, BadBatch, Block, RuleFields, RuleSpec};
+pub use request::{
+    encode_rule, end_check, parse_batch, start_refund, BadBatch, Block, Line, RuleFields, RuleSpec,
+};
 pub use stream::{split_message, stream_message};
 
 /// The path of the HTTP transport.

@@ -16,6 +16,8 @@ pub struct RuleResult {
     pub full_ms: u64,
     /// Milliseconds until the request's cost is available; 0 if it was admitted.
     pub wait_ms: u64,
+    /// Tokens taken beyond the cost, as a lease the check asked for.
+    pub leased: u64,
 }
 
 /// The outcome of one check.
@@ -47,6 +49,10 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
                     for n in [r.remaining, r.full_ms, r.wait_ms] {
                         out.push(',');
                         push_u64(out, n);
+                    }
+                    if r.leased > 0 {
+                        out.push(',');
+                        push_u64(out, r.leased);
                     }
                 }
             }
@@ -117,8 +123,9 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
             remaining: number(parts.next())?,
             full_ms: number(parts.next())?,
             wait_ms: number(parts.next())?,
+            leased: parts.next().map_or(Ok(0), |f| number(Some(f)))?,
         };
-        if parts.next().is_some() {
+        if parts.next().is_some() || (result.leased > 0 && !allowed) {
             return Err(BadReply("rule result has extra fields"));
         }
         rules.push(result);
@@ -147,6 +154,7 @@ mod tests {
         remaining: 9,
         full_ms: 6000,
         wait_ms: 0,
+        leased: 0,
     };
     const NO: RuleResult = RuleResult {
         allowed: false,
@@ -154,6 +162,7 @@ mod tests {
         remaining: 0,
         full_ms: 100,
         wait_ms: 40,
+        leased: 0,
     };
 
     #[test]
@@ -211,6 +220,7 @@ mod tests {
             remaining: u64::MAX,
             full_ms: u64::MAX,
             wait_ms: u64::MAX,
+            leased: 0,
         };
         let full = CheckResult::Checked {
             now_ms: u64::MAX,

@@ -17,8 +17,19 @@ pub struct RuleSpec {
     pub den: u64,
     /// Tokens this request takes.
     pub cost: u64,
+    /// Tokens more the check would like to take as a lease, if the bucket holds them
+    /// beyond the cost (0: none).
+    pub lease: u64,
     /// When the bucket's client is blocked after repeated denials.
     pub block: Option<Block>,
+}
+
+/// One line of a batch: a check (take each rule's cost, all or nothing), or the return of
+/// tokens a lease did not use (`+ ` before the rules: give each rule's cost back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub refund: bool,
+    pub rules: Vec<RuleSpec>,
 }
 
 /// A rule's automatic block: a client denied `after` times within `within_ms` (counted
@@ -30,14 +41,20 @@ pub struct Block {
     pub for_ms: u64,
 }
 
-/// A rule as the filter encodes it: key, burst, num, den, cost, block (see `RuleSpec`).
-pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64, Option<Block>);
+/// A rule as the filter encodes it: key, burst, num, den, cost, lease, block (see
+/// `RuleSpec`).
+pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64, u64, Option<Block>);
 
-/// Appends one rule to the current check's line (`key,burst,num,den,cost`, then
-/// `,after,within_ms,for_ms` for a rule that blocks); rules of a line are separated by a
-/// space.
+/// Starts a line that returns tokens (see `Line`); its rules follow.
+pub fn start_refund(body: &mut String) {
+    body.push_str("+ ");
+}
+
+/// Appends one rule to the current line (`key,burst,num,den,cost`, the cost followed by
+/// `+lease` when the check would take a lease, then `,after,within_ms,for_ms` for a rule
+/// that blocks); rules of a line are separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
-    let (key, burst, num, den, cost, block) = rule;
+    let (key, burst, num, den, cost, lease, block) = rule;
     if !first {
         body.push(' ');
     }
@@ -45,6 +62,10 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
     for n in [burst, num, den, cost] {
         body.push(',');
         push_u64(body, n);
+    }
+    if lease > 0 {
+        body.push('+');
+        push_u64(body, lease);
     }
     if let Some(b) = block {
         for n in [b.after, b.within_ms, b.for_ms] {
@@ -69,8 +90,8 @@ impl fmt::Display for BadBatch {
     }
 }
 
-/// Parses a batch: one entry per line, each the check's rules or why that line is refused.
-pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Vec<RuleSpec>, String>>, BadBatch> {
+/// Parses a batch: one entry per line, each the line or why it is refused.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
     if body.len() > MAX_BODY {
         return Err(BadBatch(format!("body over {MAX_BODY} bytes")));
     }
@@ -80,7 +101,17 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Vec<RuleSpec>, String>>, Ba
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
-        checks.push(parse_check(line).map_err(|e| format!("check {}: {e}", n + 1)));
+        let (refund, rules) = match line.strip_prefix("+ ") {
+            Some(rules) => (true, rules),
+            None => (false, line),
+        };
+        let parsed = parse_check(rules).and_then(|rules| {
+            if refund && rules.iter().any(|r| r.lease > 0) {
+                return Err("a refund takes no lease".into());
+            }
+            Ok(Line { refund, rules })
+        });
+        checks.push(parsed.map_err(|e| format!("check {}: {e}", n + 1)));
     }
     if checks.is_empty() {
         return Err(BadBatch("no check in body".into()));
@@ -113,15 +144,25 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
     const FIELDS: [&str; 7] = ["burst", "num", "den", "cost", "after", "within", "for"];
     let mut n = [0u64; 7];
     let mut count = 0;
+    let mut lease = 0;
     for part in parts {
         let (Some(slot), Some(name)) = (n.get_mut(count), FIELDS.get(count)) else {
             return Err(format!("rule {key:?} has extra fields"));
         };
-        *slot = part
-            .parse::<u64>()
-            .ok()
-            .filter(|v| (1..MAX_EXACT).contains(v))
-            .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))?;
+        let bounded = |text: &str| {
+            text.parse::<u64>()
+                .ok()
+                .filter(|v| (1..MAX_EXACT).contains(v))
+                .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
+        };
+        let number = match part.split_once('+') {
+            Some((cost, wanted)) if count == 3 => {
+                lease = bounded(wanted)?;
+                cost
+            }
+            _ => part,
+        };
+        *slot = bounded(number)?;
         count += 1;
     }
     let block = match count {
@@ -150,6 +191,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         num,
         den,
         cost,
+        lease,
         block,
     };
     if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
@@ -157,6 +199,9 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
     }
     if rule.cost > rule.burst {
         return Err(format!("cost of {key:?} exceeds its burst"));
+    }
+    if rule.lease > rule.burst {
+        return Err(format!("lease of {key:?} exceeds its burst"));
     }
     Ok(rule)
 }
@@ -186,30 +231,39 @@ mod tests {
     fn what_the_filter_encodes_the_bridge_parses() {
         let body = encode(&[
             &[
-                ("rl:a:x", 10, 1, 6000, 1, None),
-                ("rl:g", 5, 50, 1, 2, None),
+                ("rl:a:x", 10, 1, 6000, 1, 0, None),
+                ("rl:g", 5, 50, 1, 2, 3, None),
             ],
-            &[("rl:b", 1, 1, 1, 1, Some(BLOCK))],
+            &[("rl:b", 1, 1, 1, 1, 0, Some(BLOCK))],
         ]);
         assert_eq!(
             body,
-            "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1,3,60000,900000\n"
+            "rl:a:x,10,1,6000,1 rl:g,5,50,1,2+3\nrl:b,1,1,1,1,3,60000,900000\n"
         );
         let checks = parse_batch(body.as_bytes()).unwrap();
         assert_eq!(checks.len(), 2);
         assert_eq!(
-            checks[0].as_ref().unwrap()[1],
+            checks[0].as_ref().unwrap().rules[1],
             RuleSpec {
                 key: "rl:g".into(),
                 burst: 5,
                 num: 50,
                 den: 1,
                 cost: 2,
+                lease: 3,
                 block: None,
             }
         );
-        assert_eq!(checks[1].as_ref().unwrap()[0].key, "rl:b");
-        assert_eq!(checks[1].as_ref().unwrap()[0].block, Some(BLOCK));
+        assert_eq!(checks[1].as_ref().unwrap().rules[0].key, "rl:b");
+        assert_eq!(checks[1].as_ref().unwrap().rules[0].block, Some(BLOCK));
+
+        let mut refund = String::new();
+        start_refund(&mut refund);
+        encode_rule(&mut refund, true, ("rl:g", 5, 50, 1, 4, 0, None));
+        end_check(&mut refund);
+        assert_eq!(refund, "+ rl:g,5,50,1,4\n");
+        let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
+        assert!(line.refund && line.rules[0].cost == 4);
     }
 
     #[test]
@@ -226,6 +280,10 @@ mod tests {
             ("k,1,1,1,1,1,1".into(), "a block needs"),
             ("k,1,1,1,1,1,1,0".into(), "for"),
             ("k,1,1,1,1,1,1,1,1".into(), "extra"),
+            ("k,1,1,1,1+2".into(), "lease"),
+            ("k,2,1,1,1+x".into(), "cost"),
+            ("k,2,1,1+1,1".into(), "den"),
+            ("+ k,2,1,1,1+1".into(), "refund takes no lease"),
             ("k,0,1,1,1".into(), "burst"),
             ("k,1,1,1,2".into(), "exceeds"),
             ("k,1,x,1,1".into(), "num"),
@@ -274,7 +332,7 @@ mod tests {
         };
         let mut body = String::new();
         for i in 0..MAX_RULES {
-            encode_rule(&mut body, i == 0, (&key, big, big, 1, 1, Some(block)));
+            encode_rule(&mut body, i == 0, (&key, big, big, 1, 1, big, Some(block)));
         }
         end_check(&mut body);
         assert!(body.len() * 8 < MAX_BODY, "{}", body.len());

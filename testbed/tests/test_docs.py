@@ -1,21 +1,64 @@
 """The example configuration exists three times for three readers: the README, the shipped
 envoy.yaml, and filter/example-config.json (the filter's own tests load it). They must say
-the same thing; the filter's tests prove that one is valid, this proves the others equal it."""
+the same thing; the filter's tests prove that one is valid, this proves the others equal it.
+
+deploy/ holds two more, for Kong and Istio. Every example must pass the JSON Schema, and
+each is a case of schema/cases.json, which the parser judges too (a schema cannot see a
+rule's key naming an unknown identity)."""
 
 import json
 import re
 from pathlib import Path
+
+import yaml
+from jsonschema import Draft4Validator
 
 from testbed.stack import default_plugin
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def test_the_readme_envoy_yaml_and_example_config_agree():
-    example = json.loads((ROOT / "filter" / "example-config.json").read_text())
+def readme_plugin_configs():
     readme = (ROOT / "README.md").read_text()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", readme, re.S)]
-    plugin_blocks = [b for b in blocks if "rules" in b]
+    return [b for b in blocks if "rules" in b]
+
+
+def deploy_examples():
+    """The plugin configurations in deploy/, by file."""
+    kong = yaml.safe_load((ROOT / "deploy" / "kong" / "kong.yaml").read_text())
+    (kong_config,) = [f["config"] for s in kong["services"] for c in s["filter_chains"]
+                      for f in c["filters"] if f["name"] == "ratelimit"]
+    istio = yaml.safe_load_all((ROOT / "deploy" / "istio" / "wasmplugin.yaml").read_text())
+    (istio_config,) = [d["spec"]["pluginConfig"] for d in istio if d["kind"] == "WasmPlugin"]
+    return {"deploy/kong/kong.yaml": kong_config, "deploy/istio/wasmplugin.yaml": istio_config}
+
+
+def test_the_readme_envoy_yaml_and_example_config_agree():
+    example = json.loads((ROOT / "filter" / "example-config.json").read_text())
+    plugin_blocks = readme_plugin_configs()
     assert plugin_blocks, "the README shows a plugin configuration"
     assert plugin_blocks[0] == example
     assert default_plugin() == example
+
+
+def test_every_example_passes_the_schema():
+    schema = json.loads((ROOT / "schema" / "ratelimit.schema.json").read_text())
+    examples = {"filter/example-config.json":
+                json.loads((ROOT / "filter" / "example-config.json").read_text()),
+                "envoy.yaml": default_plugin(), **deploy_examples()}
+    examples.update((f"README.md, block {i}", b) for i, b in enumerate(readme_plugin_configs()))
+    validator = Draft4Validator(schema)
+    refused = {name: [e.message for e in validator.iter_errors(config)]
+               for name, config in examples.items()}
+    assert {name: errors for name, errors in refused.items() if errors} == {}
+
+
+def test_the_parser_judges_every_example_through_the_corpus():
+    cases = {c["name"]: c for c in
+             json.loads((ROOT / "schema" / "cases.json").read_text())["cases"]}
+    example = json.loads((ROOT / "filter" / "example-config.json").read_text())
+    assert cases["the README's example"]["config"] == example
+    for name, config in deploy_examples().items():
+        assert cases[name]["expect"] == "valid"
+        assert cases[name]["config"] == config, f"schema/cases.json's copy of {name} is stale"

@@ -2,6 +2,7 @@
 limit without asking the bridge, exactly until its bucket could admit again."""
 
 import json
+import threading
 import time
 
 from testbed.plugins import plugin, rule
@@ -72,3 +73,64 @@ def test_repeat_offenders_are_blocked_on_every_gateway_until_the_block_ends(stac
     status, _, body = stack.get(1, "/login", mallory)
     assert status == 429, body
     assert json.loads(body)["error"] == "Rate limit exceeded"
+
+
+def test_a_hot_key_at_twice_its_limit_stays_within_the_lease_bound(stack_of):
+    # 100 a second, burst 100; each worker leases 5 tokens at a time, for 1 s. Two
+    # gateways of one worker each send 100 requests a second each for 10 s: twice the rate.
+    lease = {"tokens": 5, "ttl": "1s"}
+    stack = stack_of(plugin(rule("global", [], 100, per="1s", lease=lease)), gateways=2)
+    admitted, lock = [0], threading.Lock()
+    start = time.monotonic() + 0.2
+    duration, per_gateway_rate = 10.0, 100
+
+    def load(gateway):
+        sent = 0
+        while True:
+            due = start + sent / per_gateway_rate
+            if due >= start + duration:
+                return
+            time.sleep(max(0.0, due - time.monotonic()))
+            if stack.get(gateway, "/hot")[0] == 200:
+                with lock:
+                    admitted[0] += 1
+            sent += 1
+
+    threads = [threading.Thread(target=load, args=(g,)) for g in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    burst_plus_rate = 100 + 100 * elapsed
+    allowed = admitted[0]
+    stats = [stack.stats(g) for g in (0, 1)]
+    leased = sum(s["allowed_leased"] for s in stats)
+    print(f"admitted {allowed} in {elapsed:.2f}s (burst + rate x t = {burst_plus_rate:.0f}), "
+          f"{leased} from leases, {sum(s['denied_cached'] for s in stats)} denied from the "
+          f"cache, {sum(s['checks_sent'] for s in stats)} checks sent")
+    # At twice the rate the bucket is mostly empty: leases are granted while it has
+    # tokens to spare (the burst), the deny cache answers the rest.
+    assert leased > 0
+    # Never above what the bucket allows (plus the refill of the last request's lag);
+    # below it by at most the tokens two workers can hold in leases (2 x 5).
+    assert allowed <= burst_plus_rate + 100 * 0.05
+    assert allowed >= burst_plus_rate - 2 * 5 - 100 * 0.05
+    assert abs(allowed - burst_plus_rate) <= 0.01 * burst_plus_rate
+
+
+def test_a_lease_that_is_not_used_goes_back_to_the_bucket(stack_of):
+    # 10 a minute: a token comes back every 6 s, so what the bucket holds is what was
+    # returned. Leases of 5 tokens for 1 s.
+    lease = {"tokens": 5, "ttl": "1s"}
+    stack = stack_of(plugin(rule("global", [], 10, per="1m", lease=lease)), gateways=2)
+    assert stack.get(0, "/x")[1]["x-ratelimit-remaining"] == "9"
+    asked = time.monotonic()
+    # Seen again: takes 1 and leases 5 (the bucket shows what is left beyond them).
+    assert stack.get(0, "/x")[1]["x-ratelimit-remaining"] == "3"
+    # Gateway 1 sees the bucket as it is: 3 left, it takes 1.
+    assert stack.get(1, "/x")[1]["x-ratelimit-remaining"] == "2"
+    # The lease ends after its ttl; its 5 tokens are back within the next tick (100 ms).
+    time.sleep(max(0.0, asked + 1.0 + 0.5 - time.monotonic()))
+    assert stack.get(1, "/x")[1]["x-ratelimit-remaining"] == "6"
+    assert stack.stats(0)["allowed_leased"] == 0

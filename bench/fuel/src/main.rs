@@ -17,8 +17,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use wasmtime_harness::{Host, Wasm};
 
-/// One rule keyed by `x-user-id`, as in the bench's configuration 4.
+/// One rule keyed by `x-user-id`, as in the bench's configuration 5; without the deny
+/// cache, so that every denied request is the full path (a check and the bridge's answer).
 const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "deny_cache_entries": 0,
   "identity": {"user": {"header": "x-user-id"}},
   "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100, "per": "1m"}}]}"#;
 

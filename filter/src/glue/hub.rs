@@ -9,7 +9,7 @@ use crate::check::{conclude_exchange, Admission, Verdict, Worker};
 use crate::config::Config;
 use crate::exchange::{Exchanges, Member};
 use crate::host::Proxy;
-use crate::protocol::CheckResult;
+use crate::protocol::{self, CheckResult};
 use hashbrown::HashMap;
 use proxy_wasm::hostcalls;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -153,6 +153,7 @@ impl Hub {
         let verdicts = with_worker(shared, |worker| {
             conclude_exchange(&shared.config, worker, &ProxyHost::default(), reply, checks)
         });
+        self.queue_returns(shared);
         let mut out = Vec::with_capacity(members.len());
         for ((context_id, p), verdict) in taken.into_iter().zip(verdicts) {
             let (Some(mut p), Some(verdict)) = (p, verdict) else {
@@ -168,6 +169,29 @@ impl Hub {
         out
     }
 }
+
+impl Hub {
+    /// Queues the tokens the worker's leases give back, one line each, for the next
+    /// exchange (sent by the root, which is asked to wake). Their answers concern no
+    /// request: context 0 is never one.
+    pub(super) fn queue_returns(&self, shared: &Shared) {
+        let returns = with_worker(shared, |worker| worker.leases.take_returns());
+        if returns.is_empty() {
+            return;
+        }
+        if let Ok(mut x) = self.exchanges.try_borrow_mut() {
+            for back in &returns {
+                let mut line = String::with_capacity(64);
+                protocol::encode_return(&mut line, &back.key, &back.limit, back.tokens);
+                x.enqueue(NO_REQUEST, 1, line);
+            }
+        }
+        self.wake_root();
+    }
+}
+
+/// The context id of an exchange member that is no request (a lease's return).
+const NO_REQUEST: u32 = 0;
 
 /// Carries out verdicts on their (paused) requests.
 pub(super) fn carry_out_all(verdicts: &[(u32, Verdict)]) {

@@ -3,7 +3,7 @@
 //! checks the moment an exchange comes back.
 
 use super::host::{callout_reply, Metrics, ProxyHost};
-use super::hub::{carry_out_all, Hub, Shared};
+use super::hub::{carry_out_all, with_worker, Hub, Shared};
 use super::request::{Phase, Request};
 use super::transport;
 use crate::backend::Transport;
@@ -179,10 +179,16 @@ impl RootContext for Root {
         }
         let _ = hostcalls::set_tick_period(Root::base_tick(&config));
         let backend = config.backend.clone();
-        self.shared = Some(Rc::new(Shared {
+        let previous = self.shared.replace(Rc::new(Shared {
             worker: RefCell::new(Worker::new(&config)),
             config,
         }));
+        // The old configuration's leases end: their tokens go back (sent below or on the
+        // next tick, under the new configuration's backend).
+        if let Some(old) = previous {
+            with_worker(&old, |worker| worker.leases.end_all());
+            self.hub.queue_returns(&old);
+        }
         let stream = self.hub.stream.get();
         let wanted = backend.transport == Transport::Grpc;
         if let Some(token) = stream.filter(|_| !wanted || self.stream_cluster != backend.cluster) {
@@ -211,6 +217,8 @@ impl RootContext for Root {
             return;
         };
         let now = ProxyHost::default().now_ms();
+        with_worker(&shared, |worker| worker.leases.expire(now));
+        self.hub.queue_returns(&shared);
         let backend = &shared.config.backend;
         if backend.transport == Transport::Grpc {
             let late = match self.hub.exchanges.try_borrow_mut() {

@@ -1,0 +1,61 @@
+//! Leases in the token bucket script on a real Valkey: an admitted check that asks for a
+//! lease takes up to that many tokens more, as many as the bucket holds beyond its cost;
+//! a refund gives tokens back, never past the burst.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
+mod common;
+
+use common::buckets::{rule, run, store};
+use common::Valkey;
+use ratelimit_bridge::check::RuleSpec;
+
+fn leasing(key: &str, burst: u64, lease: u64) -> RuleSpec {
+    RuleSpec {
+        lease,
+        ..rule(key, burst, 1, 3_600_000, 1)
+    }
+}
+
+#[tokio::test]
+async fn a_lease_takes_what_the_bucket_holds_beyond_the_cost_and_a_refund_returns_it() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let hot = leasing("rl:g", 10, 4);
+    let (_, out) = run(&store, std::slice::from_ref(&hot)).await;
+    assert!(out[0].allowed);
+    assert_eq!((out[0].leased, out[0].remaining), (4, 5), "{out:?}");
+    let (_, out) = run(&store, std::slice::from_ref(&hot)).await;
+    assert_eq!((out[0].leased, out[0].remaining), (4, 0), "{out:?}");
+    // Nothing beyond the cost: admitted, no lease.
+    let mut last = run(&store, &[rule("rl:g", 10, 1, 3_600_000, 1)]).await.1;
+    assert!(!last[0].allowed);
+    // 3 of the 8 leased come back.
+    let back = rule("rl:g", 10, 1, 3_600_000, 3);
+    let refunds = store.refund_all(&[vec![back]]).await;
+    assert_eq!(refunds[0].as_ref().unwrap().1[0].remaining, 3);
+    last = run(&store, std::slice::from_ref(&hot)).await.1;
+    assert_eq!(
+        (last[0].allowed, last[0].leased, last[0].remaining),
+        (true, 2, 0)
+    );
+    // A refund never fills a bucket past its burst.
+    let all = rule("rl:g", 10, 1, 3_600_000, 10);
+    for _ in 0..3 {
+        store.refund_all(&[vec![all.clone()]]).await;
+    }
+    let after = run(&store, &[rule("rl:g", 10, 1, 3_600_000, 1)]).await.1;
+    assert_eq!(after[0].remaining, 9);
+}
+
+#[tokio::test]
+async fn a_denied_check_takes_no_lease() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let tight = rule("rl:t", 1, 1, 3_600_000, 1);
+    assert!(run(&store, std::slice::from_ref(&tight)).await.1[0].allowed);
+    let (_, out) = run(&store, &[leasing("rl:roomy", 100, 50), tight]).await;
+    assert!(!out[1].allowed && out[0].leased == 0, "{out:?}");
+    let (_, out) = run(&store, &[rule("rl:roomy", 100, 1, 3_600_000, 1)]).await;
+    assert_eq!(out[0].remaining, 99, "nothing was taken from it");
+}

@@ -1,0 +1,144 @@
+//! What a worker decides about a request without the bridge: the deny cache's refusals,
+//! and the rules admitted from its leases; and what it learns for them from the bridge's
+//! answers.
+
+use super::{Admission, Outcome, Verdict};
+use crate::config::Config;
+use crate::deny_cache::{self, DenyCache, Reason};
+use crate::lease::Leases;
+use crate::protocol::RuleResult;
+use crate::response::{self, LocalReply, Shown};
+use crate::rules::PlannedRule;
+
+impl Admission {
+    /// The reply the deny cache knows for this request, if any of its buckets is known to
+    /// lack its cost now or its client is blocked: a block first, then the longest wait.
+    pub(super) fn cached(
+        &mut self,
+        config: &Config,
+        cache: &DenyCache,
+        now_ms: u64,
+    ) -> Option<Verdict> {
+        let (planned, entry) = self
+            .planned
+            .iter()
+            .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
+            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
+        let blocked = entry.reason == Reason::Blocked;
+        let result = RuleResult {
+            allowed: false,
+            blocked,
+            remaining: 0,
+            full_ms: entry.full_ms.saturating_sub(now_ms),
+            wait_ms: entry.until_ms - now_ms,
+            leased: 0,
+        };
+        self.outcome = Some(if blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::DeniedCached
+        });
+        Some(Verdict::Reply(denial(config, planned, &result, now_ms)))
+    }
+
+    /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
+    /// long as the bridge says. Not a plain denial by a rule that blocks: each of those
+    /// must reach Redis to be counted towards the block.
+    pub(super) fn remember_denials(
+        &self,
+        cache: &mut DenyCache,
+        rules: &[RuleResult],
+        now_ms: u64,
+    ) {
+        for (planned, result) in self.planned.iter().zip(rules) {
+            let counted = planned.block.is_some() && !result.blocked;
+            if result.allowed || result.wait_ms == 0 || counted {
+                continue;
+            }
+            let entry = deny_cache::Entry {
+                reason: if result.blocked {
+                    Reason::Blocked
+                } else {
+                    Reason::Empty { cost: planned.cost }
+                },
+                until_ms: self.asked_ms.saturating_add(result.wait_ms),
+                full_ms: self.asked_ms.saturating_add(result.full_ms),
+                limit: planned.limit,
+            };
+            cache.insert(&planned.key, entry, now_ms);
+        }
+    }
+
+    /// Admits from this worker's leases the rules that have one holding the cost; marks
+    /// the others of a leasing rule seen often enough to ask for a lease.
+    pub(super) fn use_leases(&mut self, config: &Config, leases: &mut Leases, now_ms: u64) {
+        let mut i = 0;
+        while let Some(p) = self.planned.get_mut(i) {
+            let Some(policy) = config.rules.get(p.rule).and_then(|r| r.lease) else {
+                i += 1;
+                continue;
+            };
+            if let Some(shown) = leases.take(&p.key, &p.limit, p.cost, now_ms) {
+                let p = self.planned.remove(i);
+                self.leased.push((p, shown));
+                continue;
+            }
+            if leases.wants(&p.key, &p.limit, policy.ttl_ms, now_ms) {
+                p.lease = policy.tokens.min(p.limit.burst);
+            }
+            i += 1;
+        }
+    }
+
+    /// Once the verdict is known: a refused request puts back what it took from leases;
+    /// the leases asked for are held (an admitted check's grant) or asked again later.
+    pub(super) fn settle_leases(
+        &mut self,
+        config: &Config,
+        leases: &mut Leases,
+        verdict: &Verdict,
+        answered: Option<&[RuleResult]>,
+    ) {
+        let admitted = matches!(verdict, Verdict::Resume);
+        if !admitted {
+            for (p, _) in self.leased.drain(..) {
+                leases.put_back(&p.key, &p.limit, p.cost);
+            }
+        }
+        for (i, p) in self.planned.iter().enumerate().filter(|(_, p)| p.lease > 0) {
+            let ttl_ms = config
+                .rules
+                .get(p.rule)
+                .and_then(|r| r.lease)
+                .map(|l| l.ttl_ms);
+            let grant = answered.and_then(|r| r.get(i)).filter(|_| admitted);
+            match (grant, ttl_ms) {
+                (Some(result), Some(ttl_ms)) => {
+                    let expires_ms = self.asked_ms.saturating_add(ttl_ms);
+                    leases.granted(&p.key, &p.limit, result, expires_ms);
+                }
+                _ => leases.not_granted(&p.key),
+            }
+        }
+    }
+}
+
+/// The reply to a denied request, showing `planned`'s rule: blocked, or over the limit.
+pub(super) fn denial(
+    config: &Config,
+    planned: &PlannedRule,
+    result: &RuleResult,
+    now_ms: u64,
+) -> LocalReply {
+    let rule = config.rules.get(planned.rule);
+    let shown = Shown {
+        name: rule.map_or("", |r| r.name.as_str()),
+        limit: &planned.limit,
+        result,
+        now_ms,
+    };
+    match rule.and_then(|r| r.block).filter(|_| result.blocked) {
+        Some(block) => response::blocked(&shown, block.status, config),
+        None => response::too_many_requests(&shown, config),
+    }
+}

@@ -1,0 +1,236 @@
+//! Token leases for hot buckets (`"lease": {"tokens": 100, "ttl": "1s"}` in a rule): a
+//! worker that checks the same bucket again within `ttl` asks for up to `tokens` more than
+//! the request's cost, and admits that bucket's next requests from them without a callout
+//! until they are used or `ttl` is over; what is left then goes back to Redis.
+//!
+//! Leased tokens are taken from the global bucket first, so no more is ever admitted than
+//! the bucket allows; the price is that tokens parked in a lease are not available to the
+//! other gateways until used or returned (the README sizes it). One ask per bucket is out
+//! at a time, so a worker never holds more than `tokens` of one bucket (plus what is left
+//! of a lease that lacked one request's cost).
+
+use crate::config_error::{err, ConfigError};
+use crate::limit::{parse_duration_ms, Limit};
+use hashbrown::HashMap;
+use ratelimit_protocol::RuleResult;
+use serde::Deserialize;
+
+/// Buckets a worker tracks for leases (held, asked for, or seen once within their ttl).
+pub const MAX_ENTRIES: usize = 10_000;
+/// Longest lease.
+pub const MAX_TTL_MS: u64 = 60_000;
+/// A lease's life by default.
+pub const DEFAULT_TTL_MS: u64 = 1_000;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLease {
+    tokens: u64,
+    ttl: Option<String>,
+}
+
+/// A rule's lease: how many tokens to ask for beyond the cost, and for how long to hold them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    pub tokens: u64,
+    pub ttl_ms: u64,
+}
+
+impl RawLease {
+    pub(crate) fn validate(self, field: &str, limit: &Limit) -> Result<LeasePolicy, ConfigError> {
+        if !(1..=limit.burst).contains(&self.tokens) {
+            return err(
+                format!("{field}.tokens"),
+                format!("must be 1 to the burst ({})", limit.burst),
+            );
+        }
+        let ttl_ms = match self.ttl.as_deref() {
+            None => DEFAULT_TTL_MS,
+            Some(text) => match parse_duration_ms(text) {
+                Some(ms) if ms <= MAX_TTL_MS => ms,
+                _ => {
+                    return err(
+                        format!("{field}.ttl"),
+                        format!("{text:?} is not a duration like 500ms or 2s, of at most 1m"),
+                    )
+                }
+            },
+        };
+        Ok(LeasePolicy {
+            tokens: self.tokens,
+            ttl_ms,
+        })
+    }
+}
+
+/// Tokens to give back to a bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Return {
+    pub key: String,
+    pub limit: Limit,
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    tokens: u64,
+    /// The lease (or the sighting, without tokens) is over then.
+    expires_ms: u64,
+    limit: Limit,
+    /// The bucket as of the grant, less what was admitted from the lease since: shown in
+    /// `X-RateLimit-Remaining`.
+    remaining: u64,
+    full_at_ms: u64,
+    /// A check asking for a lease of this bucket is out.
+    asking: bool,
+}
+
+/// One worker's leases.
+#[derive(Debug, Default)]
+pub struct Leases {
+    held: HashMap<String, Held>,
+    /// Tokens to give back, waiting for the next exchange.
+    returns: Vec<Return>,
+}
+
+impl Leases {
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Takes `cost` from a live lease of `key` under `limit`: the rule's result as shown.
+    pub fn take(&mut self, key: &str, limit: &Limit, cost: u64, now_ms: u64) -> Option<RuleResult> {
+        let held = self.held.get_mut(key)?;
+        if held.tokens < cost || now_ms >= held.expires_ms || held.limit != *limit {
+            return None;
+        }
+        held.tokens -= cost;
+        held.remaining = held.remaining.saturating_sub(cost);
+        Some(RuleResult {
+            allowed: true,
+            blocked: false,
+            remaining: held.remaining,
+            full_ms: held.full_at_ms.saturating_sub(now_ms),
+            wait_ms: 0,
+            leased: 0,
+        })
+    }
+
+    /// Puts back what `take` took for a request another rule refused (to Redis, if the
+    /// lease is gone meanwhile).
+    pub fn put_back(&mut self, key: &str, limit: &Limit, cost: u64) {
+        match self.held.get_mut(key).filter(|h| h.limit == *limit) {
+            Some(held) => held.tokens += cost,
+            None => self.give_back(key, limit, cost),
+        }
+    }
+
+    /// Whether a check of `key` should ask for a lease now: the worker saw it within the
+    /// lease's `ttl_ms` and no other ask is out. Remembers the sighting (when there is room).
+    pub fn wants(&mut self, key: &str, limit: &Limit, ttl_ms: u64, now_ms: u64) -> bool {
+        if let Some(held) = self.held.get_mut(key) {
+            if held.asking || now_ms >= held.expires_ms {
+                return false;
+            }
+            held.asking = true;
+            return true;
+        }
+        if self.held.len() < MAX_ENTRIES {
+            let sighting = Held {
+                tokens: 0,
+                expires_ms: now_ms + ttl_ms,
+                limit: *limit,
+                remaining: 0,
+                full_at_ms: now_ms,
+                asking: false,
+            };
+            self.held.insert(key.to_owned(), sighting);
+        }
+        false
+    }
+
+    /// The answer to an ask for `key` came back: `result.leased` tokens (maybe none) are
+    /// held until `expires_ms`. Past the burst, or without room, they go back at once.
+    pub fn granted(&mut self, key: &str, limit: &Limit, result: &RuleResult, expires_ms: u64) {
+        let full_at_ms = expires_ms.saturating_add(result.full_ms);
+        let Some(held) = self.held.get_mut(key) else {
+            if result.leased > 0 {
+                self.give_back(key, limit, result.leased);
+            }
+            return;
+        };
+        held.asking = false;
+        if result.leased == 0 {
+            return;
+        }
+        let leftover = if held.limit == *limit && held.tokens > 0 {
+            held.tokens
+        } else {
+            0
+        };
+        let total = leftover + result.leased;
+        let kept = total.min(limit.burst);
+        *held = Held {
+            tokens: kept,
+            expires_ms,
+            limit: *limit,
+            remaining: result.remaining,
+            full_at_ms,
+            asking: false,
+        };
+        if total > kept {
+            self.give_back(key, limit, total - kept);
+        }
+    }
+
+    /// An ask for `key` ended without an answer (the check failed or was refused).
+    pub fn not_granted(&mut self, key: &str) {
+        if let Some(held) = self.held.get_mut(key) {
+            held.asking = false;
+        }
+    }
+
+    /// Ends the leases over at `now_ms`: their tokens are to go back.
+    pub fn expire(&mut self, now_ms: u64) {
+        let mut returns = Vec::new();
+        self.held.retain(|key, held| {
+            let live = now_ms < held.expires_ms;
+            if !live && held.tokens > 0 {
+                returns.push(Return {
+                    key: key.clone(),
+                    limit: held.limit,
+                    tokens: held.tokens,
+                });
+            }
+            live
+        });
+        self.returns.append(&mut returns);
+    }
+
+    /// Ends every lease (the configuration changed): all their tokens are to go back.
+    pub fn end_all(&mut self) {
+        self.expire(u64::MAX);
+        self.held.clear();
+    }
+
+    /// The tokens to give back now, each to its bucket.
+    pub fn take_returns(&mut self) -> Vec<Return> {
+        std::mem::take(&mut self.returns)
+    }
+
+    fn give_back(&mut self, key: &str, limit: &Limit, tokens: u64) {
+        self.returns.push(Return {
+            key: key.to_owned(),
+            limit: *limit,
+            tokens,
+        });
+    }
+}
+
+#[cfg(test)]
+#[path = "lease_tests.rs"]
+mod tests;

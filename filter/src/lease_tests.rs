@@ -1,0 +1,127 @@
+use super::*;
+
+fn limit(burst: u64) -> Limit {
+    Limit {
+        requests: burst,
+        per_ms: 1_000,
+        burst,
+        num: burst,
+        den: 1_000,
+    }
+}
+
+fn grant(leased: u64, remaining: u64) -> RuleResult {
+    RuleResult {
+        allowed: true,
+        blocked: false,
+        remaining,
+        full_ms: 500,
+        wait_ms: 0,
+        leased,
+    }
+}
+
+#[test]
+fn a_bucket_seen_twice_within_the_ttl_asks_once_and_admits_from_the_grant() {
+    let (mut leases, l) = (Leases::default(), limit(100));
+    assert!(
+        !leases.wants("k", &l, 1_000, 0),
+        "first sight: a plain check"
+    );
+    assert!(leases.wants("k", &l, 1_000, 10), "seen again: ask");
+    assert!(!leases.wants("k", &l, 1_000, 11), "one ask at a time");
+    assert!(leases.take("k", &l, 1, 12).is_none(), "nothing held yet");
+    leases.granted("k", &l, &grant(3, 50), 1_010);
+    let shown: Vec<u64> = (0..3)
+        .map(|_| leases.take("k", &l, 1, 20).unwrap().remaining)
+        .collect();
+    assert_eq!(shown, [49, 48, 47]);
+    assert!(leases.take("k", &l, 1, 20).is_none(), "used up");
+    assert!(leases.wants("k", &l, 1_000, 21), "ask again");
+}
+
+#[test]
+fn a_lease_serves_only_its_limit_and_its_ttl_and_what_is_left_goes_back() {
+    let (mut leases, l) = (Leases::default(), limit(100));
+    leases.wants("k", &l, 1_000, 0);
+    leases.wants("k", &l, 1_000, 0);
+    leases.granted("k", &l, &grant(10, 50), 1_000);
+    assert!(
+        leases.take("k", &limit(5), 1, 10).is_none(),
+        "another tier's limit"
+    );
+    assert!(leases.take("k", &l, 11, 10).is_none(), "more than held");
+    assert!(leases.take("k", &l, 4, 10).is_some());
+    leases.put_back("k", &l, 1);
+    leases.expire(999);
+    assert!(leases.take_returns().is_empty());
+    assert!(
+        leases.take("k", &l, 1, 1_000).is_none(),
+        "over at its expiry"
+    );
+    leases.expire(1_000);
+    let back = leases.take_returns();
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].key.as_str(), back[0].tokens), ("k", 7));
+    assert!(leases.is_empty());
+}
+
+#[test]
+fn tokens_with_nowhere_to_go_are_returned_not_lost() {
+    let (mut leases, l) = (Leases::default(), limit(10));
+    // A grant for a bucket no longer tracked, a put-back after expiry, a merge past burst.
+    leases.granted("gone", &l, &grant(4, 0), 1_000);
+    leases.put_back("gone", &l, 1);
+    leases.wants("k", &l, 1_000, 0);
+    leases.wants("k", &l, 1_000, 0);
+    leases.granted("k", &l, &grant(8, 0), 1_000);
+    leases.wants("k", &l, 1_000, 1);
+    leases.granted("k", &l, &grant(6, 0), 1_001);
+    let back: Vec<u64> = leases.take_returns().iter().map(|r| r.tokens).collect();
+    assert_eq!(back, [4, 1, 4], "14 held would pass the burst of 10");
+    leases.end_all();
+    let back: Vec<u64> = leases.take_returns().iter().map(|r| r.tokens).collect();
+    assert_eq!(back, [10]);
+}
+
+#[test]
+fn memory_stays_within_the_cap_under_many_distinct_buckets() {
+    let (mut leases, l) = (Leases::default(), limit(10));
+    for i in 0..100_000u64 {
+        let key = format!("rl:r:{i}");
+        leases.wants(&key, &l, 1_000, i / 100);
+        assert!(leases.len() <= MAX_ENTRIES);
+        if i % 1_000 == 0 {
+            leases.expire(i / 100);
+        }
+    }
+    // Sightings expire with their ttl, making room again.
+    leases.expire(10_000);
+    assert!(leases.is_empty());
+}
+
+#[test]
+fn lease_settings_are_validated_against_the_limit() {
+    let parse = |json: &str| {
+        serde_json::from_str::<RawLease>(json)
+            .unwrap()
+            .validate("l", &limit(100))
+    };
+    assert_eq!(
+        parse(r#"{"tokens": 20}"#).unwrap(),
+        LeasePolicy {
+            tokens: 20,
+            ttl_ms: DEFAULT_TTL_MS
+        }
+    );
+    assert_eq!(
+        parse(r#"{"tokens": 1, "ttl": "250ms"}"#).unwrap().ttl_ms,
+        250
+    );
+    assert_eq!(parse(r#"{"tokens": 0}"#).unwrap_err().field, "l.tokens");
+    assert_eq!(parse(r#"{"tokens": 101}"#).unwrap_err().field, "l.tokens");
+    assert_eq!(
+        parse(r#"{"tokens": 1, "ttl": "2m"}"#).unwrap_err().field,
+        "l.ttl"
+    );
+}

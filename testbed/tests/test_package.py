@@ -1,0 +1,226 @@
+"""What `make package` writes, read back the way each host reads it, and the deploy/
+manifests checked against each other.
+
+There is no Kubernetes, Istio or Kong on this machine: these tests prove the artifacts have
+the form those hosts accept (Istio's image fetcher, Kong's filter metadata) and that the
+manifests name each other correctly, not that a cluster runs them. The image is read here
+independently of tools/oci.py, as Istio's pkg/wasm/imagefetcher.go does: the manifest,
+its last layer (a tar+gzip), the file called plugin.wasm in it; every digest and size is
+checked on the way."""
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import sys
+import tarfile
+from pathlib import Path, PurePosixPath
+
+import yaml
+from jsonschema import Draft4Validator
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DIST = ROOT / "dist"
+LAYOUT = DIST / "oci"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def wasm():
+    return (DIST / "ratelimit.wasm").read_bytes()
+
+
+def crate_version():
+    text = (ROOT / "filter" / "Cargo.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
+def counter_names():
+    """The filter's counters as it defines them (`ratelimit.allowed`, ...)."""
+    names = re.findall(r'=> "(ratelimit\.[a-z0-9_]+)"', (ROOT / "filter/src/counters.rs").read_text())
+    assert len(names) >= 10, names
+    return names
+
+
+def read_blob(descriptor):
+    """The blob a descriptor names, after checking its digest and size."""
+    algorithm, _, hexdigest = descriptor["digest"].partition(":")
+    assert algorithm == "sha256", descriptor
+    data = (LAYOUT / "blobs" / "sha256" / hexdigest).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == hexdigest, descriptor
+    assert len(data) == descriptor["size"], descriptor
+    return data
+
+
+def image_manifest():
+    """The layout's one image: its index descriptor and its manifest."""
+    assert json.loads((LAYOUT / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads((LAYOUT / "index.json").read_text())
+    assert index["schemaVersion"] == 2
+    (descriptor,) = index["manifests"]
+    assert descriptor["mediaType"] == OCI_MANIFEST
+    return descriptor, json.loads(read_blob(descriptor))
+
+
+def test_istio_finds_plugin_wasm_in_the_last_layer_byte_for_byte():
+    descriptor, manifest = image_manifest()
+    # Not Docker's manifest type: Istio then reads the image as the compat variant.
+    assert manifest["mediaType"] == OCI_MANIFEST != DOCKER_MANIFEST
+    assert descriptor["annotations"]["org.opencontainers.image.ref.name"] == crate_version()
+    assert len(manifest["layers"]) == 1
+    layer = manifest["layers"][-1]
+    assert layer["mediaType"] == OCI_LAYER
+    layer_tar = gzip.decompress(read_blob(layer))
+    with tarfile.open(fileobj=io.BytesIO(layer_tar)) as tar:
+        found = [m for m in tar.getmembers() if PurePosixPath(m.name).name == "plugin.wasm"]
+        assert len(found) == 1 and found[0].isfile()
+        assert tar.extractfile(found[0]).read() == wasm()
+    config = json.loads(read_blob(manifest["config"]))
+    assert config["rootfs"] == {"type": "layers",
+                                "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()]}
+
+
+def test_every_blob_is_referenced_and_named_by_its_digest():
+    descriptor, manifest = image_manifest()
+    referenced = {descriptor["digest"], manifest["config"]["digest"]}
+    referenced |= {layer["digest"] for layer in manifest["layers"]}
+    blobs = list((LAYOUT / "blobs" / "sha256").iterdir())
+    assert {"sha256:" + blob.name for blob in blobs} == referenced
+    for blob in blobs:
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+
+
+def test_the_archive_holds_exactly_the_layout():
+    with tarfile.open(DIST / "ratelimit-oci.tar") as tar:
+        archived = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    on_disk = {p.relative_to(LAYOUT).as_posix(): p.read_bytes()
+               for p in LAYOUT.rglob("*") if p.is_file()}
+    assert archived == on_disk
+
+
+def test_the_same_wasm_gives_the_same_image(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import oci
+
+    descriptor, _ = image_manifest()
+    again = [oci.write(wasm(), tmp_path / f"layout{i}", tmp_path / f"image{i}.tar", "again")
+             for i in range(2)]
+    assert again == [descriptor["digest"]] * 2
+    assert (tmp_path / "image0.tar").read_bytes() == (tmp_path / "image1.tar").read_bytes()
+
+
+def test_kong_gets_the_filter_and_its_schema():
+    assert (DIST / "kong" / "ratelimit.wasm").read_bytes() == wasm()
+    schema = json.loads((ROOT / "schema" / "ratelimit.schema.json").read_text())
+    assert json.loads((DIST / "ratelimit.schema.json").read_text()) == schema
+    meta = json.loads((DIST / "kong" / "ratelimit.meta.json").read_text())
+    assert set(meta) == {"config_schema", "metrics"}
+    assert meta["config_schema"] == schema
+    assert schema["$schema"] == "http://json-schema.org/draft-04/schema#"
+    Draft4Validator.check_schema(schema)
+
+
+def test_kong_labels_per_rule_counters_and_leaves_the_global_ones_alone():
+    patterns = json.loads((DIST / "kong" / "ratelimit.meta.json").read_text())["metrics"]["label_patterns"]
+    assert patterns and all(set(p) == {"label", "pattern"} for p in patterns)
+    rule = next(p for p in patterns if p["label"] == "rule")
+    # Kong's reading (kong/plugins/prometheus/wasmx.lua): group 1 leaves the name, group 2
+    # is the label's value.
+    key = "pw:ratelimit:ratelimit.denied_rule=search-per-ip.v2"
+    match = re.search(rule["pattern"], key)
+    assert match.group(2) == "search-per-ip.v2"
+    assert key[:match.start(1)] == "pw:ratelimit:ratelimit.denied"
+    for name in counter_names():
+        assert not any(re.search(p["pattern"], f"pw:ratelimit:{name}") for p in patterns), name
+
+
+def kong_filters():
+    config = yaml.safe_load((ROOT / "deploy" / "kong" / "kong.yaml").read_text())
+    assert config["_format_version"] == "3.0"
+    return [f for service in config["services"] for chain in service.get("filter_chains", [])
+            for f in chain["filters"]]
+
+
+def empties(node, path="config"):
+    """Where `node` holds an empty list or object (which Kong's cjson writes as {})."""
+    if isinstance(node, (list, dict)) and not node:
+        return [path]
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return [e for key, value in items for e in empties(value, f"{path}.{key}")]
+
+
+def test_the_kong_example_is_a_filter_chain_of_this_filter_over_http():
+    filters = kong_filters()
+    assert [f["name"] for f in filters] == ["ratelimit"]  # the wasm file's name in dist/kong
+    config = filters[0]["config"]
+    assert config["backend"]["transport"] == "http"
+    assert re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", config["backend"]["cluster"])
+    assert empties(config) == []
+
+
+def manifests(name):
+    return [d for d in yaml.safe_load_all((ROOT / "deploy" / "istio" / name).read_text()) if d]
+
+
+def one(docs, kind, name=None):
+    (found,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    return found
+
+
+def test_the_wasmplugin_reaches_the_bridge_service_over_http2():
+    plugin = one(manifests("wasmplugin.yaml"), "WasmPlugin")["spec"]
+    bridge = manifests("bridge.yaml")
+    service = one(bridge, "Service", "ratelimit-bridge")
+    (port,) = [p for p in service["spec"]["ports"] if p.get("appProtocol") == "http2"]
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    backend = plugin["pluginConfig"]["backend"]
+    assert backend["cluster"] == f"outbound|{port['port']}||{name}.{namespace}.svc.cluster.local"
+    assert backend.get("transport", "grpc") == "grpc"
+    deployment = one(bridge, "Deployment", "ratelimit-bridge")
+    assert deployment["metadata"]["namespace"] == namespace
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert port["targetPort"] in [p["containerPort"] for p in container["ports"]]
+    assert f"--listen=0.0.0.0:{port['targetPort']}" in container["args"]
+    assert f"--key-prefix={plugin['pluginConfig'].get('key_prefix', 'rl')}" in container["args"]
+    # The bridge's Redis is the Valkey Service.
+    valkey = one(manifests("valkey.yaml"), "Service", "valkey")
+    (redis_port,) = valkey["spec"]["ports"]
+    host = f"{valkey['metadata']['name']}.{valkey['metadata']['namespace']}.svc.cluster.local"
+    assert f"--redis=redis://{host}:{redis_port['port']}" in container["args"]
+    valkey_pod = one(manifests("valkey.yaml"), "Deployment", "valkey")["spec"]["template"]
+    assert valkey["spec"]["selector"].items() <= valkey_pod["metadata"]["labels"].items()
+
+
+def test_the_wasmplugin_runs_after_jwt_authentication_on_the_verified_payload():
+    docs = manifests("wasmplugin.yaml")
+    plugin = one(docs, "WasmPlugin")["spec"]
+    assert plugin["phase"] == "AUTHZ" and isinstance(plugin["priority"], int)
+    assert plugin["failStrategy"] in ("FAIL_CLOSE", "FAIL_OPEN")
+    assert plugin["url"] == f"oci://registry.example.com/ratelimit:{crate_version()}"
+    authn = one(docs, "RequestAuthentication")["spec"]
+    assert authn["selector"] == plugin["selector"]
+    headers = {rule["outputPayloadToHeader"] for rule in authn["jwtRules"]}
+    jwt_headers = {i["jwt"]["header"] for i in plugin["pluginConfig"]["identity"].values()
+                   if i.get("jwt") and not i["jwt"].get("unverified")}
+    assert jwt_headers and jwt_headers <= headers
+
+
+def test_the_rendered_wasmplugin_pins_the_built_image():
+    descriptor, _ = image_manifest()
+    template = manifests("wasmplugin.yaml")
+    rendered = [d for d in yaml.safe_load_all((DIST / "istio" / "wasmplugin.yaml").read_text()) if d]
+    plugin = one(rendered, "WasmPlugin")
+    assert plugin["spec"]["sha256"] == descriptor["digest"].removeprefix("sha256:")
+    plugin["spec"]["sha256"] = one(template, "WasmPlugin")["spec"]["sha256"]
+    assert rendered == template
+
+
+def test_the_stats_matcher_lets_every_counter_through():
+    (operator,) = manifests("proxy-stats.yaml")
+    matcher = operator["spec"]["meshConfig"]["defaultConfig"]["proxyStatsMatcher"]
+    for name in counter_names():
+        assert any(f"wasmcustom.{name}".startswith(p) for p in matcher["inclusionPrefixes"]), name

@@ -1,0 +1,75 @@
+"""`make package`: dist/ratelimit.wasm as each host takes it, next to what `make build` made.
+
+- dist/ratelimit.schema.json: the plugin configuration's JSON Schema (schema/).
+- dist/kong/: `ratelimit.wasm` and `ratelimit.meta.json` for Kong's `wasm_filters_path`;
+  the meta file's `config_schema` is the schema, so Kong validates a filter chain's config
+  before the filter sees it, and `metrics.label_patterns` turns the rule name in per-rule
+  counter names into a Prometheus label.
+- dist/oci/ and dist/ratelimit-oci.tar: the Wasm image Istio pulls (tools/oci.py), and
+  dist/istio/wasmplugin.yaml: deploy/istio/wasmplugin.yaml with the image's digest pinned.
+
+Prints what Istio's `WasmPlugin.sha256` wants. Standard library only: it runs on a fresh
+clone before any virtualenv exists.
+"""
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import oci
+
+ROOT = Path(__file__).resolve().parent.parent
+DIST = ROOT / "dist"
+WASM = DIST / "ratelimit.wasm"
+SCHEMA = ROOT / "schema" / "ratelimit.schema.json"
+WASMPLUGIN = ROOT / "deploy" / "istio" / "wasmplugin.yaml"
+# The placeholder in deploy/istio/wasmplugin.yaml that the image's digest replaces.
+DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
+
+# Kong names a filter's metrics `pw:<filter>:<name>` and takes each pattern's first group
+# out of the name and its second as the label's value. Per-rule counters are to be named
+# `ratelimit.<counter>_rule=<rule name>` (a rule name has no `=`); the filter's counters
+# are global so far (README, "Metrics"), which no pattern matches.
+LABEL_PATTERNS = [{"label": "rule", "pattern": "(_rule=([A-Za-z0-9._-]+))"}]
+
+
+def version():
+    """The filter crate's version: the image's tag."""
+    manifest = (ROOT / "filter" / "Cargo.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', manifest, re.M).group(1)
+
+
+def main():
+    wasm = WASM.read_bytes()
+    schema = json.loads(SCHEMA.read_text())
+    shutil.copyfile(SCHEMA, DIST / "ratelimit.schema.json")
+
+    kong = DIST / "kong"
+    kong.mkdir(exist_ok=True)
+    shutil.copyfile(WASM, kong / "ratelimit.wasm")
+    meta = {"config_schema": schema, "metrics": {"label_patterns": LABEL_PATTERNS}}
+    (kong / "ratelimit.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    tag = version()
+    digest = oci.write(wasm, DIST / "oci", DIST / "ratelimit-oci.tar", tag)
+    hex_digest = digest.removeprefix("sha256:")
+    istio = DIST / "istio"
+    istio.mkdir(exist_ok=True)
+    template = WASMPLUGIN.read_text()
+    if template.count(DIGEST_PLACEHOLDER) != 1:
+        raise SystemExit(f"{WASMPLUGIN} must hold {DIGEST_PLACEHOLDER} once, as its sha256")
+    (istio / "wasmplugin.yaml").write_text(template.replace(DIGEST_PLACEHOLDER, hex_digest))
+
+    print(f"""dist/ratelimit.schema.json
+dist/kong/ratelimit.wasm, dist/kong/ratelimit.meta.json (Kong's wasm_filters_path: dist/kong)
+dist/oci/ (tag {tag}), dist/ratelimit-oci.tar: Istio's Wasm image (compat: one tar+gzip layer with plugin.wasm)
+  image manifest    {digest}
+      = WasmPlugin.sha256 for an oci:// url (Istio checks the manifest's digest); pinned in dist/istio/wasmplugin.yaml
+  plugin.wasm       sha256:{hashlib.sha256(wasm).hexdigest()}
+      = WasmPlugin.sha256 for an http(s):// url serving dist/ratelimit.wasm""")
+
+
+if __name__ == "__main__":
+    main()
