@@ -11,7 +11,7 @@
 --                  check spanning slots learns whether every slot admits it before any
 --                  slot takes a token); a denial still counts towards a block
 -- ARGV[2]          S (at most 255), the number of rule shapes that follow
--- ARGV[3..2+8S]    burst, num, den, cost, after, within, for, lease of shape s (a rule's
+-- ARGV[3..2+9S]    burst, num, den, cost, after, within, for, lease, shadow of shape s (a rule's
 --                  parameters, sent once per call however many rules share them): the
 --                  bucket holds `burst` tokens and refills `num` units per millisecond, one
 --                  token being `den` units (`num / den` = requests per ms, reduced); a check
@@ -19,8 +19,9 @@
 --                  `within` ms (counted from the first denial) is blocked for `for` ms:
 --                  every check of the bucket is then denied, taking nothing. `lease` > 0:
 --                  an admitted check also takes up to `lease` whole tokens more, as many
---                  as the bucket holds, for the gateway to admit from locally
--- ARGV[3+8S]       the checks, one byte per number: for each check its number of rules n
+--                  as the bucket holds, for the gateway to admit from locally. `shadow`
+--                  1: the rule never denies its check; lacking the cost, it takes nothing
+-- ARGV[3+9S]       the checks, one byte per number: for each check its number of rules n
 --                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
 --                  arguments: an argument costs the server an allocation to parse and a
 --                  Lua string to pass.
@@ -39,7 +40,9 @@
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
 --                    the cost is available (0: this rule admits; a check is admitted when
 --                    all its rules say 0; minus the tokens leased, for a rule that took a
---                    lease) }; -2, ms until full, ms until the block ends for
+--                    lease) }; -3, ms until full, ms until the cost is available for a
+--                    shadow rule that lacked the cost of a check admitted anyway; -2, ms
+--                    until full, ms until the block ends for
 --                    a rule whose client is blocked; -1, -1, -1 for every rule of a check that
 --                    names a key holding a value this script did not write (another type,
 --                    or a string in neither format): such a check takes nothing, and the
@@ -88,16 +91,16 @@ do
   end
 end
 local refund, peek = ARGV[1] == 'refund', ARGV[1] == 'peek'
--- Shape s is sh[8s-7 .. 8s]: capacity in units, num, den, the cost in units, then after,
--- within and for (0 0 0: the rule never blocks), and the lease in tokens.
+-- Shape s is sh[9s-8 .. 9s]: capacity in units, num, den, the cost in units, then after,
+-- within and for (0 0 0: the rule never blocks), the lease in tokens, and shadow (0 or 1).
 local nshapes = tonumber(ARGV[2])
 local sh = {}
 for s = 1, nshapes do
-  local a, b, den = 8 * s - 5, 8 * s - 7, tonumber(ARGV[8 * s - 3])
+  local a, b, den = 9 * s - 6, 9 * s - 8, tonumber(ARGV[9 * s - 4])
   sh[b], sh[b + 1] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1])
   sh[b + 2], sh[b + 3] = den, tonumber(ARGV[a + 3]) * den
   sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  sh[b + 7] = tonumber(ARGV[a + 7])
+  sh[b + 7], sh[b + 8] = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
 end
 
 -- A bucket's state as this call left it so far, kept at the position f of its key's
@@ -113,7 +116,7 @@ end
 -- The `den` of each key's level in st (dn[f]; nil: the units of whichever rule reads it).
 local first, st, blocks, counted, base, dn = {}, {}, {}, {}, {}, {}
 local out, o = { now }, 1
-local layout = { byte(ARGV[3 + 8 * nshapes] or '', 1, -1) }
+local layout = { byte(ARGV[3 + 9 * nshapes] or '', 1, -1) }
 local r, a, nlayout = 0, 1, #layout
 while a <= nlayout do
   local n = layout[a]
@@ -155,8 +158,8 @@ while a <= nlayout do
     end
     local k = 6 * f
     if st[k - 5] < 0 then foreign = true end
-    local s8 = 8 * layout[a + i]
-    local d, sd = sh[s8 - 5], dn[f]
+    local s9 = 9 * layout[a + i]
+    local d, sd = sh[s9 - 6], dn[f]
     if sd ~= d then
       -- Units of another limit: the same tokens in this rule's units, rounded down.
       if sd and st[k - 5] > 0 then
@@ -169,16 +172,16 @@ while a <= nlayout do
     -- A clock that went back (failover to a skewed replica) refills nothing.
     if elapsed < 0 then elapsed = 0 end
     -- Products past 2^53 are far above cap: the clamp makes them exact again.
-    local l, c = st[k - 5] + elapsed * sh[s8 - 6], sh[s8 - 7]
+    local l, c = st[k - 5] + elapsed * sh[s9 - 7], sh[s9 - 8]
     if l > c then l = c end
     if peek and not base[f] then base[f] = l end
-    if l < sh[s8 - 4] then admitted = false end
+    if l < sh[s9 - 5] and sh[s9] == 0 then admitted = false end
     -- A blocked client's rule is marked by its shape's position, negated.
-    if sh[s8 - 3] > 0 and st[k] > now then
-      admitted, s8 = false, -s8
+    if sh[s9 - 4] > 0 and st[k] > now then
+      admitted, s9 = false, -s9
     end
     local slot = o + 3 * i
-    out[slot - 2], out[slot - 1], out[slot] = s8, l, f
+    out[slot - 2], out[slot - 1], out[slot] = s9, l, f
   end
   -- Second pass: take (or give back) and answer.
   for i = 1, n do
@@ -186,18 +189,23 @@ while a <= nlayout do
     if foreign then
       out[slot - 2], out[slot - 1], out[slot] = -1, -1, -1
     else
-      local s8, l, f = out[slot - 2], out[slot - 1], out[slot]
-      local blocked = s8 < 0
-      if blocked then s8 = -s8 end
-      local k, c, rate, d, need = 6 * f, sh[s8 - 7], sh[s8 - 6], sh[s8 - 5], sh[s8 - 4]
-      local after = sh[s8 - 3]
-      local wait = 0
+      local s9, l, f = out[slot - 2], out[slot - 1], out[slot]
+      local blocked = s9 < 0
+      if blocked then s9 = -s9 end
+      local k, c, rate, d, need = 6 * f, sh[s9 - 8], sh[s9 - 7], sh[s9 - 6], sh[s9 - 5]
+      local after = sh[s9 - 4]
+      local wait, shadowed = 0, false
       if refund then
         l = l + need
         if l > c then l = c end
+      elseif admitted and l < need then
+        -- A shadow rule lacking the cost: it takes nothing, and says what it would wait.
+        wait = floor((need - l) / rate)
+        if wait * rate < need - l then wait = wait + 1 end
+        shadowed = true
       elseif admitted then
         l = l - need
-        local lease = sh[s8]
+        local lease = sh[s9 - 1]
         if lease > 0 and not peek then
           local g = floor(l / d)
           if g * d > l then g = g - 1 end
@@ -213,15 +221,15 @@ while a <= nlayout do
       local full = floor((c - l) / rate)
       if full * rate < c - l then full = full + 1 end
       local write = refund or admitted
-      if wait > 0 and after > 0 and not blocked then
+      if wait > 0 and after > 0 and not blocked and not shadowed then
         -- One more denial of this client: a new count once the last one's window is over.
-        if now - st[k - 2] >= sh[s8 - 2] then
+        if now - st[k - 2] >= sh[s9 - 3] then
           st[k - 2], st[k - 1] = now, 1
         else
           st[k - 1] = st[k - 1] + 1
         end
         if st[k - 1] >= after then
-          st[k], st[k - 1], blocked = now + sh[s8 - 1], 0, true
+          st[k], st[k - 1], blocked = now + sh[s9 - 2], 0, true
         end
         write, counted[f] = true, true
       end
@@ -229,7 +237,7 @@ while a <= nlayout do
         -- The key outlives the bucket's refill, the count of denials and the block.
         local keep = now + full
         if after > 0 then
-          if st[k - 2] + sh[s8 - 2] > keep then keep = st[k - 2] + sh[s8 - 2] end
+          if st[k - 2] + sh[s9 - 3] > keep then keep = st[k - 2] + sh[s9 - 3] end
           if st[k] > keep then keep = st[k] end
         end
         st[k - 5], st[k - 4], st[k - 3] = l, now, keep + EXPIRY_SLACK_MS
@@ -237,6 +245,8 @@ while a <= nlayout do
       end
       if blocked then
         out[slot - 2], out[slot - 1], out[slot] = -2, full, st[k] - now
+      elseif shadowed then
+        out[slot - 2], out[slot - 1], out[slot] = -3, full, wait
       else
         local whole = floor(l / d)
         if whole * d > l then whole = whole - 1 end

@@ -10,6 +10,7 @@ fn rule(key: &str) -> RuleSpec {
         cost: 1,
         lease: 0,
         block: None,
+        shadow: false,
     }
 }
 

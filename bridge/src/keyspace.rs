@@ -86,6 +86,7 @@ mod tests {
                 cost: 1,
                 lease: 0,
                 block: None,
+                shadow: false,
             })
             .collect()
     }

@@ -44,8 +44,8 @@ pub struct Part {
 }
 
 /// A rule's parameters (burst, num, den, cost, its block's after, within, for or zeros,
-/// and the lease it asks for or 0), which many rules of a batch share.
-pub type Shape = [u64; 8];
+/// the lease it asks for or 0, and 1 in shadow mode), which many rules of a batch share.
+pub type Shape = [u64; 9];
 
 /// The shape of `rule`.
 pub fn shape(rule: &RuleSpec) -> Shape {
@@ -53,12 +53,23 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         .block
         .map_or([0; 3], |b| [b.after, b.within_ms, b.for_ms]);
     [
-        rule.burst, rule.num, rule.den, rule.cost, block[0], block[1], block[2], rule.lease,
+        rule.burst,
+        rule.num,
+        rule.den,
+        rule.cost,
+        block[0],
+        block[1],
+        block[2],
+        rule.lease,
+        u64::from(rule.shadow),
     ]
 }
 
 /// The `remaining` the script answers for a rule whose client is blocked.
 const BLOCKED: i64 = -2;
+/// The `remaining` it answers for a rule in shadow mode that lacked the cost of a check it
+/// did not deny.
+const SHADOW_DENIED: i64 = -3;
 
 /// Lays out one script call over `parts` (in order) of `checks`; fails past the limits
 /// above, which the planner keeps.
@@ -165,10 +176,15 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
                 w => (unsigned(w)?, 0),
             };
             let blocked = r[0] == BLOCKED;
+            let shadowed = r[0] == SHADOW_DENIED;
             Ok(Some(RuleOutcome {
-                allowed: wait_ms == 0 && !blocked,
+                allowed: (wait_ms == 0 && !blocked) || shadowed,
                 blocked,
-                remaining: if blocked { 0 } else { unsigned(r[0])? },
+                remaining: if blocked || shadowed {
+                    0
+                } else {
+                    unsigned(r[0])?
+                },
                 full_ms: unsigned(r[1])?,
                 wait_ms,
                 leased,
@@ -191,6 +207,7 @@ mod tests {
             cost,
             lease: 0,
             block: None,
+            shadow: false,
         }
     }
 
@@ -252,7 +269,10 @@ mod tests {
         assert_eq!(layout.keys, ["a", "b", "c"]);
         assert_eq!(
             layout.shapes,
-            [[10, 1, 600, 1, 0, 0, 0, 0], [5, 1, 600, 1, 0, 0, 0, 0]]
+            [
+                [10, 1, 600, 1, 0, 0, 0, 0, 0],
+                [5, 1, 600, 1, 0, 0, 0, 0, 0]
+            ]
         );
         // Each part: its size and its rules' shapes.
         assert_eq!(layout.checks, [2, 1, 2, 1, 1]);

@@ -23,6 +23,7 @@ fn rule(key: &str, burst: u64) -> RuleSpec {
         cost: 1,
         lease: 0,
         block: None,
+        shadow: false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Leases in the token bucket script on a real Valkey: an admitted check that asks for a
 //! lease takes up to that many tokens more, as many as the bucket holds beyond its cost;
-//! a refund gives tokens back, never past the burst.
+//! a refund gives tokens back, never past the burst. A rule in shadow mode never denies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
@@ -58,4 +58,31 @@ async fn a_denied_check_takes_no_lease() {
     assert!(!out[1].allowed && out[0].leased == 0, "{out:?}");
     let (_, out) = run(&store, &[rule("rl:roomy", 100, 1, 3_600_000, 1)]).await;
     assert_eq!(out[0].remaining, 99, "nothing was taken from it");
+}
+
+#[tokio::test]
+async fn a_shadow_rule_never_denies_its_check_and_takes_nothing_it_lacks() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let shadow = RuleSpec {
+        shadow: true,
+        ..rule("rl:s", 1, 1, 3_600_000, 1)
+    };
+    let roomy = rule("rl:u", 10, 1, 3_600_000, 1);
+    let (_, out) = run(&store, &[roomy.clone(), shadow.clone()]).await;
+    assert!(out[1].allowed && out[1].wait_ms == 0, "{out:?}");
+    let (_, out) = run(&store, &[roomy.clone(), shadow.clone()]).await;
+    assert!(out[0].allowed, "the check is admitted: {out:?}");
+    assert!(
+        out[1].allowed && out[1].wait_ms > 3_000_000,
+        "would wait: {out:?}"
+    );
+    assert_eq!(out[0].remaining, 8, "the enforced rule took its token");
+    // An enforced rule that denies still denies the check, shadow or not.
+    let tight = rule("rl:t", 1, 1, 3_600_000, 1);
+    assert!(run(&store, std::slice::from_ref(&tight)).await.1[0].allowed);
+    let (_, out) = run(&store, &[roomy, shadow, tight]).await;
+    assert!(!out[2].allowed, "{out:?}");
+    let (_, out) = run(&store, &[rule("rl:u", 10, 1, 3_600_000, 1)]).await;
+    assert_eq!(out[0].remaining, 7, "the denied check took nothing");
 }

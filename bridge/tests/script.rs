@@ -286,13 +286,13 @@ async fn a_changed_limit_reads_the_same_tokens_in_its_own_units() {
     assert_eq!(out[0].remaining, 2, "{out:?}");
     // A value written before units were stored (tag 1) reads in the reader's units.
     let mut legacy = vec![1u8];
-    legacy.extend(4.0f64.to_le_bytes());
+    legacy.extend((4.0 * 3_600_000.0f64).to_le_bytes());
     legacy.extend((redis_now_ms(&valkey) as f64).to_le_bytes());
     let _: () = redis::cmd("SET")
         .arg("rl:r:old")
         .arg(legacy)
         .query(&mut Connect::connection(&valkey))
         .unwrap();
-    let (_, out) = run(&store, &[rule("rl:r:old", 10, 1, 1, 1)]).await;
+    let (_, out) = run(&store, &[rule("rl:r:old", 10, 1, 3_600_000, 1)]).await;
     assert_eq!(out[0].remaining, 3, "{out:?}");
 }

@@ -21,6 +21,8 @@ pub struct Worker {
     pub breaker: Breaker,
     pub deny_cache: DenyCache,
     pub leases: Leases,
+    /// When a shadow denial was last logged (they are logged once a second at most).
+    pub shadow_logged_ms: u64,
 }
 
 impl Worker {
@@ -29,6 +31,7 @@ impl Worker {
             breaker: Breaker::new(config.circuit_breaker, config.backend.timeout_ms),
             deny_cache: DenyCache::new(config.deny_cache_entries),
             leases: Leases::default(),
+            shadow_logged_ms: 0,
         }
     }
 }
@@ -60,6 +63,8 @@ pub enum Outcome {
     Denied,
     /// Denied from the deny cache, without asking the bridge.
     DeniedCached,
+    /// Allowed, though a rule in shadow mode would have denied it.
+    ShadowDenied,
     /// Allowed from this worker's leases, without asking the bridge.
     Leased,
     /// Refused because the client is blocked (by the bridge's answer or the cache).
@@ -151,7 +156,7 @@ impl Admission {
         host: &impl Proxy,
         result: Result<CheckResult, String>,
     ) -> Verdict {
-        let verdict = self.verdict_of(config, &mut worker.deny_cache, host, &result);
+        let verdict = self.verdict_of(config, worker, host, &result);
         let answered = match &result {
             Ok(CheckResult::Checked { rules, .. }) => Some(&rules[..]),
             _ => None,
@@ -163,7 +168,7 @@ impl Admission {
     fn verdict_of(
         &mut self,
         config: &Config,
-        cache: &mut DenyCache,
+        worker: &mut Worker,
         host: &impl Proxy,
         result: &Result<CheckResult, String>,
     ) -> Verdict {
@@ -172,9 +177,11 @@ impl Admission {
                 let verdict = self.decide(config, *now_ms, rules);
                 let denied = matches!(verdict, Verdict::Reply(_));
                 if denied {
-                    self.remember_denials(cache, rules, host.now_ms());
+                    self.remember_denials(&mut worker.deny_cache, rules, host.now_ms());
                 }
+                let shadowed = !denied && self.shadow_denied(config, worker, rules, host.now_ms());
                 self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
+                    (false, _) if shadowed => Outcome::ShadowDenied,
                     (false, _) => Outcome::Allowed,
                     (true, false) => Outcome::Denied,
                     (true, true) => Outcome::Blocked,
@@ -197,6 +204,10 @@ impl Admission {
     }
 
     fn failure_mode(&mut self, config: &Config, host: &impl Proxy) -> Verdict {
+        // Rules in shadow mode never deny, not even for want of an answer.
+        if self.planned.iter().all(|p| p.shadow) {
+            return Verdict::Resume;
+        }
         match config.failure_mode {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
@@ -238,7 +249,10 @@ fn decide(
     planned: &[PlannedRule],
     results: &[RuleResult],
 ) -> (Verdict, Vec<(&'static str, String)>) {
-    let denied = results.iter().any(|r| !r.allowed);
+    let denied = planned
+        .iter()
+        .zip(results)
+        .any(|(p, r)| !r.allowed && !p.shadow);
     let shown = most_restrictive(planned, results, denied)
         .and_then(|i| Some((planned.get(i)?, results.get(i)?)));
     let Some((planned, result)) = shown else {
@@ -369,7 +383,7 @@ pub fn most_restrictive(
         .iter()
         .zip(results)
         .enumerate()
-        .filter(|(_, (_, r))| !denied || !r.allowed);
+        .filter(|(_, (p, r))| !denied || (!r.allowed && !p.shadow));
     if denied {
         candidates
             .max_by_key(|(_, (p, r))| (r.blocked, r.wait_ms, std::cmp::Reverse(p.limit.burst)))

@@ -42,6 +42,8 @@ struct RawConfig {
     circuit_breaker: BreakerConfig,
     #[serde(default = "default_deny_cache_entries")]
     deny_cache_entries: u64,
+    #[serde(default)]
+    mode: Mode,
 }
 
 fn default_deny_cache_entries() -> u64 {
@@ -69,6 +71,7 @@ struct RawRule {
     tier_identity: String,
     block: Option<RawBlock>,
     lease: Option<RawLease>,
+    mode: Option<Mode>,
 }
 
 fn default_cost() -> u64 {
@@ -77,6 +80,16 @@ fn default_cost() -> u64 {
 
 fn default_tier_identity() -> String {
     "tier".into()
+}
+
+/// Whether rules deny (`enforce`) or only count what they would deny (`shadow`: checks run
+/// and take tokens as configured, the request always passes).
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Shadow,
 }
 
 /// What to do when the backend cannot answer (unreachable, too slow, garbage reply).
@@ -129,6 +142,8 @@ pub struct Rule {
     pub block: Option<BlockPolicy>,
     /// Lease tokens of a hot bucket to the worker.
     pub lease: Option<LeasePolicy>,
+    /// Shadow mode (the rule's or the whole plugin's): never denies.
+    pub shadow: bool,
 }
 
 /// Local buckets per rule by default (`failure_mode: "local"`).
@@ -163,6 +178,8 @@ pub struct Config {
     pub circuit_breaker: BreakerConfig,
     /// Most entries of a worker's deny cache (0: off).
     pub deny_cache_entries: u64,
+    /// The whole plugin is in shadow mode: every rule is.
+    pub shadow: bool,
 }
 
 impl Config {
@@ -270,6 +287,7 @@ impl RawConfig {
             },
             circuit_breaker: breaker,
             deny_cache_entries: self.deny_cache_entries,
+            shadow: self.mode == Mode::Shadow,
         };
         if self.rules.is_empty() {
             return err("rules", "at least one rule is needed");
@@ -359,6 +377,7 @@ impl RawRule {
             Some(raw) => Some(raw.validate(&format!("{field}.lease"), &limit)?),
             None => None,
         };
+        let shadow = config.shadow || self.mode == Some(Mode::Shadow);
         Ok(Rule {
             name: self.name,
             key,
@@ -369,6 +388,7 @@ impl RawRule {
             tiers,
             block,
             lease,
+            shadow,
         })
     }
 }

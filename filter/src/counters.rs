@@ -14,6 +14,8 @@ pub enum Counter {
     Blocked,
     /// Requests admitted from the worker's leases, without a check.
     AllowedLeased,
+    /// Requests admitted although a rule in shadow mode would have denied them.
+    ShadowDenied,
     BackendFailures,
     ShortCircuits,
     /// Checks the bridge refused as malformed (they got the failure mode).
@@ -37,12 +39,13 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 19] = [
+    pub const ALL: [Counter; 20] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
         Counter::Blocked,
         Counter::AllowedLeased,
+        Counter::ShadowDenied,
         Counter::BackendFailures,
         Counter::ShortCircuits,
         Counter::Refused,
@@ -67,6 +70,7 @@ impl Counter {
             Counter::DeniedCached => "ratelimit.denied_cached",
             Counter::Blocked => "ratelimit.blocked",
             Counter::AllowedLeased => "ratelimit.allowed_leased",
+            Counter::ShadowDenied => "ratelimit.shadow_denied",
             Counter::BackendFailures => "ratelimit.backend_failures",
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
@@ -92,6 +96,7 @@ impl Counter {
             Outcome::DeniedCached => Counter::DeniedCached,
             Outcome::Blocked => Counter::Blocked,
             Outcome::Leased => Counter::AllowedLeased,
+            Outcome::ShadowDenied => Counter::ShadowDenied,
             Outcome::BackendFailed => Counter::BackendFailures,
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,

@@ -202,6 +202,7 @@ mod tests {
             cost,
             lease: 0,
             block: None,
+            shadow: false,
         }
     }
 

@@ -7,26 +7,41 @@ pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,
     GRPC_SERVICE, MAX_REPLY_LEN, PATH,
 };
-use ratelimit_protocol::{encode_rule, end_check, start_refund};
+use ratelimit_protocol::{encode_rule, end_check, start_refund, RuleFields};
 
 /// Appends one check's line (all its rules) to a batch.
 pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
     for (i, r) in rules.iter().enumerate() {
         let l = &r.limit;
-        encode_rule(
-            body,
-            i == 0,
-            (&r.key, l.burst, l.num, l.den, r.cost, r.lease, r.block),
-        );
+        let fields = RuleFields {
+            key: &r.key,
+            burst: l.burst,
+            num: l.num,
+            den: l.den,
+            cost: r.cost,
+            lease: r.lease,
+            block: r.block,
+            shadow: r.shadow,
+        };
+        encode_rule(body, i == 0, fields);
     }
     end_check(body);
 }
 
 /// Appends a line that gives `tokens` a lease did not use back to the bucket `key`.
 pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
-    let l = limit;
+    let fields = RuleFields {
+        key,
+        burst: limit.burst,
+        num: limit.num,
+        den: limit.den,
+        cost: tokens,
+        lease: 0,
+        block: None,
+        shadow: false,
+    };
     start_refund(body);
-    encode_rule(body, true, (key, l.burst, l.num, l.den, tokens, 0, None));
+    encode_rule(body, true, fields);
     end_check(body);
 }
 
@@ -50,6 +65,7 @@ mod tests {
             cost,
             lease: 0,
             block: None,
+            shadow: false,
         }
     }
 

@@ -27,8 +27,10 @@ pub struct PlannedRule {
     pub cost: u64,
     /// Tokens this check asks for beyond the cost, as a lease (0: none; see `lease`).
     pub lease: u64,
-    /// When the rule blocks repeat offenders.
+    /// When the rule blocks repeat offenders (never in shadow mode).
     pub block: Option<Block>,
+    /// The rule is in shadow mode: it never denies.
+    pub shadow: bool,
 }
 
 /// Every rule that applies to the request and whose identities it carries, in config order;
@@ -80,7 +82,8 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
             limit: rule.limit_for(tier.as_deref()),
             cost: rule.cost,
             lease: 0,
-            block: rule.block.map(|b| b.wire),
+            block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
+            shadow: rule.shadow,
         });
     }
     Ok(planned)

@@ -39,6 +39,7 @@ fuzz_target!(|data: &[u8]| {
             cost: p.cost,
             lease: p.lease,
             block: p.block,
+            shadow: p.shadow,
         })
         .collect();
     let sent = Line {

@@ -21,8 +21,7 @@ fuzz_target!(|body: &[u8]| {
             start_refund(&mut line);
         }
         for (i, r) in rules.iter().enumerate() {
-            let fields = (&r.key[..], r.burst, r.num, r.den, r.cost, r.lease, r.block);
-            encode_rule(&mut line, i == 0, fields);
+            encode_rule(&mut line, i == 0, r.fields());
         }
         end_check(&mut line);
         assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(parsed)]), "{line}");

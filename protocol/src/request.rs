@@ -22,6 +22,9 @@ pub struct RuleSpec {
     pub lease: u64,
     /// When the bucket's client is blocked after repeated denials.
     pub block: Option<Block>,
+    /// A rule in shadow mode: it never denies its check; lacking the cost, it takes
+    /// nothing and says what enforcing it would have answered.
+    pub shadow: bool,
 }
 
 /// One line of a batch: a check (take each rule's cost, all or nothing), or the return of
@@ -41,33 +44,61 @@ pub struct Block {
     pub for_ms: u64,
 }
 
-/// A rule as the filter encodes it: key, burst, num, den, cost, lease, block (see
-/// `RuleSpec`).
-pub type RuleFields<'a> = (&'a str, u64, u64, u64, u64, u64, Option<Block>);
+/// A rule as the filter encodes it, borrowing its key (see `RuleSpec` for the fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleFields<'a> {
+    pub key: &'a str,
+    pub burst: u64,
+    pub num: u64,
+    pub den: u64,
+    pub cost: u64,
+    pub lease: u64,
+    pub block: Option<Block>,
+    pub shadow: bool,
+}
+
+impl RuleSpec {
+    /// This rule as the filter encodes it.
+    pub fn fields(&self) -> RuleFields<'_> {
+        RuleFields {
+            key: &self.key,
+            burst: self.burst,
+            num: self.num,
+            den: self.den,
+            cost: self.cost,
+            lease: self.lease,
+            block: self.block,
+            shadow: self.shadow,
+        }
+    }
+}
 
 /// Starts a line that returns tokens (see `Line`); its rules follow.
 pub fn start_refund(body: &mut String) {
     body.push_str("+ ");
 }
 
-/// Appends one rule to the current line (`key,burst,num,den,cost`, the cost followed by
-/// `+lease` when the check would take a lease, then `,after,within_ms,for_ms` for a rule
-/// that blocks); rules of a line are separated by a space.
+/// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
+/// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
+/// lease, then `,after,within_ms,for_ms` for a rule that blocks); rules of a line are
+/// separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
-    let (key, burst, num, den, cost, lease, block) = rule;
     if !first {
         body.push(' ');
     }
-    body.push_str(key);
-    for n in [burst, num, den, cost] {
+    if rule.shadow {
+        body.push('~');
+    }
+    body.push_str(rule.key);
+    for n in [rule.burst, rule.num, rule.den, rule.cost] {
         body.push(',');
         push_u64(body, n);
     }
-    if lease > 0 {
+    if rule.lease > 0 {
         body.push('+');
-        push_u64(body, lease);
+        push_u64(body, rule.lease);
     }
-    if let Some(b) = block {
+    if let Some(b) = rule.block {
         for n in [b.after, b.within_ms, b.for_ms] {
             body.push(',');
             push_u64(body, n);
@@ -135,9 +166,19 @@ fn parse_check(line: &str) -> Result<Vec<RuleSpec>, String> {
 }
 
 fn parse_rule(field: &str) -> Result<RuleSpec, String> {
+    let (shadow, field) = match field.strip_prefix('~') {
+        Some(rest) => (true, rest),
+        None => (false, field),
+    };
     let mut parts = field.split(',');
     let key = parts.next().unwrap_or_default();
-    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
+    // `~` (shadow) and `+` (refund) mark a rule and a line, never a key.
+    let marked = key.starts_with(['~', '+']);
+    if key.is_empty()
+        || key.len() > MAX_KEY_LEN
+        || marked
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
         let shown: String = key.chars().take(64).collect();
         return Err(format!("bad key {shown:?}"));
     }
@@ -193,6 +234,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         cost,
         lease,
         block,
+        shadow,
     };
     if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
         return Err(format!("burst x den of {key:?} must stay below 2^53"));
@@ -216,11 +258,24 @@ mod tests {
         for_ms: 900_000,
     };
 
-    fn encode(checks: &[&[RuleFields<'_>]]) -> String {
+    fn spec(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
+        RuleSpec {
+            key: key.into(),
+            burst,
+            num,
+            den,
+            cost,
+            lease: 0,
+            block: None,
+            shadow: false,
+        }
+    }
+
+    fn encode(checks: &[&[RuleSpec]]) -> String {
         let mut body = String::new();
         for check in checks {
             for (i, rule) in check.iter().enumerate() {
-                encode_rule(&mut body, i == 0, *rule);
+                encode_rule(&mut body, i == 0, rule.fields());
             }
             end_check(&mut body);
         }
@@ -229,37 +284,37 @@ mod tests {
 
     #[test]
     fn what_the_filter_encodes_the_bridge_parses() {
-        let body = encode(&[
-            &[
-                ("rl:a:x", 10, 1, 6000, 1, 0, None),
-                ("rl:g", 5, 50, 1, 2, 3, None),
-            ],
-            &[("rl:b", 1, 1, 1, 1, 0, Some(BLOCK))],
-        ]);
+        let leasing = RuleSpec {
+            lease: 3,
+            ..spec("rl:g", 5, 50, 1, 2)
+        };
+        let blocking = RuleSpec {
+            block: Some(BLOCK),
+            ..spec("rl:b", 1, 1, 1, 1)
+        };
+        let shadow = RuleSpec {
+            shadow: true,
+            ..spec("rl:s", 2, 1, 1, 1)
+        };
+        let checks = [
+            vec![spec("rl:a:x", 10, 1, 6000, 1), leasing],
+            vec![blocking, shadow],
+        ];
+        let body = encode(&[&checks[0], &checks[1]]);
         assert_eq!(
             body,
-            "rl:a:x,10,1,6000,1 rl:g,5,50,1,2+3\nrl:b,1,1,1,1,3,60000,900000\n"
+            "rl:a:x,10,1,6000,1 rl:g,5,50,1,2+3\nrl:b,1,1,1,1,3,60000,900000 ~rl:s,2,1,1,1\n"
         );
-        let checks = parse_batch(body.as_bytes()).unwrap();
-        assert_eq!(checks.len(), 2);
-        assert_eq!(
-            checks[0].as_ref().unwrap().rules[1],
-            RuleSpec {
-                key: "rl:g".into(),
-                burst: 5,
-                num: 50,
-                den: 1,
-                cost: 2,
-                lease: 3,
-                block: None,
-            }
-        );
-        assert_eq!(checks[1].as_ref().unwrap().rules[0].key, "rl:b");
-        assert_eq!(checks[1].as_ref().unwrap().rules[0].block, Some(BLOCK));
+        let parsed: Vec<Vec<RuleSpec>> = parse_batch(body.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|line| line.unwrap().rules)
+            .collect();
+        assert_eq!(parsed, checks);
 
         let mut refund = String::new();
         start_refund(&mut refund);
-        encode_rule(&mut refund, true, ("rl:g", 5, 50, 1, 4, 0, None));
+        encode_rule(&mut refund, true, spec("rl:g", 5, 50, 1, 4).fields());
         end_check(&mut refund);
         assert_eq!(refund, "+ rl:g,5,50,1,4\n");
         let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
@@ -284,6 +339,8 @@ mod tests {
             ("k,2,1,1,1+x".into(), "cost"),
             ("k,2,1,1+1,1".into(), "den"),
             ("+ k,2,1,1,1+1".into(), "refund takes no lease"),
+            ("~".into(), "bad key"),
+            ("~~k,1,1,1,1".into(), "bad key"),
             ("k,0,1,1,1".into(), "burst"),
             ("k,1,1,1,2".into(), "exceeds"),
             ("k,1,x,1,1".into(), "num"),
@@ -323,16 +380,20 @@ mod tests {
 
     #[test]
     fn the_longest_legal_check_fits_a_body_many_times() {
-        let key = "k".repeat(MAX_KEY_LEN);
         let big = MAX_EXACT - 1;
-        let block = Block {
-            after: big,
-            within_ms: big,
-            for_ms: big,
+        let rule = RuleSpec {
+            lease: big,
+            block: Some(Block {
+                after: big,
+                within_ms: big,
+                for_ms: big,
+            }),
+            shadow: true,
+            ..spec(&"k".repeat(MAX_KEY_LEN), big, big, 1, 1)
         };
         let mut body = String::new();
         for i in 0..MAX_RULES {
-            encode_rule(&mut body, i == 0, (&key, big, big, 1, 1, big, Some(block)));
+            encode_rule(&mut body, i == 0, rule.fields());
         }
         end_check(&mut body);
         assert!(body.len() * 8 < MAX_BODY, "{}", body.len());

@@ -24,6 +24,7 @@ pub fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
         cost,
         lease: 0,
         block: None,
+        shadow: false,
     }
 }
 

@@ -2,7 +2,7 @@
 //! and the rules admitted from its leases; and what it learns for them from the bridge's
 //! answers.
 
-use super::{Admission, Outcome, Verdict};
+use super::{Admission, Outcome, Verdict, Worker};
 use crate::config::Config;
 use crate::deny_cache::{self, DenyCache, Reason};
 use crate::lease::Leases;
@@ -52,7 +52,7 @@ impl Admission {
     ) {
         for (planned, result) in self.planned.iter().zip(rules) {
             let counted = planned.block.is_some() && !result.blocked;
-            if result.allowed || result.wait_ms == 0 || counted {
+            if result.allowed || result.wait_ms == 0 || counted || planned.shadow {
                 continue;
             }
             let entry = deny_cache::Entry {
@@ -67,6 +67,35 @@ impl Admission {
             };
             cache.insert(&planned.key, entry, now_ms);
         }
+    }
+
+    /// Whether a rule in shadow mode would have denied this admitted request; logged
+    /// once a second at most per worker.
+    pub(super) fn shadow_denied(
+        &self,
+        config: &Config,
+        worker: &mut Worker,
+        rules: &[RuleResult],
+        now_ms: u64,
+    ) -> bool {
+        let Some(planned) = self
+            .planned
+            .iter()
+            .zip(rules)
+            .find(|(p, r)| p.shadow && (!r.allowed || r.wait_ms > 0))
+            .map(|(p, _)| p)
+        else {
+            return false;
+        };
+        if now_ms >= worker.shadow_logged_ms.saturating_add(1_000) {
+            worker.shadow_logged_ms = now_ms;
+            let name = config
+                .rules
+                .get(planned.rule)
+                .map_or("", |r| r.name.as_str());
+            log::info!("shadow: rule {name} would have denied {}", planned.key);
+        }
+        true
     }
 
     /// Admits from this worker's leases the rules that have one holding the cost; marks
