@@ -232,6 +232,7 @@ mod tests {
             cost: 1,
             lease: 0,
             block: None,
+            shadow: false,
         }
     }
 

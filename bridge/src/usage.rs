@@ -70,7 +70,9 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         den: limit.den,
         cost: 0,
         lease: 0,
-        block: rule.block.map(|b| b.wire),
+        // As the gateway sends it: a rule in shadow mode never blocks.
+        block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
+        shadow: rule.shadow,
     };
     Ok((rule.name.clone(), spec))
 }
