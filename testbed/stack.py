@@ -128,6 +128,24 @@ class Process:
         self.proc.wait()
 
 
+# The wasm filter's configuration as Envoy discovers it from a file (ECDS) in a
+# reloadable stack: the filter entry that names it, and the resource the file holds.
+WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+FILTER_NAME = "envoy.filters.http.wasm"
+
+
+def discovered_filter(path):
+    return {"name": FILTER_NAME, "config_discovery": {
+        "config_source": {"path_config_source": {"path": str(path)},
+                          "resource_api_version": "V3"},
+        "type_urls": [WASM_TYPE]}}
+
+
+def filter_resource(wasm_filter):
+    return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                           "name": FILTER_NAME, "typed_config": wasm_filter["typed_config"]}]}
+
+
 def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False):
     """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
     `raw_paths` turns Envoy's own path normalization off (`normalize_path`,
@@ -189,7 +207,7 @@ class Stack:
     `raw_paths` as in `envoy_config`."""
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
-                 bridge_args=()):
+                 bridge_args=(), reloadable=False):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -212,11 +230,21 @@ class Stack:
         self.envoys = []
         self.ports = []
         self.admin_ports = []
+        # Reloadable: each gateway discovers its wasm filter from a file (ECDS), which
+        # `reconfigure` replaces.
+        self.filter_files = []
         for i in range(gateways):
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
-            path.write_text(json.dumps(
-                envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths)))
+            config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths)
+            if reloadable:
+                filters = config["static_resources"]["listeners"][0]["filter_chains"][0][
+                    "filters"][0]["typed_config"]["http_filters"]
+                self.filter_files.append(Path(self.workdir) / f"filter-{i}.json")
+                self.filter_files[i].write_text(json.dumps(filter_resource(filters[0])))
+                filters[0] = discovered_filter(self.filter_files[i])
+                config["node"] = {"id": f"gateway-{i}", "cluster": "testbed"}
+            path.write_text(json.dumps(config))
             self.envoys.append(Process(f"envoy-{i}", [
                 ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warn", "--component-log-level", "wasm:info"], self.workdir))
@@ -257,6 +285,28 @@ class Stack:
             return client.execute_command(*args)
         finally:
             client.close()
+
+    def reconfigure(self, plugin):
+        """A reloadable stack's gateways load `plugin` as Envoy's file-based discovery
+        delivers it (the file replaced, as Envoy watches it); returns once every gateway
+        has applied it."""
+        for i, path in enumerate(self.filter_files):
+            before = self.reloads(i)
+            config = envoy_config(plugin, self.ports[i], self.admin_ports[i], self.bridge_port)
+            wasm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+                "typed_config"]["http_filters"][0]
+            fresh = path.with_suffix(".new")
+            fresh.write_text(json.dumps(filter_resource(wasm)))
+            os.replace(fresh, path)
+            wait_for(f"envoy-{i} reload", lambda i=i: self.reloads(i) > before, timeout=10)
+        self.plugin = plugin
+
+    def reloads(self, gateway):
+        """How many filter configurations the gateway applied from its discovery file."""
+        status, _, body = request(self.admin_ports[gateway], "/stats?filter=config_reload$",
+                                  timeout=5)
+        return sum(int(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if status == 200 and "extension_config_discovery" in line)
 
     def get(self, gateway=0, path="/", headers=None, **kw):
         return request(self.ports[gateway], path, headers, **kw)

@@ -8,8 +8,8 @@ def stack_of():
     """Starts a stack with the given plugin configuration; stops it after the test."""
     started = []
 
-    def make(plugin, gateways=1, raw_paths=False, bridge_args=()):
-        stack = Stack(plugin, gateways=gateways, raw_paths=raw_paths, bridge_args=bridge_args)
+    def make(plugin, gateways=1, **options):
+        stack = Stack(plugin, gateways=gateways, **options)
         started.append(stack)
         return stack.start()
 
