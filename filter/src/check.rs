@@ -87,7 +87,9 @@ pub struct Admission {
     /// The rules sent to the bridge.
     planned: Vec<PlannedRule>,
     /// The rules admitted from this worker's leases, with what they show.
-    leased: Vec<(PlannedRule, RuleResult)>,
+    leased: Vec<PlannedRule>,
+    /// What each of `leased` shows (the lease's view of its bucket).
+    leased_shown: Vec<RuleResult>,
     /// Headers to add to the upstream's response when the request is allowed.
     pub response_headers: Vec<(&'static str, String)>,
     /// Set once the check has ended.
@@ -225,16 +227,15 @@ impl Admission {
     /// Decides from the results of the rules sent (those admitted from leases were
     /// admitted already), showing the most restrictive of all.
     fn decide(&mut self, config: &Config, now_ms: u64, results: &[RuleResult]) -> Verdict {
-        let (verdict, headers) = if self.leased.is_empty() {
-            decide(config, now_ms, &self.planned, results)
-        } else {
-            let mut planned = self.planned.clone();
-            let mut all = results.to_vec();
-            for (p, r) in &self.leased {
-                planned.push(p.clone());
-                all.push(*r);
+        let (verdict, headers) = match (self.planned.is_empty(), self.leased.is_empty()) {
+            (_, true) => decide(config, now_ms, &self.planned, results),
+            // All from leases (the hot path leases exist for): nothing to copy.
+            (true, false) => decide(config, now_ms, &self.leased, &self.leased_shown),
+            (false, false) => {
+                let planned = [&self.planned[..], &self.leased[..]].concat();
+                let all = [results, &self.leased_shown[..]].concat();
+                decide(config, now_ms, &planned, &all)
             }
-            decide(config, now_ms, &planned, &all)
         };
         self.response_headers = headers;
         verdict

@@ -91,6 +91,8 @@ pub struct Leases {
     held: HashMap<String, Held>,
     /// Tokens to give back, waiting for the next exchange.
     returns: Vec<Return>,
+    /// No entry ends before then: the tick's `expire` skips the scan until it has to.
+    soonest_ms: u64,
 }
 
 impl Leases {
@@ -142,12 +144,13 @@ impl Leases {
         if self.held.len() < MAX_ENTRIES {
             let sighting = Held {
                 tokens: 0,
-                expires_ms: now_ms + ttl_ms,
+                expires_ms: now_ms.saturating_add(ttl_ms),
                 limit: *limit,
                 remaining: 0,
                 full_at_ms: now_ms,
                 asking: false,
             };
+            self.soonest_ms = self.soonest_ms.min(sighting.expires_ms);
             self.held.insert(key.to_owned(), sighting);
         }
         false
@@ -174,6 +177,7 @@ impl Leases {
         };
         let total = leftover + result.leased;
         let kept = total.min(limit.burst);
+        self.soonest_ms = self.soonest_ms.min(expires_ms);
         *held = Held {
             tokens: kept,
             expires_ms,
@@ -196,9 +200,16 @@ impl Leases {
 
     /// Ends the leases over at `now_ms`: their tokens are to go back.
     pub fn expire(&mut self, now_ms: u64) {
+        if now_ms < self.soonest_ms {
+            return;
+        }
         let mut returns = Vec::new();
+        let mut soonest = u64::MAX;
         self.held.retain(|key, held| {
             let live = now_ms < held.expires_ms;
+            if live {
+                soonest = soonest.min(held.expires_ms);
+            }
             if !live && held.tokens > 0 {
                 returns.push(Return {
                     key: key.clone(),
@@ -209,6 +220,7 @@ impl Leases {
             live
         });
         self.returns.append(&mut returns);
+        self.soonest_ms = soonest;
     }
 
     /// Ends every lease (the configuration changed): all their tokens are to go back.

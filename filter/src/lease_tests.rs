@@ -125,3 +125,22 @@ fn lease_settings_are_validated_against_the_limit() {
         "l.ttl"
     );
 }
+
+#[test]
+fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
+    let (mut leases, l) = (Leases::default(), limit(100));
+    leases.wants("slow", &l, 5_000, 0);
+    leases.wants("fast", &l, 1_000, 0);
+    leases.wants("fast", &l, 1_000, 0);
+    leases.granted("fast", &l, &grant(4, 50), 1_000);
+    leases.expire(999);
+    assert!(leases.take_returns().is_empty());
+    leases.expire(1_000);
+    let back: Vec<u64> = leases.take_returns().iter().map(|r| r.tokens).collect();
+    assert_eq!(back, [4], "the sooner lease ends on time behind a later one");
+    assert_eq!(leases.len(), 1);
+    leases.expire(4_999);
+    assert_eq!(leases.len(), 1);
+    leases.expire(5_000);
+    assert!(leases.is_empty());
+}

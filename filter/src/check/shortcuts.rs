@@ -109,7 +109,8 @@ impl Admission {
             };
             if let Some(shown) = leases.take(&p.key, &p.limit, p.cost, now_ms) {
                 let p = self.planned.remove(i);
-                self.leased.push((p, shown));
+                self.leased.push(p);
+                self.leased_shown.push(shown);
                 continue;
             }
             if leases.wants(&p.key, &p.limit, policy.ttl_ms, now_ms) {
@@ -130,7 +131,8 @@ impl Admission {
     ) {
         let admitted = matches!(verdict, Verdict::Resume);
         if !admitted {
-            for (p, _) in self.leased.drain(..) {
+            self.leased_shown.clear();
+            for p in self.leased.drain(..) {
                 leases.put_back(&p.key, &p.limit, p.cost);
             }
         }
