@@ -137,7 +137,11 @@ fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
     assert!(leases.take_returns().is_empty());
     leases.expire(1_000);
     let back: Vec<u64> = leases.take_returns().iter().map(|r| r.tokens).collect();
-    assert_eq!(back, [4], "the sooner lease ends on time behind a later one");
+    assert_eq!(
+        back,
+        [4],
+        "the sooner lease ends on time behind a later one"
+    );
     assert_eq!(leases.len(), 1);
     leases.expire(4_999);
     assert_eq!(leases.len(), 1);
