@@ -214,7 +214,11 @@ impl Admission {
             FailureMode::Open => Verdict::Resume,
             FailureMode::Closed => Verdict::Reply(response::unavailable()),
             FailureMode::Local => {
-                let names: Vec<&str> = self.planned.iter().map(|p| rule_name(config, p)).collect();
+                let names: Vec<&str> = self
+                    .planned
+                    .iter()
+                    .map(|p| config.rule_name(p.rule))
+                    .collect();
                 let now_ms = host.now_ms();
                 match local::admit(host, &self.planned, &names, config.local, now_ms) {
                     Some(results) => self.decide(config, now_ms, &results),
@@ -256,25 +260,30 @@ fn decide(
         .any(|(p, r)| !r.allowed && !p.shadow);
     let shown = most_restrictive(planned, results, denied)
         .and_then(|i| Some((planned.get(i)?, results.get(i)?)));
-    let Some((planned, result)) = shown else {
-        return (Verdict::Reply(response::unavailable()), Vec::new());
+    let Some((rule, result)) = shown else {
+        // Only rules in shadow mode, which show nothing; or no result to show at all.
+        let only_shadow = !planned.is_empty() && planned.iter().all(|p| p.shadow);
+        return match only_shadow && !denied {
+            true => (Verdict::Resume, Vec::new()),
+            false => (Verdict::Reply(response::unavailable()), Vec::new()),
+        };
+    };
+    let shown = Shown {
+        rule,
+        all: planned,
+        result,
+        now_ms,
     };
     if denied {
-        let reply = shortcuts::denial(config, planned, result, now_ms);
+        let reply = shortcuts::denial(config, &shown);
         return (Verdict::Reply(reply), Vec::new());
     }
     if !config.headers.on_allowed {
         return (Verdict::Resume, Vec::new());
     }
-    let shown = Shown {
-        name: rule_name(config, planned),
-        limit: &planned.limit,
-        result,
-        now_ms,
-    };
     (
         Verdict::Resume,
-        response::rate_limit_headers(&shown, config.headers),
+        response::rate_limit_headers(&shown, config),
     )
 }
 
@@ -365,16 +374,9 @@ pub fn record_exchange(
     }
 }
 
-fn rule_name<'c>(config: &'c Config, planned: &PlannedRule) -> &'c str {
-    config
-        .rules
-        .get(planned.rule)
-        .map_or("", |r| r.name.as_str())
-}
-
-/// The rule the client is shown. Denied: a rule that blocks the client, else the denying
-/// rule with the longest wait. Allowed: the rule with the fewest tokens left. Ties go to
-/// the smaller bucket.
+/// The rule the client is shown, never one in shadow mode (it must not change what clients
+/// see). Denied: a rule that blocks the client, else the denying rule with the longest
+/// wait. Allowed: the rule with the fewest tokens left. Ties go to the smaller bucket.
 pub fn most_restrictive(
     planned: &[PlannedRule],
     results: &[RuleResult],
@@ -384,7 +386,7 @@ pub fn most_restrictive(
         .iter()
         .zip(results)
         .enumerate()
-        .filter(|(_, (p, r))| !denied || (!r.allowed && !p.shadow));
+        .filter(|(_, (p, r))| !p.shadow && (!denied || !r.allowed));
     if denied {
         candidates
             .max_by_key(|(_, (p, r))| (r.blocked, r.wait_ms, std::cmp::Reverse(p.limit.burst)))

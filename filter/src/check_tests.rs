@@ -118,6 +118,35 @@ fn remaining_ties_go_to_the_smaller_bucket() {
 }
 
 #[test]
+fn a_rule_in_shadow_mode_is_never_shown() {
+    let json = EXAMPLE.replace(
+        r#"{"name": "search-per-ip", "key": ["ip"],"#,
+        r#"{"name": "search-per-ip", "key": ["ip"], "mode": "shadow","#,
+    );
+    let c = Config::parse(json.as_bytes()).unwrap();
+    // The shadow rule lacked the cost: it has the fewest tokens, yet per-user is shown.
+    let (check, verdict) = finish(&c, Some(200), b"1 1,97,1800,0 1,0,60000,6000 1,49999,1,0\n");
+    assert_eq!(verdict, Verdict::Resume);
+    assert_eq!(check.response_headers[0].1, "100");
+    assert_eq!(check.response_headers[1].1, "97");
+
+    // With every rule in shadow mode the response shows nothing.
+    let all_shadow = Config::parse(
+        EXAMPLE
+            .replace(r#""rules""#, r#""mode": "shadow", "rules""#)
+            .as_bytes(),
+    )
+    .unwrap();
+    let (check, verdict) = finish(&all_shadow, Some(200), b"1 1,0,1,5 1,0,1,5 1,0,1,5\n");
+    assert_eq!(verdict, Verdict::Resume);
+    assert!(
+        check.response_headers.is_empty(),
+        "{:?}",
+        check.response_headers
+    );
+}
+
+#[test]
 fn denial_shows_the_denying_rule_with_the_longest_wait() {
     // Alice has tokens left; the IP rule and the global rule deny, the IP one for longer.
     let (check, verdict) = finish(

@@ -111,7 +111,8 @@ pub enum FailureMode {
 pub struct HeaderOptions {
     /// Add `X-RateLimit-*` to allowed responses too (they are always on 429s).
     pub on_allowed: bool,
-    /// Also emit the IETF draft-10 `RateLimit-Policy` and `RateLimit` fields.
+    /// Also emit the IETF draft-11 `RateLimit-Policy` and `RateLimit` fields, and refuse
+    /// with its problem types.
     pub ietf_draft: bool,
 }
 
@@ -183,6 +184,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// The name of rule `index` (a `PlannedRule::rule`); empty for an index it has not.
+    pub fn rule_name(&self, index: usize) -> &str {
+        self.rules.get(index).map_or("", |r| r.name.as_str())
+    }
+
     /// Parses and validates a plugin configuration.
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
         let de = &mut serde_json::Deserializer::from_slice(json);

@@ -1,9 +1,9 @@
 //! What the client sees: rate-limit headers, the 429 reply, the failure-mode 503.
 
-use crate::config::{Config, HeaderOptions};
-use crate::limit::Limit;
+use crate::config::Config;
 use crate::protocol::RuleResult;
-use ratelimit_protocol::u64_string;
+use crate::rules::PlannedRule;
+use ratelimit_protocol::{push_u64, u64_string};
 
 /// A reply the filter sends itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,101 +15,175 @@ pub struct LocalReply {
 
 /// The rule whose numbers the client is shown, with its outcome and Redis's clock.
 pub struct Shown<'a> {
-    pub name: &'a str,
-    pub limit: &'a Limit,
+    pub rule: &'a PlannedRule,
+    /// Every rule of the request (`rule` among them): the policies it falls under.
+    pub all: &'a [PlannedRule],
     pub result: &'a RuleResult,
     pub now_ms: u64,
 }
 
 impl Shown<'_> {
-    fn reset_in_s(&self) -> u64 {
-        self.result.full_ms.div_ceil(1000)
-    }
-
     /// `Retry-After`: whole seconds, at least 1, so clients never retry at once.
     pub fn retry_after_s(&self) -> u64 {
         self.result.wait_ms.div_ceil(1000).max(1)
     }
+
+    /// The IETF draft's effective window: until the bucket is full, or on a refusal until
+    /// the client may retry, so that `Retry-After` never ends before it (draft-11, 6).
+    fn effective_window_s(&self) -> u64 {
+        if self.result.allowed {
+            self.result.full_ms.div_ceil(1000)
+        } else {
+            self.retry_after_s()
+        }
+    }
 }
 
 /// `X-RateLimit-*` (and, if configured, the IETF draft fields) for the shown rule.
-pub fn rate_limit_headers(
-    shown: &Shown<'_>,
-    options: HeaderOptions,
-) -> Vec<(&'static str, String)> {
+pub fn rate_limit_headers(shown: &Shown<'_>, config: &Config) -> Vec<(&'static str, String)> {
     // Both come from the bridge: saturate rather than trust them not to overflow.
     let reset_unix_s = shown
         .now_ms
         .saturating_add(shown.result.full_ms)
         .div_ceil(1000);
     let mut headers = vec![
-        ("x-ratelimit-limit", u64_string(shown.limit.burst)),
+        ("x-ratelimit-limit", u64_string(shown.rule.limit.burst)),
         ("x-ratelimit-remaining", u64_string(shown.result.remaining)),
         ("x-ratelimit-reset", u64_string(reset_unix_s)),
     ];
-    if options.ietf_draft {
-        headers.push((
-            "ratelimit-policy",
-            format!(
-                "\"{}\";q={};w={}",
-                shown.name,
-                shown.limit.burst,
-                shown.limit.window_s()
-            ),
-        ));
-        headers.push((
-            "ratelimit",
-            format!(
-                "\"{}\";r={};t={}",
-                shown.name,
-                shown.result.remaining,
-                shown.reset_in_s()
-            ),
-        ));
+    if config.headers.ietf_draft {
+        headers.push(("ratelimit-policy", policy_field(shown, config)));
+        headers.push(("ratelimit", service_limit_field(shown, config)));
     }
     headers
 }
 
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11, section 3): a structured
+/// field List with one Item per enforced rule of the request, the shown one first, e.g.
+/// `"per-user";q=100;w=60, "global";q=5000;w=1;burst=10000`. `q` and `w` are the
+/// configured `requests` and `per`; `w` is left out when `per` is not whole seconds (the
+/// draft has no sub-second windows), and `burst` is added when it differs from `q`, since
+/// a client may then see `r` above `q`.
+fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
+    let enforced = shown.all.iter().filter(|p| !p.shadow);
+    let mut listed: Vec<usize> = Vec::new();
+    let mut field = String::new();
+    for planned in std::iter::once(shown.rule).chain(enforced) {
+        if listed.contains(&planned.rule) {
+            continue;
+        }
+        listed.push(planned.rule);
+        if !field.is_empty() {
+            field.push_str(", ");
+        }
+        let limit = &planned.limit;
+        push_policy_name(&mut field, config.rule_name(planned.rule));
+        field.push_str(";q=");
+        push_u64(&mut field, limit.requests);
+        if limit.per_ms % 1000 == 0 {
+            field.push_str(";w=");
+            push_u64(&mut field, limit.per_ms / 1000);
+        }
+        if limit.burst != limit.requests {
+            field.push_str(";burst=");
+            push_u64(&mut field, limit.burst);
+        }
+    }
+    field
+}
+
+/// `RateLimit` (draft-11, section 4): the shown rule's service limit, `r` tokens left
+/// within `t` seconds, e.g. `"per-user";r=7;t=2`.
+fn service_limit_field(shown: &Shown<'_>, config: &Config) -> String {
+    let mut field = String::new();
+    push_policy_name(&mut field, config.rule_name(shown.rule.rule));
+    field.push_str(";r=");
+    push_u64(&mut field, shown.result.remaining);
+    field.push_str(";t=");
+    push_u64(&mut field, shown.effective_window_s());
+    field
+}
+
+/// A rule name as a structured-field String. Names are validated at load to letters,
+/// digits, `-`, `_` and `.`, none of which a String escapes.
+fn push_policy_name(field: &mut String, name: &str) {
+    field.push('"');
+    field.push_str(name);
+    field.push('"');
+}
+
 /// The 429 for a denied request.
 pub fn too_many_requests(shown: &Shown<'_>, config: &Config) -> LocalReply {
-    let limit = shown.limit;
+    let limit = &shown.rule.limit;
     let sentence = format!(
         "You have exceeded the rate limit of {} requests per {}.",
         limit.requests,
         limit.period_phrase()
     );
-    refusal(shown, 429, "Rate limit exceeded", &sentence, config)
+    let problem = Problem {
+        error: "Rate limit exceeded",
+        kind: "quota-exceeded",
+        title: "Request cannot be satisfied as assigned quota has been exceeded",
+    };
+    refusal(shown, 429, &problem, &sentence, config)
 }
 
 /// The reply to a blocked client: the rule's status, the usual headers, `Retry-After` the
 /// rest of the block.
 pub fn blocked(shown: &Shown<'_>, status: u32, config: &Config) -> LocalReply {
-    let limit = shown.limit;
+    let limit = &shown.rule.limit;
     let sentence = format!(
         "Too many of your requests were over the rate limit of {} requests per {}: you are blocked.",
         limit.requests,
         limit.period_phrase()
     );
-    refusal(shown, status, "Blocked", &sentence, config)
+    let problem = Problem {
+        error: "Blocked",
+        kind: "abnormal-usage-detected",
+        title: "Request not satisfied due to detection of abnormal request pattern",
+    };
+    refusal(shown, status, &problem, &sentence, config)
+}
+
+/// Why a request is refused: our `error`, and the IETF draft's problem type for it.
+struct Problem {
+    error: &'static str,
+    /// The fragment of `https://iana.org/assignments/http-problem-types#...` (draft-11, 5).
+    kind: &'static str,
+    title: &'static str,
 }
 
 /// A refused request's reply: the shown rule's headers, `Retry-After`, and a JSON body of
-/// `error` and `sentence` (neither holds a character JSON would escape).
+/// `error` and `message` (none of the texts holds a character JSON would escape). With
+/// the IETF fields on, the body is also an RFC 9457 problem of the draft's type, naming the
+/// violated policy.
 fn refusal(
     shown: &Shown<'_>,
     status: u32,
-    error: &str,
+    problem: &Problem,
     sentence: &str,
     config: &Config,
 ) -> LocalReply {
     let retry = shown.retry_after_s();
-    let mut headers = rate_limit_headers(shown, config.headers);
+    let mut headers = rate_limit_headers(shown, config);
     headers.push(("retry-after", retry.to_string()));
-    headers.push(("content-type", "application/json".into()));
     let plural = if retry == 1 { "" } else { "s" };
-    let body = format!(
-        "{{\"error\": \"{error}\", \"message\": \"{sentence} Try again in {retry} second{plural}.\"}}"
+    let error = problem.error;
+    let mut body = format!(
+        "{{\"error\": \"{error}\", \"message\": \"{sentence} Try again in {retry} second{plural}.\""
     );
+    if config.headers.ietf_draft {
+        headers.push(("content-type", "application/problem+json".into()));
+        body.push_str(&format!(
+            ", \"type\": \"https://iana.org/assignments/http-problem-types#{}\", \"title\": \"{}\", \"violated-policies\": [\"{}\"]",
+            problem.kind,
+            problem.title,
+            config.rule_name(shown.rule.rule)
+        ));
+    } else {
+        headers.push(("content-type", "application/json".into()));
+    }
+    body.push('}');
     LocalReply {
         status,
         headers,
@@ -146,37 +220,56 @@ pub fn repeated_header(header: &str) -> LocalReply {
 mod tests {
     use super::*;
 
-    fn limit() -> Limit {
-        Limit {
-            requests: 100,
-            per_ms: 60_000,
-            burst: 100,
-            num: 1,
-            den: 600,
+    /// Rules `per-user` (100/min), `global` (5000/s, burst 10000), `fast` (10 per 500 ms)
+    /// and `trial` (in shadow mode); `ietf` turns the draft fields on.
+    fn config(ietf: bool) -> Config {
+        let json = format!(
+            r#"{{"backend":{{"cluster":"b"}},"headers":{{"ietf_draft":{ietf}}},"rules":[
+                {{"name":"per-user","limit":{{"requests":100,"per":"1m"}}}},
+                {{"name":"global","limit":{{"requests":5000,"per":"1s","burst":10000}}}},
+                {{"name":"fast","limit":{{"requests":10,"per":"500ms"}}}},
+                {{"name":"trial","mode":"shadow","limit":{{"requests":1,"per":"1h"}}}}]}}"#
+        );
+        Config::parse(json.as_bytes()).unwrap()
+    }
+
+    /// Every rule of `config` planned for one request, in order.
+    fn planned(config: &Config) -> Vec<PlannedRule> {
+        (config.rules.iter().enumerate())
+            .map(|(i, r)| PlannedRule {
+                rule: i,
+                key: format!("rl:{}", r.name),
+                limit: r.limit,
+                cost: 1,
+                lease: 0,
+                block: None,
+                shadow: r.shadow,
+            })
+            .collect()
+    }
+
+    fn result(allowed: bool, remaining: u64, full_ms: u64, wait_ms: u64) -> RuleResult {
+        RuleResult {
+            allowed,
+            blocked: false,
+            remaining,
+            full_ms,
+            wait_ms,
+            leased: 0,
         }
     }
 
     #[test]
     fn denial_renders_the_documented_headers_and_body() {
-        let result = RuleResult {
-            allowed: false,
-            blocked: false,
-            remaining: 0,
-            full_ms: 59_400,
-            wait_ms: 599,
-            leased: 0,
-        };
-        let l = limit();
+        let config = config(false);
+        let all = planned(&config);
+        let result = result(false, 0, 59_400, 599);
         let shown = Shown {
-            name: "per-ip",
-            limit: &l,
+            rule: &all[0],
+            all: &all[..1],
             result: &result,
             now_ms: 1_640_995_140_600,
         };
-        let config = crate::config::Config::parse(
-            br#"{"backend":{"cluster":"b"},"rules":[{"name":"r","limit":{"requests":1,"per":"1s"}}]}"#,
-        )
-        .unwrap();
         let reply = too_many_requests(&shown, &config);
         assert_eq!(reply.status, 429);
         assert_eq!(
@@ -195,57 +288,104 @@ mod tests {
             body["message"],
             "You have exceeded the rate limit of 100 requests per minute. Try again in 1 second."
         );
+        assert!(body.get("type").is_none(), "{body}");
     }
 
     #[test]
     fn ietf_draft_fields_are_opt_in() {
-        let result = RuleResult {
-            allowed: true,
-            blocked: false,
-            remaining: 7,
-            full_ms: 1_800,
-            wait_ms: 0,
-            leased: 0,
-        };
-        let l = limit();
+        let result = result(true, 7, 1_800, 0);
+        let plain_config = config(false);
+        let all = planned(&plain_config);
         let shown = Shown {
-            name: "per-user",
-            limit: &l,
+            rule: &all[0],
+            all: &all,
             result: &result,
             now_ms: 1_000,
         };
-        let plain = rate_limit_headers(&shown, HeaderOptions::default());
-        assert_eq!(plain.len(), 3);
-        let draft = rate_limit_headers(
-            &shown,
-            HeaderOptions {
-                on_allowed: true,
-                ietf_draft: true,
-            },
-        );
+        assert_eq!(rate_limit_headers(&shown, &plain_config).len(), 3);
+        let draft = rate_limit_headers(&shown, &config(true));
+        assert_eq!(draft.len(), 5);
         assert_eq!(
             draft[3],
-            ("ratelimit-policy", "\"per-user\";q=100;w=60".to_string())
+            (
+                "ratelimit-policy",
+                "\"per-user\";q=100;w=60, \"global\";q=5000;w=1;burst=10000, \"fast\";q=10"
+                    .to_string()
+            ),
+            "every enforced rule once, the shown one first; no sub-second w; no shadow rule"
         );
         assert_eq!(draft[4], ("ratelimit", "\"per-user\";r=7;t=2".to_string()));
     }
 
     #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
-        let l = limit();
-        let mut result = RuleResult {
-            allowed: false,
-            blocked: false,
-            remaining: 0,
-            full_ms: 0,
-            wait_ms: 0,
-            leased: 0,
+    fn the_shown_policy_leads_the_list() {
+        let config = config(true);
+        let all = planned(&config);
+        let result = result(true, 0, 10, 0);
+        let shown = Shown {
+            rule: &all[2],
+            all: &all,
+            result: &result,
+            now_ms: 0,
         };
+        let headers = rate_limit_headers(&shown, &config);
+        assert!(
+            headers[3].1.starts_with("\"fast\";q=10, \"per-user\""),
+            "{headers:?}"
+        );
+        assert_eq!(headers[4].1, "\"fast\";r=0;t=1");
+    }
+
+    #[test]
+    fn a_draft_refusal_is_a_problem_whose_window_ends_with_retry_after() {
+        let config = config(true);
+        let all = planned(&config);
+        let result = result(false, 0, 59_400, 2_001);
+        let shown = Shown {
+            rule: &all[0],
+            all: &all,
+            result: &result,
+            now_ms: 0,
+        };
+        let reply = too_many_requests(&shown, &config);
+        let header = |name| {
+            reply
+                .headers
+                .iter()
+                .find(|h| h.0 == name)
+                .unwrap()
+                .1
+                .clone()
+        };
+        assert_eq!(header("retry-after"), "3");
+        assert_eq!(header("ratelimit"), "\"per-user\";r=0;t=3");
+        assert_eq!(header("content-type"), "application/problem+json");
+        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(
+            body["type"],
+            "https://iana.org/assignments/http-problem-types#quota-exceeded"
+        );
+        assert_eq!(body["violated-policies"], serde_json::json!(["per-user"]));
+        assert_eq!(body["error"], "Rate limit exceeded");
+
+        let blocked = blocked(&shown, 403, &config);
+        let body: serde_json::Value = serde_json::from_str(&blocked.body).unwrap();
+        assert_eq!(
+            body["type"],
+            "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
+        );
+        assert_eq!(blocked.status, 403);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let config = config(false);
+        let all = planned(&config);
         for (wait_ms, expect) in [(0, 1), (1, 1), (1000, 1), (1001, 2), (60_000, 60)] {
-            result.wait_ms = wait_ms;
+            let result = result(false, 0, 0, wait_ms);
             let shown = Shown {
-                name: "r",
-                limit: &l,
+                rule: &all[0],
+                all: &all,
                 result: &result,
                 now_ms: 0,
             };

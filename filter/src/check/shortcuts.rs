@@ -8,7 +8,6 @@ use crate::deny_cache::{self, DenyCache, Reason};
 use crate::lease::Leases;
 use crate::protocol::RuleResult;
 use crate::response::{self, LocalReply, Shown};
-use crate::rules::PlannedRule;
 
 impl Admission {
     /// The reply the deny cache knows for this request, if any of its buckets is known to
@@ -38,7 +37,13 @@ impl Admission {
         } else {
             Outcome::DeniedCached
         });
-        Some(Verdict::Reply(denial(config, planned, &result, now_ms)))
+        let shown = Shown {
+            rule: planned,
+            all: &self.planned,
+            result: &result,
+            now_ms,
+        };
+        Some(Verdict::Reply(denial(config, &shown)))
     }
 
     /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
@@ -89,10 +94,7 @@ impl Admission {
         };
         if now_ms >= worker.shadow_logged_ms.saturating_add(1_000) {
             worker.shadow_logged_ms = now_ms;
-            let name = config
-                .rules
-                .get(planned.rule)
-                .map_or("", |r| r.name.as_str());
+            let name = config.rule_name(planned.rule);
             log::info!("shadow: rule {name} would have denied {}", planned.key);
         }
         true
@@ -154,22 +156,11 @@ impl Admission {
     }
 }
 
-/// The reply to a denied request, showing `planned`'s rule: blocked, or over the limit.
-pub(super) fn denial(
-    config: &Config,
-    planned: &PlannedRule,
-    result: &RuleResult,
-    now_ms: u64,
-) -> LocalReply {
-    let rule = config.rules.get(planned.rule);
-    let shown = Shown {
-        name: rule.map_or("", |r| r.name.as_str()),
-        limit: &planned.limit,
-        result,
-        now_ms,
-    };
-    match rule.and_then(|r| r.block).filter(|_| result.blocked) {
-        Some(block) => response::blocked(&shown, block.status, config),
-        None => response::too_many_requests(&shown, config),
+/// The reply to a denied request, showing its rule: blocked, or over the limit.
+pub(super) fn denial(config: &Config, shown: &Shown<'_>) -> LocalReply {
+    let block = config.rules.get(shown.rule.rule).and_then(|r| r.block);
+    match block.filter(|_| shown.result.blocked) {
+        Some(block) => response::blocked(shown, block.status, config),
+        None => response::too_many_requests(shown, config),
     }
 }
