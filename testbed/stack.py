@@ -179,12 +179,13 @@ def default_plugin():
 
 def filter_counters(admin_port):
     """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats) by short name:
-    {"allowed": 3, "callouts": 3, ...}; empty if the admin port does not answer."""
+    {"allowed": 3, "callouts": 3, "denied_rule=per-user": 1, ...}; empty if the admin port
+    does not answer."""
     status, _, body = request(admin_port, "/stats?filter=wasmcustom.ratelimit", timeout=5)
     if status != 200:
         return {}
     pairs = (line.partition(": ") for line in body.splitlines())
-    return {name.rsplit(".", 1)[-1]: int(value) for name, _, value in pairs
+    return {name.removeprefix("wasmcustom.ratelimit."): int(value) for name, _, value in pairs
             if value.strip().isdigit()}
 
 

@@ -29,10 +29,11 @@ WASMPLUGIN = ROOT / "deploy" / "istio" / "wasmplugin.yaml"
 DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
 
 # Kong names a filter's metrics `pw:<filter>:<name>` and takes each pattern's first group
-# out of the name and its second as the label's value. Per-rule counters are to be named
-# `ratelimit.<counter>_rule=<rule name>` (a rule name has no `=`); the filter's counters
-# are global so far (README, "Metrics"), which no pattern matches.
-LABEL_PATTERNS = [{"label": "rule", "pattern": "(_rule=([A-Za-z0-9._-]+))"}]
+# out of the name and its second as the label's value. Per-rule counters are named
+# `ratelimit.<counter>_rule=<rule name>` (filter/src/counters.rs; a rule name has no `=`):
+# `ratelimit.denied_rule` with a `rule` label, as envoy.yaml's `stats_tags` makes them.
+# The global counters match no pattern.
+LABEL_PATTERNS = [{"label": "rule", "pattern": "_rule(=([A-Za-z0-9._-]+))$"}]
 
 
 def version():

@@ -6,6 +6,7 @@
 
 use crate::breaker::{Breaker, Failure, Permit};
 use crate::config::{Config, FailureMode};
+use crate::counters::{Counter, RuleCounts};
 use crate::deny_cache::DenyCache;
 use crate::host::Proxy;
 use crate::identity::Repeated;
@@ -23,6 +24,8 @@ pub struct Worker {
     pub leases: Leases,
     /// When a shadow denial was last logged (they are logged once a second at most).
     pub shadow_logged_ms: u64,
+    /// What each rule of the worker's configuration did, not yet handed to the host.
+    pub rule_counts: RuleCounts,
 }
 
 impl Worker {
@@ -32,6 +35,7 @@ impl Worker {
             deny_cache: DenyCache::new(config.deny_cache_entries),
             leases: Leases::default(),
             shadow_logged_ms: 0,
+            rule_counts: RuleCounts::new(config.rules.len()),
         }
     }
 }
@@ -80,6 +84,24 @@ pub enum Outcome {
     ShortCircuited,
 }
 
+impl Outcome {
+    /// The counter this outcome counts in.
+    pub fn counter(self) -> Counter {
+        match self {
+            Outcome::Allowed => Counter::Allowed,
+            Outcome::Denied => Counter::Denied,
+            Outcome::DeniedCached => Counter::DeniedCached,
+            Outcome::Blocked => Counter::Blocked,
+            Outcome::Leased => Counter::AllowedLeased,
+            Outcome::ShadowDenied => Counter::ShadowDenied,
+            Outcome::BackendFailed => Counter::BackendFailures,
+            Outcome::ShortCircuited => Counter::ShortCircuits,
+            Outcome::Refused => Counter::Refused,
+            Outcome::Rejected => Counter::Rejected,
+        }
+    }
+}
+
 /// One request's admission: the state between its headers and its verdict. (A *check* is
 /// what it sends: its line of rules in an exchange.)
 #[derive(Debug, Default)]
@@ -115,13 +137,14 @@ impl Admission {
             return Start::Skip;
         }
         let now_ms = host.now_ms();
-        if let Some(verdict) = self.cached(config, &worker.deny_cache, now_ms) {
+        if let Some(verdict) = self.cached(config, worker, now_ms) {
             return Start::Decided(verdict);
         }
         self.asked_ms = now_ms;
         self.use_leases(config, &mut worker.leases, now_ms);
         if self.planned.is_empty() {
             self.outcome = Some(Outcome::Leased);
+            worker.rule_counts.leased(&self.leased);
             return Start::Decided(self.decide(config, now_ms, &[]));
         }
         match worker.breaker.allow(now_ms) {
@@ -182,6 +205,10 @@ impl Admission {
                     self.remember_denials(&mut worker.deny_cache, rules, host.now_ms());
                 }
                 let shadowed = !denied && self.shadow_denied(config, worker, rules, host.now_ms());
+                worker.rule_counts.answered(&self.planned, rules, denied);
+                if !denied {
+                    worker.rule_counts.leased(&self.leased);
+                }
                 self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
                     (false, _) if shadowed => Outcome::ShadowDenied,
                     (false, _) => Outcome::Allowed,

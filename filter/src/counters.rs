@@ -1,7 +1,9 @@
 //! The filter's counters, kept in wasm memory and handed to the host in one flush per tick:
-//! a host call per request and counter would cost more than the counting is worth.
+//! a host call per request and counter would cost more than the counting is worth. Some
+//! are also kept per rule, named so that the hosts can turn the rule into a label.
 
-use crate::check::Outcome;
+use crate::protocol::RuleResult;
+use crate::rules::PlannedRule;
 
 /// Every counter, exposed by Envoy as `wasmcustom.ratelimit.<name>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,22 +90,6 @@ impl Counter {
         }
     }
 
-    /// The counter of a check's outcome.
-    pub fn of(outcome: Outcome) -> Counter {
-        match outcome {
-            Outcome::Allowed => Counter::Allowed,
-            Outcome::Denied => Counter::Denied,
-            Outcome::DeniedCached => Counter::DeniedCached,
-            Outcome::Blocked => Counter::Blocked,
-            Outcome::Leased => Counter::AllowedLeased,
-            Outcome::ShadowDenied => Counter::ShadowDenied,
-            Outcome::BackendFailed => Counter::BackendFailures,
-            Outcome::ShortCircuited => Counter::ShortCircuits,
-            Outcome::Refused => Counter::Refused,
-            Outcome::Rejected => Counter::Rejected,
-        }
-    }
-
     /// The batch-size bucket of an exchange of `checks` checks.
     pub fn batch(checks: usize) -> Counter {
         match checks {
@@ -156,6 +142,84 @@ impl Counters {
     }
 }
 
+/// The counters also kept per rule, in the order of `RuleCounts`' slots.
+pub const PER_RULE: [Counter; 6] = [
+    Counter::Allowed,
+    Counter::Denied,
+    Counter::DeniedCached,
+    Counter::Blocked,
+    Counter::AllowedLeased,
+    Counter::ShadowDenied,
+];
+
+/// The name of `counter`'s metric for the rule called `rule`:
+/// `ratelimit.<counter>_rule=<rule>`. Rule names are letters, digits, `-`, `_` and `.`,
+/// so the `=` ends the counter's name: the hosts' tag extraction (Envoy's `stats_tags`,
+/// Kong's `label_patterns`) matches `_rule=(name)` at the end and makes it a label.
+pub fn per_rule_name(counter: Counter, rule: &str) -> String {
+    format!("{}_rule={rule}", counter.name())
+}
+
+/// Per-rule counts not yet handed to the host, by rule index (`PlannedRule::rule`) and
+/// `PER_RULE` slot. A worker's counts belong to one configuration, whose rules they count.
+#[derive(Debug, Default)]
+pub struct RuleCounts {
+    pending: Vec<[u64; PER_RULE.len()]>,
+}
+
+impl RuleCounts {
+    pub fn new(rules: usize) -> RuleCounts {
+        RuleCounts {
+            pending: vec![[0; PER_RULE.len()]; rules],
+        }
+    }
+
+    pub fn add(&mut self, rule: usize, counter: Counter) {
+        let slot = PER_RULE.iter().position(|&c| c == counter);
+        if let Some(n) = slot.and_then(|s| self.pending.get_mut(rule)?.get_mut(s)) {
+            *n = n.saturating_add(1);
+        }
+    }
+
+    /// A request the bridge answered: per rule, what it did. When the request was refused,
+    /// the rules that lacked the cost denied it (or blocked its client) and the others
+    /// count nothing; when admitted, each took its cost. A rule in shadow mode that lacked
+    /// the cost counts a shadow denial whatever the verdict.
+    pub fn answered(&mut self, planned: &[PlannedRule], results: &[RuleResult], refused: bool) {
+        for (p, r) in planned.iter().zip(results) {
+            let lacked = !r.allowed || (p.shadow && r.wait_ms > 0);
+            let counter = match (p.shadow, lacked, refused) {
+                (true, true, _) => Counter::ShadowDenied,
+                (false, true, true) if r.blocked => Counter::Blocked,
+                (false, true, true) => Counter::Denied,
+                (_, false, false) => Counter::Allowed,
+                _ => continue,
+            };
+            self.add(p.rule, counter);
+        }
+    }
+
+    /// Rules that took the cost of an admitted request from this worker's leases.
+    pub fn leased(&mut self, leased: &[PlannedRule]) {
+        for p in leased {
+            self.add(p.rule, Counter::AllowedLeased);
+        }
+    }
+
+    /// The counts since the last drain as (rule, counter, count), zero ones left out.
+    pub fn drain(&mut self) -> Vec<(usize, Counter, u64)> {
+        let mut out = Vec::new();
+        for (rule, counts) in self.pending.iter_mut().enumerate() {
+            for (&counter, n) in PER_RULE.iter().zip(counts.iter_mut()) {
+                if *n > 0 {
+                    out.push((rule, counter, std::mem::take(n)));
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +266,79 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &c)| c as usize == i));
+    }
+    fn planned(rule: usize, shadow: bool) -> PlannedRule {
+        PlannedRule {
+            rule,
+            key: format!("rl:{rule}"),
+            limit: crate::limit::Limit {
+                requests: 1,
+                per_ms: 1_000,
+                burst: 1,
+                num: 1,
+                den: 1_000,
+            },
+            cost: 1,
+            lease: 0,
+            block: None,
+            shadow,
+        }
+    }
+
+    fn result(allowed: bool, blocked: bool, wait_ms: u64) -> RuleResult {
+        RuleResult {
+            allowed,
+            blocked,
+            remaining: 0,
+            full_ms: 0,
+            wait_ms,
+            leased: 0,
+        }
+    }
+
+    #[test]
+    fn each_rule_counts_what_it_did_to_the_request() {
+        let mut counts = RuleCounts::new(4);
+        let rules = [
+            planned(0, false),
+            planned(1, false),
+            planned(2, true),
+            planned(3, false),
+        ];
+        // Refused: rule 0 lacked the cost, rule 1 blocked, the shadow rule 2 lacked it,
+        // rule 3 had it (and counts nothing, having taken nothing).
+        let refused = [
+            result(false, false, 5),
+            result(false, true, 9),
+            result(true, false, 3),
+            result(true, false, 0),
+        ];
+        counts.answered(&rules, &refused, true);
+        // Admitted: every enforced rule took its cost; the shadow rule had it this time.
+        let admitted = [result(true, false, 0); 4];
+        counts.answered(&rules, &admitted, false);
+        counts.leased(&rules[3..]);
+        counts.add(0, Counter::DeniedCached);
+        counts.add(9, Counter::Allowed); // no such rule: ignored
+        counts.add(0, Counter::Callouts); // not a per-rule counter: ignored
+        assert_eq!(
+            counts.drain(),
+            [
+                (0, Counter::Allowed, 1),
+                (0, Counter::Denied, 1),
+                (0, Counter::DeniedCached, 1),
+                (1, Counter::Allowed, 1),
+                (1, Counter::Blocked, 1),
+                (2, Counter::Allowed, 1),
+                (2, Counter::ShadowDenied, 1),
+                (3, Counter::Allowed, 1),
+                (3, Counter::AllowedLeased, 1),
+            ]
+        );
+        assert!(counts.drain().is_empty());
+        assert_eq!(
+            per_rule_name(Counter::DeniedCached, "login.v1"),
+            "ratelimit.denied_cached_rule=login.v1"
+        );
     }
 }

@@ -131,7 +131,7 @@ def test_kong_labels_per_rule_counters_and_leaves_the_global_ones_alone():
     key = "pw:ratelimit:ratelimit.denied_rule=search-per-ip.v2"
     match = re.search(rule["pattern"], key)
     assert match.group(2) == "search-per-ip.v2"
-    assert key[:match.start(1)] == "pw:ratelimit:ratelimit.denied"
+    assert key[:match.start(1)] == "pw:ratelimit:ratelimit.denied_rule"
     for name in counter_names():
         assert not any(re.search(p["pattern"], f"pw:ratelimit:{name}") for p in patterns), name
 
@@ -224,3 +224,16 @@ def test_the_stats_matcher_lets_every_counter_through():
     matcher = operator["spec"]["meshConfig"]["defaultConfig"]["proxyStatsMatcher"]
     for name in counter_names():
         assert any(f"wasmcustom.{name}".startswith(p) for p in matcher["inclusionPrefixes"]), name
+
+
+def test_istio_tags_per_rule_counters_with_the_regex_envoy_yaml_uses():
+    (config_map,) = manifests("stats-tags.yaml")
+    bootstrap = json.loads(config_map["data"]["custom_bootstrap.json"])
+    envoy = yaml.safe_load((ROOT / "envoy.yaml").read_text())
+    assert bootstrap["stats_config"] == envoy["stats_config"]
+    (tag,) = bootstrap["stats_config"]["stats_tags"]
+    match = re.search(tag["regex"], "wasmcustom.ratelimit.allowed_leased_rule=login.v1")
+    assert (match.group(2), match.string[:match.start(1)]) == \
+        ("login.v1", "wasmcustom.ratelimit.allowed_leased_rule")
+    for name in counter_names():
+        assert not re.search(tag["regex"], f"wasmcustom.{name}"), name

@@ -4,6 +4,7 @@
 
 use super::{Admission, Outcome, Verdict, Worker};
 use crate::config::Config;
+use crate::counters::Counter;
 use crate::deny_cache::{self, DenyCache, Reason};
 use crate::lease::Leases;
 use crate::protocol::RuleResult;
@@ -15,15 +16,21 @@ impl Admission {
     pub(super) fn cached(
         &mut self,
         config: &Config,
-        cache: &DenyCache,
+        worker: &mut Worker,
         now_ms: u64,
     ) -> Option<Verdict> {
+        let cache = &worker.deny_cache;
         let (planned, entry) = self
             .planned
             .iter()
             .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
             .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
         let blocked = entry.reason == Reason::Blocked;
+        let counter = match blocked {
+            true => Counter::Blocked,
+            false => Counter::DeniedCached,
+        };
+        worker.rule_counts.add(planned.rule, counter);
         let result = RuleResult {
             allowed: false,
             blocked,

@@ -3,7 +3,8 @@
 
 use super::transport;
 use crate::check::{Outcome, Verdict};
-use crate::counters::{Counter, Counters};
+use crate::config::Config;
+use crate::counters::{self, Counter, Counters, RuleCounts, PER_RULE};
 use crate::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData};
 use crate::protocol;
@@ -128,7 +129,7 @@ impl Metrics {
 
     pub fn count(&self, outcome: Option<Outcome>) {
         if let (Some(outcome), Ok(mut counts)) = (outcome, self.counts.try_borrow_mut()) {
-            counts.add(Counter::of(outcome), 1);
+            counts.add(outcome.counter(), 1);
         }
     }
 
@@ -149,6 +150,38 @@ impl Metrics {
                 .iter()
                 .find(|(c, _)| *c == counter)
                 .and_then(|(_, id)| *id);
+            if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
+                let _ = hostcalls::increment_metric(id, n);
+            }
+        }
+    }
+}
+
+/// The host metric ids of the per-rule counters (`PER_RULE`) of one configuration's rules.
+pub struct RuleMetrics {
+    ids: Vec<[Option<u32>; PER_RULE.len()]>,
+}
+
+impl RuleMetrics {
+    /// Defines them (the host hands back the existing metric for a name it knows).
+    pub fn define(config: &Config) -> RuleMetrics {
+        let ids = config
+            .rules
+            .iter()
+            .map(|rule| {
+                PER_RULE.map(|counter| {
+                    let name = counters::per_rule_name(counter, &rule.name);
+                    hostcalls::define_metric(MetricType::Counter, &name).ok()
+                })
+            })
+            .collect();
+        RuleMetrics { ids }
+    }
+
+    pub fn flush(&self, counts: &mut RuleCounts) {
+        for (rule, counter, n) in counts.drain() {
+            let slot = PER_RULE.iter().position(|&c| c == counter);
+            let id = slot.and_then(|s| *self.ids.get(rule)?.get(s)?);
             if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
                 let _ = hostcalls::increment_metric(id, n);
             }

@@ -2,7 +2,7 @@
 //! paused requests, the group-commit bookkeeping, the stream token, the counters; and how
 //! an exchange is sent, failed and settled. The root and the requests both act through it.
 
-use super::host::{carry_out, Metrics, ProxyHost};
+use super::host::{carry_out, Metrics, ProxyHost, RuleMetrics};
 use super::transport;
 use crate::backend::Transport;
 use crate::check::{conclude_exchange, Admission, Verdict, Worker};
@@ -25,6 +25,33 @@ const WAKE: Duration = Duration::from_millis(1);
 pub(super) struct Shared {
     pub(super) config: Config,
     pub(super) worker: RefCell<Worker>,
+    /// The host metrics of the per-rule counters of `config`'s rules.
+    pub(super) rule_metrics: RuleMetrics,
+}
+
+impl Shared {
+    pub(super) fn new(config: Config) -> Shared {
+        Shared {
+            worker: RefCell::new(Worker::new(&config)),
+            rule_metrics: RuleMetrics::define(&config),
+            config,
+        }
+    }
+
+    /// Hands the per-rule counts to the host.
+    pub(super) fn flush_rule_counts(&self) {
+        if let Ok(mut worker) = self.worker.try_borrow_mut() {
+            self.rule_metrics.flush(&mut worker.rule_counts);
+        }
+    }
+}
+
+impl Drop for Shared {
+    /// A replaced configuration lives on while checks it started are out; what they count
+    /// after the last tick of its life is handed over when the last of them ends.
+    fn drop(&mut self) {
+        self.flush_rule_counts();
+    }
 }
 
 /// A check held on behalf of its request while it is out; the configuration it started

@@ -7,7 +7,7 @@ use super::hub::{carry_out_all, with_worker, Hub, Shared};
 use super::request::{Phase, Request};
 use super::transport;
 use crate::backend::Transport;
-use crate::check::{decode_callout, Admission, Worker};
+use crate::check::{decode_callout, Admission};
 use crate::config::Config;
 use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
@@ -15,7 +15,6 @@ use hashbrown::HashMap;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -179,10 +178,7 @@ impl RootContext for Root {
         }
         let _ = hostcalls::set_tick_period(Root::base_tick(&config));
         let backend = config.backend.clone();
-        let previous = self.shared.replace(Rc::new(Shared {
-            worker: RefCell::new(Worker::new(&config)),
-            config,
-        }));
+        let previous = self.shared.replace(Rc::new(Shared::new(config)));
         // The old configuration's leases end: their tokens go back (sent below or on the
         // next tick, under the new configuration's backend).
         if let Some(old) = previous {
@@ -242,6 +238,7 @@ impl RootContext for Root {
         if let Some(metrics) = self.hub.metrics() {
             metrics.flush();
         }
+        shared.flush_rule_counts();
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
