@@ -6,6 +6,8 @@ use serde::Deserialize;
 
 /// Most exchanges a worker may keep in flight.
 pub const MAX_INFLIGHT: u32 = 64;
+/// Longest `timeout_ms`: no answer comes later than this.
+pub const MAX_TIMEOUT_MS: u64 = 60_000;
 
 /// How checks reach the bridge.
 #[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,8 +107,11 @@ impl RawBackend {
         if self.cluster.is_empty() {
             return err("backend.cluster", "must name the bridge's cluster");
         }
-        if !(1..=60_000).contains(&self.timeout_ms) {
-            return err("backend.timeout_ms", "must be between 1 and 60000");
+        if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return err(
+                "backend.timeout_ms",
+                format!("must be between 1 and {MAX_TIMEOUT_MS}"),
+            );
         }
         if self.max_inflight > MAX_INFLIGHT {
             return err(

@@ -4,7 +4,7 @@
 //! callout body it returns, and hands back the bridge's reply; everything it decides is
 //! testable natively.
 
-use crate::breaker::{Breaker, Failure, Permit};
+use crate::breaker::{Breaker, Permit};
 use crate::config::{Config, FailureMode};
 use crate::counters::{Counter, RuleCounts};
 use crate::deny_cache::DenyCache;
@@ -314,93 +314,6 @@ fn decide(
     )
 }
 
-/// Decodes a callout's reply to checks of `rule_counts` rules each; the error says why the
-/// whole callout is unusable.
-pub fn decode_callout(
-    status: Option<u32>,
-    body: &[u8],
-    rule_counts: &[usize],
-) -> Result<Vec<CheckResult>, String> {
-    match status {
-        Some(200) => protocol::decode_reply(body, rule_counts).map_err(|bad| bad.0.to_string()),
-        Some(s) => Err(format!("bridge answered HTTP {s}")),
-        None => Err("callout failed or timed out".to_string()),
-    }
-}
-
-/// Ends the checks of one exchange from its reply (or why there is none): the breaker of
-/// `config`'s worker counts the exchange once, then each check is decided from its own
-/// line under the configuration it started with. `members[i]` is `None` for a check whose
-/// request went away; the verdicts come back in the same order.
-pub fn conclude_exchange<'a>(
-    config: &Config,
-    worker: &mut Worker,
-    host: &impl Proxy,
-    reply: Result<Vec<CheckResult>, String>,
-    mut members: Vec<Option<(&'a Config, &'a mut Admission)>>,
-) -> Vec<Option<Verdict>> {
-    let probe = members.iter().flatten().any(|(_, check)| check.probe);
-    record_exchange(
-        config,
-        worker,
-        host.now_ms(),
-        probe,
-        exchange_failure(&reply),
-    );
-    let results: Vec<Result<CheckResult, String>> = match reply {
-        Ok(results) => results.into_iter().map(Ok).collect(),
-        Err(reason) => vec![Err(reason); members.len()],
-    };
-    members
-        .iter_mut()
-        .zip(results)
-        .map(|(member, result)| {
-            let (config, check) = member.as_mut()?;
-            Some(check.conclude(config, worker, host, result))
-        })
-        .collect()
-}
-
-/// Why an exchange counts as a backend failure, if it does: no usable reply, or a check
-/// the bridge could not run. A check the bridge refused is that check's own fault: a
-/// client must never be able to open the breaker for everyone with its own bad input.
-pub fn exchange_failure(reply: &Result<Vec<CheckResult>, String>) -> Option<&str> {
-    match reply {
-        Err(reason) => Some(reason),
-        Ok(results) => results.iter().find_map(|r| match r {
-            CheckResult::Failed(reason) => Some(reason.as_str()),
-            CheckResult::Checked { .. } | CheckResult::Refused(_) => None,
-        }),
-    }
-}
-
-/// Counts one exchange in the breaker: one success or one failure however many checks it
-/// carried, so a failed batch weighs what a failed single check does. `probe`: the
-/// exchange carried the half-open breaker's probe.
-pub fn record_exchange(
-    config: &Config,
-    worker: &mut Worker,
-    now_ms: u64,
-    probe: bool,
-    failure: Option<&str>,
-) {
-    let Some(reason) = failure else {
-        if worker.breaker.record_success() {
-            log::info!("backend answers again: circuit closed");
-        }
-        return;
-    };
-    // Log the transitions, not every exchange of an outage.
-    let mode = config.failure_mode;
-    match worker.breaker.record_failure(now_ms, probe) {
-        Failure::FirstOfRun => log::warn!("check failed ({reason}); failure_mode {mode:?}"),
-        Failure::Opened(ms) => {
-            log::warn!("check failed ({reason}); circuit open for {ms} ms, failure_mode {mode:?}")
-        }
-        Failure::Counted | Failure::Ignored => log::debug!("check failed ({reason})"),
-    }
-}
-
 /// The rule the client is shown, never one in shadow mode (it must not change what clients
 /// see). Denied: a rule that blocks the client, else the denying rule with the longest
 /// wait. Allowed: the rule with the fewest tokens left. Ties go to the smaller bucket.
@@ -425,7 +338,12 @@ pub fn most_restrictive(
     }
 }
 
+mod settle;
 mod shortcuts;
+
+pub use settle::{
+    conclude_exchange, decode_callout, exchange_failure, record_exchange, Concluding,
+};
 
 #[cfg(test)]
 #[path = "check_tests.rs"]

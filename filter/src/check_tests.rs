@@ -49,7 +49,13 @@ fn conclude(
     body: &[u8],
 ) -> Verdict {
     let reply = decode_callout(status, body, &[check.rule_count()]);
-    let mut verdicts = conclude_exchange(config, worker, host, reply, vec![Some((config, check))]);
+    let mut verdicts = conclude_exchange(
+        config,
+        worker,
+        host,
+        reply,
+        vec![Concluding::Check(config, check)],
+    );
     verdicts.pop().flatten().unwrap()
 }
 
@@ -287,7 +293,10 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
     let mut checks: Vec<Admission> = (0..2 * c.circuit_breaker.failures)
         .map(|_| started(&c, &host).0)
         .collect();
-    let members = checks.iter_mut().map(|check| Some((&c, check))).collect();
+    let members = checks
+        .iter_mut()
+        .map(|check| Concluding::Check(&c, check))
+        .collect();
     let verdicts = conclude_exchange(&c, &mut worker, &host, Err("reset".into()), members);
     assert!(verdicts
         .iter()
@@ -302,7 +311,11 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
     let (mut ok, mut failed) = (started(&c, &host).0, started(&c, &host).0);
     let body = b"1 1,1,1,0 1,1,1,0 1,1,1,0\n! redis down\n1 1,1,1,0 1,1,1,0 1,1,1,0\n";
     let reply = decode_callout(Some(200), body, &[3, 3, 3]);
-    let members = vec![Some((&c, &mut ok)), Some((&c, &mut failed)), None];
+    let members = vec![
+        Concluding::Check(&c, &mut ok),
+        Concluding::Check(&c, &mut failed),
+        Concluding::Nothing,
+    ];
     let verdicts = conclude_exchange(&c, &mut worker, &host, reply, members);
     assert_eq!(verdicts[0], Some(Verdict::Resume));
     assert!(matches!(&verdicts[1], Some(Verdict::Reply(r)) if r.status == 503));
@@ -565,4 +578,104 @@ fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
         .map(|r| r.tokens)
         .collect();
     assert_eq!(back, [2]);
+}
+
+#[test]
+fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
+    let json = EXAMPLE.replace(
+        r#""name": "global", "key": [],"#,
+        r#""name": "global", "key": [], "lease": {"tokens": 4, "ttl": "2s"},"#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = FakeProxy {
+        req: FakeRequest::default()
+            .with(":method", "GET")
+            .with(":path", "/other")
+            .peer_at("198.51.100.4:1"),
+        ..host()
+    };
+    let (mut first, mut worker, _) = started(&config, &host);
+    conclude(
+        &config,
+        &mut worker,
+        &host,
+        &mut first,
+        Some(200),
+        b"1 1,49999,1,0\n",
+    );
+    let mut second = Admission::default();
+    assert!(matches!(
+        second.start(&config, &mut worker, &host),
+        Start::Ask(_)
+    ));
+    let verdict = conclude(
+        &config,
+        &mut worker,
+        &host,
+        &mut second,
+        Some(200),
+        b"1 1,49994,6,0,4\n",
+    );
+    assert_eq!(verdict, Verdict::Resume);
+    let admit_locally = |worker: &mut Worker| {
+        let mut local = Admission::default();
+        let start = local.start(&config, worker, &host);
+        assert_eq!(
+            (start, local.outcome),
+            (Start::Decided(Verdict::Resume), Some(Outcome::Leased))
+        );
+    };
+    // 4 held: 3 and 2 left are not low; at 1 left (below half of 4) one top-up asks for
+    // the 3 the lease lacks, and the lease goes on serving meanwhile.
+    admit_locally(&mut worker);
+    admit_locally(&mut worker);
+    assert!(worker.leases.take_top_ups().is_empty());
+    admit_locally(&mut worker);
+    let top_ups = worker.leases.take_top_ups();
+    let [(id, line)] = &top_ups[..] else {
+        panic!("one top-up: {top_ups:?}")
+    };
+    assert_eq!(line, "rl:global,50000,50,1,0+3\n");
+    admit_locally(&mut worker);
+    assert!(worker.leases.take_top_ups().is_empty(), "one ask at a time");
+    // Its answer (alone in an exchange) grants 3: three more requests need no check.
+    let reply = decode_callout(Some(200), b"1 1,49987,13,0,3\n", &[1]);
+    let verdicts = conclude_exchange(
+        &config,
+        &mut worker,
+        &host,
+        reply,
+        vec![Concluding::TopUp(*id)],
+    );
+    assert_eq!(verdicts, [None]);
+    for _ in 0..3 {
+        admit_locally(&mut worker);
+    }
+    let top_ups = worker.leases.take_top_ups();
+    let [(id, line)] = &top_ups[..] else {
+        panic!("low again: one more top-up: {top_ups:?}")
+    };
+    assert_eq!(line, "rl:global,50000,50,1,0+3\n");
+    let mut after = Admission::default();
+    let start = after.start(&config, &mut worker, &host);
+    assert_eq!(
+        start,
+        Start::Ask("rl:global,50000,50,1,1\n".into()),
+        "used up; a top-up is out"
+    );
+
+    // A failed top-up grants nothing and lets the next one ask again.
+    let failed = vec![Concluding::TopUp(*id)];
+    let verdicts = conclude_exchange(&config, &mut worker, &host, Err("reset".into()), failed);
+    assert_eq!(verdicts, [None]);
+    let (rule, now) = (&config.rules[3], 1_000_000);
+    let lacking = worker
+        .leases
+        .top_up("rl:global", &rule.limit, rule.lease.unwrap(), now);
+    assert_eq!(
+        lacking.map(|(_, n)| n),
+        Some(4),
+        "asks again, for the whole lease"
+    );
+    assert!(worker.leases.take_returns().is_empty());
 }

@@ -21,7 +21,14 @@ const _: () = assert!(MAX_BATCH <= MAX_CHECKS);
 pub struct Member {
     pub context_id: u32,
     pub rules: usize,
+    /// A lease's top-up, for no request: the id its answer goes back to
+    /// (`Leases::topped_up`).
+    pub top_up: Option<u32>,
 }
+
+/// The context id of a member that is no request (a lease's return or top-up): the host
+/// never gives it to a context.
+pub const NO_REQUEST: u32 = 0;
 
 #[derive(Debug)]
 struct Waiting {
@@ -59,7 +66,21 @@ impl Exchanges {
 
     /// Queues a check's line (see `protocol`) until `take` sends it.
     pub fn enqueue(&mut self, context_id: u32, rules: usize, line: String) {
-        let member = Member { context_id, rules };
+        let member = Member {
+            context_id,
+            rules,
+            top_up: None,
+        };
+        self.queue.push_back(Waiting { member, line });
+    }
+
+    /// Queues lease top-up `id`'s line (one rule).
+    pub fn enqueue_top_up(&mut self, id: u32, line: String) {
+        let member = Member {
+            context_id: NO_REQUEST,
+            rules: 1,
+            top_up: Some(id),
+        };
         self.queue.push_back(Waiting { member, line });
     }
 

@@ -8,7 +8,12 @@
 //! other gateways until used or returned (the README sizes it). One ask per bucket is out
 //! at a time, so a worker never holds more than `tokens` of one bucket (plus what is left
 //! of a lease that lacked one request's cost).
+//!
+//! A lease down to less than half its `tokens` is topped up in the background: an ask of
+//! its own, for what it lacks, that no request waits for. A hot bucket's requests are then
+//! all admitted from the lease, none waiting for an ask.
 
+use crate::backend::MAX_TIMEOUT_MS;
 use crate::config_error::{err, ConfigError};
 use crate::limit::{parse_duration_ms, Limit};
 use hashbrown::HashMap;
@@ -85,6 +90,14 @@ struct Held {
     asking: bool,
 }
 
+/// A top-up that is out: whose lease it tops up, and until when its grant is held.
+#[derive(Debug, Clone)]
+struct TopUp {
+    key: String,
+    limit: Limit,
+    expires_ms: u64,
+}
+
 /// One worker's leases.
 #[derive(Debug, Default)]
 pub struct Leases {
@@ -93,6 +106,10 @@ pub struct Leases {
     returns: Vec<Return>,
     /// No entry ends before then: the tick's `expire` skips the scan until it has to.
     soonest_ms: u64,
+    /// Top-ups to send (their id and check line), and those out, by id.
+    top_ups: Vec<(u32, String)>,
+    topping: HashMap<u32, TopUp>,
+    last_top_up: u32,
 }
 
 impl Leases {
@@ -191,6 +208,72 @@ impl Leases {
         }
     }
 
+    /// Whether the live lease of `key` is to be topped up now, having less than half of
+    /// `policy.tokens` and no ask out. If so the ask is marked out: it asks for what the
+    /// lease lacks, and its answer comes back with the id (`topped_up`).
+    pub fn top_up(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        policy: LeasePolicy,
+        now_ms: u64,
+    ) -> Option<(u32, u64)> {
+        let held = self.held.get_mut(key)?;
+        let low = held.tokens.saturating_mul(2) < policy.tokens;
+        if !low || held.asking || held.limit != *limit || now_ms >= held.expires_ms {
+            return None;
+        }
+        held.asking = true;
+        let lacking = policy.tokens - held.tokens;
+        let id = self.fresh_top_up_id();
+        let expires_ms = now_ms.saturating_add(policy.ttl_ms);
+        let top_up = TopUp {
+            key: key.to_owned(),
+            limit: *limit,
+            expires_ms,
+        };
+        self.topping.insert(id, top_up);
+        Some((id, lacking))
+    }
+
+    fn fresh_top_up_id(&mut self) -> u32 {
+        loop {
+            self.last_top_up = self.last_top_up.wrapping_add(1);
+            if !self.topping.contains_key(&self.last_top_up) {
+                return self.last_top_up;
+            }
+        }
+    }
+
+    /// Queues top-up `id`'s check line for the next exchange.
+    pub fn send_top_up(&mut self, id: u32, line: String) {
+        self.top_ups.push((id, line));
+    }
+
+    /// The top-ups to send now: their ids and check lines.
+    pub fn take_top_ups(&mut self) -> Vec<(u32, String)> {
+        std::mem::take(&mut self.top_ups)
+    }
+
+    /// Top-up `id` came back: its grant joins the lease (`None`: it failed, nothing
+    /// granted). One this worker does not know, it cannot place: see `adopt_top_ups`.
+    pub fn topped_up(&mut self, id: u32, result: Option<&RuleResult>) {
+        let Some(top_up) = self.topping.remove(&id) else {
+            return;
+        };
+        match result.filter(|r| r.allowed && !r.blocked) {
+            Some(result) => self.granted(&top_up.key, &top_up.limit, result, top_up.expires_ms),
+            None => self.not_granted(&top_up.key),
+        }
+    }
+
+    /// Takes over the top-ups `old` has out (the configuration changed and their answers
+    /// come to this worker): their grants, finding no lease here, go back to Redis.
+    pub fn adopt_top_ups(&mut self, old: &mut Leases) {
+        self.last_top_up = self.last_top_up.max(old.last_top_up);
+        self.topping.extend(old.topping.drain());
+    }
+
     /// An ask for `key` ended without an answer (the check failed or was refused).
     pub fn not_granted(&mut self, key: &str) {
         if let Some(held) = self.held.get_mut(key) {
@@ -203,6 +286,21 @@ impl Leases {
         if now_ms < self.soonest_ms {
             return;
         }
+        self.end_held(now_ms);
+        // A top-up whose exchange was dropped unanswered (its request went away with it).
+        let mut soonest = self.soonest_ms;
+        self.topping.retain(|_, t| {
+            let given_up_ms = t.expires_ms.saturating_add(MAX_TIMEOUT_MS);
+            let waiting = now_ms < given_up_ms;
+            if waiting {
+                soonest = soonest.min(given_up_ms);
+            }
+            waiting
+        });
+        self.soonest_ms = soonest;
+    }
+
+    fn end_held(&mut self, now_ms: u64) {
         let mut returns = Vec::new();
         let mut soonest = u64::MAX;
         self.held.retain(|key, held| {
@@ -223,10 +321,13 @@ impl Leases {
         self.soonest_ms = soonest;
     }
 
-    /// Ends every lease (the configuration changed): all their tokens are to go back.
+    /// Ends every lease (the configuration changed): all their tokens are to go back, and
+    /// no top-up not sent yet will leave.
     pub fn end_all(&mut self) {
-        self.expire(u64::MAX);
-        self.held.clear();
+        self.end_held(u64::MAX);
+        for (id, _) in self.top_ups.drain(..) {
+            self.topping.remove(&id);
+        }
     }
 
     /// The tokens to give back now, each to its bucket.

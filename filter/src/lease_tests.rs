@@ -148,3 +148,71 @@ fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
     leases.expire(5_000);
     assert!(leases.is_empty());
 }
+
+#[test]
+fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
+    let (mut old, l) = (Leases::default(), limit(100));
+    let policy = LeasePolicy {
+        tokens: 10,
+        ttl_ms: 1_000,
+    };
+    old.wants("k", &l, 1_000, 0);
+    old.wants("k", &l, 1_000, 0);
+    old.granted("k", &l, &grant(4, 50), 1_000);
+    let (sent, lacking) = old.top_up("k", &l, policy, 10).expect("4 of 10: low");
+    assert_eq!(lacking, 6);
+    old.send_top_up(sent, "k line".into());
+    old.wants("j", &l, 1_000, 0);
+    old.wants("j", &l, 1_000, 0);
+    old.granted("j", &l, &grant(1, 50), 1_000);
+    let (unsent, _) = old.top_up("j", &l, policy, 10).unwrap();
+    // `sent` left in an exchange; the configuration changes before `unsent` does.
+    let _ = old.take_top_ups();
+    old.send_top_up(unsent, "j line".into());
+    old.end_all();
+    assert!(
+        old.take_top_ups().is_empty(),
+        "an unsent top-up never leaves"
+    );
+    let mut returned: Vec<u64> = old.take_returns().iter().map(|r| r.tokens).collect();
+    returned.sort();
+    assert_eq!(returned, [1, 4], "the leases' tokens go back");
+
+    let mut new = Leases::default();
+    new.adopt_top_ups(&mut old);
+    new.topped_up(sent, Some(&grant(6, 40)));
+    let back = new.take_returns();
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].key.as_str(), back[0].tokens), ("k", 6));
+    new.topped_up(unsent, Some(&grant(9, 40)));
+    assert!(
+        new.take_returns().is_empty(),
+        "never sent: nothing was granted"
+    );
+    let (fresh, _) = {
+        new.wants("k", &l, 1_000, 20);
+        new.wants("k", &l, 1_000, 20);
+        new.granted("k", &l, &grant(1, 50), 1_020);
+        new.top_up("k", &l, policy, 20).unwrap()
+    };
+    assert_ne!(fresh, sent, "ids stay unique across the two");
+}
+
+#[test]
+fn a_top_up_whose_answer_never_comes_is_forgotten() {
+    let (mut leases, l) = (Leases::default(), limit(100));
+    let policy = LeasePolicy {
+        tokens: 10,
+        ttl_ms: 1_000,
+    };
+    leases.wants("k", &l, 1_000, 0);
+    leases.wants("k", &l, 1_000, 0);
+    leases.granted("k", &l, &grant(2, 50), 1_000);
+    let (id, _) = leases.top_up("k", &l, policy, 0).unwrap();
+    leases.expire(999 + crate::backend::MAX_TIMEOUT_MS);
+    assert_eq!(leases.topping.len(), 1, "an answer may still come");
+    leases.expire(1_000 + crate::backend::MAX_TIMEOUT_MS);
+    assert!(leases.topping.is_empty());
+    leases.topped_up(id, Some(&grant(8, 40)));
+    assert!(leases.is_empty() && leases.take_returns().len() == 1);
+}

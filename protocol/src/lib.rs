@@ -19,7 +19,8 @@
 //! + rl:global,50000,50,1,37
 //! ```
 //! A cost written `1+100` also asks for a lease: up to 100 tokens more, if the bucket holds
-//! them once the check is admitted. A line starting `+ ` returns tokens: each rule's cost
+//! them once the check is admitted; `0+100` asks for the lease alone (a worker topping up
+//! its lease ahead of need). A line starting `+ ` returns tokens: each rule's cost
 //! is given back (what a lease did not use).
 //! Reply, one line per check: the Redis time in ms, then per rule
 //! `flag,remaining,full_ms,wait_ms` where the flag is `1` (allowed), `0` (denied) or `b`

@@ -197,6 +197,12 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
                 .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
         };
         let number = match part.split_once('+') {
+            // `0+L` asks for a lease alone: a worker topping up its lease ahead of need.
+            Some(("0", wanted)) if count == 3 => {
+                lease = bounded(wanted)?;
+                count += 1;
+                continue;
+            }
             Some((cost, wanted)) if count == 3 => {
                 lease = bounded(wanted)?;
                 cost
@@ -319,6 +325,16 @@ mod tests {
         assert_eq!(refund, "+ rl:g,5,50,1,4\n");
         let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
         assert!(line.refund && line.rules[0].cost == 4);
+
+        // A lease asked for alone, ahead of need: cost 0.
+        let top_up = RuleSpec {
+            lease: 7,
+            ..spec("rl:g", 50, 1, 1, 0)
+        };
+        let body = encode(&[std::slice::from_ref(&top_up)]);
+        assert_eq!(body, "rl:g,50,1,1,0+7\n");
+        let line = parse_batch(body.as_bytes()).unwrap().remove(0).unwrap();
+        assert_eq!(line.rules, [top_up]);
     }
 
     #[test]
@@ -339,6 +355,10 @@ mod tests {
             ("k,2,1,1,1+x".into(), "cost"),
             ("k,2,1,1+1,1".into(), "den"),
             ("+ k,2,1,1,1+1".into(), "refund takes no lease"),
+            ("+ k,2,1,1,0+1".into(), "refund takes no lease"),
+            ("k,2,1,1,0".into(), "cost"),
+            ("k,2,1,1,0+0".into(), "cost"),
+            ("k,2,1,1,00+1".into(), "cost"),
             ("~".into(), "bad key"),
             ("~~k,1,1,1,1".into(), "bad key"),
             ("k,0,1,1,1".into(), "burst"),

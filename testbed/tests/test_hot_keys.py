@@ -134,3 +134,19 @@ def test_a_lease_that_is_not_used_goes_back_to_the_bucket(stack_of):
     time.sleep(max(0.0, asked + 1.0 + 0.5 - time.monotonic()))
     assert stack.get(1, "/x")[1]["x-ratelimit-remaining"] == "6"
     assert stack.stats(0)["allowed_leased"] == 0
+
+
+def test_a_lease_running_low_is_topped_up_before_a_request_needs_a_check(stack_of):
+    # Leases of 10: without top-ups every 11th request would find the lease empty and
+    # check (2 + 3 checks for 40 requests). A lease below half its tokens asks for what
+    # it lacks in the background, so the lease is topped up before it runs out.
+    lease = {"tokens": 10, "ttl": "10s"}
+    stack = stack_of(plugin(rule("global", [], 1000, lease=lease)))
+    assert [stack.get(0, "/x")[0] for _ in range(40)] == [200] * 40
+    stats = stack.stats(0)
+    assert stats["allowed"] + stats["allowed_leased"] == 40, stats
+    # The first check and the first ask, and at most two requests that beat a top-up.
+    assert stats["allowed"] <= 4, stats
+    # Every token is accounted for: what the bucket lacks is what was admitted or is held.
+    held = 1000 - int(stack.get(0, "/x")[1]["x-ratelimit-remaining"]) - 41
+    assert 0 <= held <= 10, held

@@ -7,8 +7,9 @@ use crate::config::Config;
 use crate::counters::Counter;
 use crate::deny_cache::{self, DenyCache, Reason};
 use crate::lease::Leases;
-use crate::protocol::RuleResult;
+use crate::protocol::{self, RuleResult};
 use crate::response::{self, LocalReply, Shown};
+use crate::rules::PlannedRule;
 
 impl Admission {
     /// The reply the deny cache knows for this request, if any of its buckets is known to
@@ -107,8 +108,9 @@ impl Admission {
         true
     }
 
-    /// Admits from this worker's leases the rules that have one holding the cost; marks
-    /// the others of a leasing rule seen often enough to ask for a lease.
+    /// Admits from this worker's leases the rules that have one holding the cost (topping
+    /// up a lease running low); marks the others of a leasing rule seen often enough to ask
+    /// for a lease.
     pub(super) fn use_leases(&mut self, config: &Config, leases: &mut Leases, now_ms: u64) {
         let mut i = 0;
         while let Some(p) = self.planned.get_mut(i) {
@@ -117,6 +119,17 @@ impl Admission {
                 continue;
             };
             if let Some(shown) = leases.take(&p.key, &p.limit, p.cost, now_ms) {
+                if let Some((id, tokens)) = leases.top_up(&p.key, &p.limit, policy, now_ms) {
+                    // The bucket's rule asking for a lease alone: `0+tokens`.
+                    let ask = PlannedRule {
+                        cost: 0,
+                        lease: tokens,
+                        ..p.clone()
+                    };
+                    let mut line = String::with_capacity(64);
+                    protocol::encode_check(&mut line, std::slice::from_ref(&ask));
+                    leases.send_top_up(id, line);
+                }
                 let p = self.planned.remove(i);
                 self.leased.push(p);
                 self.leased_shown.push(shown);

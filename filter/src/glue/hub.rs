@@ -5,9 +5,9 @@
 use super::host::{carry_out, Metrics, ProxyHost, RuleMetrics};
 use super::transport;
 use crate::backend::Transport;
-use crate::check::{conclude_exchange, Admission, Verdict, Worker};
+use crate::check::{conclude_exchange, Admission, Concluding, Verdict, Worker};
 use crate::config::Config;
-use crate::exchange::{Exchanges, Member};
+use crate::exchange::{Exchanges, Member, NO_REQUEST};
 use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
 use hashbrown::HashMap;
@@ -172,15 +172,17 @@ impl Hub {
             .collect();
         let checks = taken
             .iter_mut()
-            .map(|(_, p)| {
-                p.as_mut()
-                    .map(|Parked { shared, check, .. }| (&shared.config, check))
+            .zip(members)
+            .map(|((_, p), member)| match (p, member.top_up) {
+                (Some(Parked { shared, check, .. }), _) => Concluding::Check(&shared.config, check),
+                (None, Some(id)) => Concluding::TopUp(id),
+                (None, None) => Concluding::Nothing,
             })
             .collect();
         let verdicts = with_worker(shared, |worker| {
             conclude_exchange(&shared.config, worker, &ProxyHost::default(), reply, checks)
         });
-        self.queue_returns(shared);
+        self.queue_lease_lines(shared);
         let mut out = Vec::with_capacity(members.len());
         for ((context_id, p), verdict) in taken.into_iter().zip(verdicts) {
             let (Some(mut p), Some(verdict)) = (p, verdict) else {
@@ -198,12 +200,14 @@ impl Hub {
 }
 
 impl Hub {
-    /// Queues the tokens the worker's leases give back, one line each, for the next
-    /// exchange (sent by the root, which is asked to wake). Their answers concern no
-    /// request: context 0 is never one.
-    pub(super) fn queue_returns(&self, shared: &Shared) {
-        let returns = with_worker(shared, |worker| worker.leases.take_returns());
-        if returns.is_empty() {
+    /// Queues what the worker's leases send on their own for the next exchange (sent by
+    /// the root, which is asked to wake): the tokens they give back, one line each, and
+    /// their top-ups. No request waits for these.
+    pub(super) fn queue_lease_lines(&self, shared: &Shared) {
+        let (returns, top_ups) = with_worker(shared, |worker| {
+            (worker.leases.take_returns(), worker.leases.take_top_ups())
+        });
+        if returns.is_empty() && top_ups.is_empty() {
             return;
         }
         if let Ok(mut x) = self.exchanges.try_borrow_mut() {
@@ -212,13 +216,13 @@ impl Hub {
                 protocol::encode_return(&mut line, &back.key, &back.limit, back.tokens);
                 x.enqueue(NO_REQUEST, 1, line);
             }
+            for (id, line) in top_ups {
+                x.enqueue_top_up(id, line);
+            }
         }
         self.wake_root();
     }
 }
-
-/// The context id of an exchange member that is no request (a lease's return).
-const NO_REQUEST: u32 = 0;
 
 /// Carries out verdicts on their (paused) requests.
 pub(super) fn carry_out_all(verdicts: &[(u32, Verdict)]) {

@@ -157,7 +157,12 @@ impl HttpContext for Request {
         });
         match start {
             Start::Skip => Action::Continue,
-            Start::Decided(verdict) => self.act_now(verdict),
+            Start::Decided(verdict) => {
+                // Admitted from a lease, which may want a top-up (or a refused request
+                // put back what it took from one whose owner has gone).
+                self.hub.queue_lease_lines(&shared);
+                self.act_now(verdict)
+            }
             Start::Ask(line) => self.park(line),
         }
     }

@@ -183,7 +183,13 @@ impl RootContext for Root {
         // next tick, under the new configuration's backend).
         if let Some(old) = previous {
             with_worker(&old, |worker| worker.leases.end_all());
-            self.hub.queue_returns(&old);
+            self.hub.queue_lease_lines(&old);
+            // Top-ups out are answered to the new configuration's worker from now on.
+            if let Some(new) = &self.shared {
+                with_worker(&old, |o| {
+                    with_worker(new, |n| n.leases.adopt_top_ups(&mut o.leases))
+                });
+            }
         }
         let stream = self.hub.stream.get();
         let wanted = backend.transport == Transport::Grpc;
@@ -214,7 +220,7 @@ impl RootContext for Root {
         };
         let now = ProxyHost::default().now_ms();
         with_worker(&shared, |worker| worker.leases.expire(now));
-        self.hub.queue_returns(&shared);
+        self.hub.queue_lease_lines(&shared);
         let backend = &shared.config.backend;
         if backend.transport == Transport::Grpc {
             let late = match self.hub.exchanges.try_borrow_mut() {
