@@ -260,6 +260,8 @@ def fuel(wasm):
             f"| request | fuel | × no-op filter |\n|---|---:|---:|\n"
             f"| allowed (callout, reply, X-RateLimit-* headers) | {f['allowed']:,} | {f['allowed'] / f['noop']:.1f} |\n"
             f"| denied (callout, reply, 429) | {f['denied']:,} | {f['denied'] / f['noop']:.1f} |\n"
+            + (f"| allowed from a lease (no callout, X-RateLimit-* headers) | {f['leased']:,} | {f['leased'] / f['noop']:.1f} |\n"
+               if "leased" in f else "") +
             f"| no-op filter | {f['noop']:,} | 1.0 |")
 
 

@@ -13,7 +13,7 @@ use crate::identity::Repeated;
 use crate::lease::Leases;
 use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
-use crate::response::{self, LocalReply, Shown};
+use crate::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::rules::{self, PlannedRule};
 
 /// State a worker keeps across its requests.
@@ -113,7 +113,7 @@ pub struct Admission {
     /// What each of `leased` shows (the lease's view of its bucket).
     leased_shown: Vec<RuleResult>,
     /// Headers to add to the upstream's response when the request is allowed.
-    pub response_headers: Vec<(&'static str, String)>,
+    pub response_headers: Option<RateLimitFields>,
     /// Set once the check has ended.
     pub outcome: Option<Outcome>,
     /// This request's callout tests whether the backend is back (breaker half-open).
@@ -280,7 +280,7 @@ fn decide(
     now_ms: u64,
     planned: &[PlannedRule],
     results: &[RuleResult],
-) -> (Verdict, Vec<(&'static str, String)>) {
+) -> (Verdict, Option<RateLimitFields>) {
     let denied = planned
         .iter()
         .zip(results)
@@ -291,8 +291,8 @@ fn decide(
         // Only rules in shadow mode, which show nothing; or no result to show at all.
         let only_shadow = !planned.is_empty() && planned.iter().all(|p| p.shadow);
         return match only_shadow && !denied {
-            true => (Verdict::Resume, Vec::new()),
-            false => (Verdict::Reply(response::unavailable()), Vec::new()),
+            true => (Verdict::Resume, None),
+            false => (Verdict::Reply(response::unavailable()), None),
         };
     };
     let shown = Shown {
@@ -303,15 +303,12 @@ fn decide(
     };
     if denied {
         let reply = shortcuts::denial(config, &shown);
-        return (Verdict::Reply(reply), Vec::new());
+        return (Verdict::Reply(reply), None);
     }
     if !config.headers.on_allowed {
-        return (Verdict::Resume, Vec::new());
+        return (Verdict::Resume, None);
     }
-    (
-        Verdict::Resume,
-        response::rate_limit_headers(&shown, config),
-    )
+    (Verdict::Resume, Some(RateLimitFields::of(&shown, config)))
 }
 
 /// The rule the client is shown, never one in shadow mode (it must not change what clients

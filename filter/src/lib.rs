@@ -18,6 +18,7 @@ pub(crate) mod fakes;
 pub mod header_map;
 pub mod host;
 pub mod identity;
+pub mod ietf;
 pub mod jwt;
 pub mod lease;
 pub mod limit;

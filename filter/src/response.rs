@@ -1,9 +1,10 @@
 //! What the client sees: rate-limit headers, the 429 reply, the failure-mode 503.
 
 use crate::config::Config;
+use crate::ietf;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
-use ratelimit_protocol::{push_u64, u64_string};
+use ratelimit_protocol::format_u64;
 
 /// A reply the filter sends itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,89 +28,63 @@ impl Shown<'_> {
     pub fn retry_after_s(&self) -> u64 {
         self.result.wait_ms.div_ceil(1000).max(1)
     }
+}
 
-    /// The IETF draft's effective window: until the bucket is full, or on a refusal until
-    /// the client may retry, so that `Retry-After` never ends before it (draft-11, 6).
-    fn effective_window_s(&self) -> u64 {
-        if self.result.allowed {
-            self.result.full_ms.div_ceil(1000)
-        } else {
-            self.retry_after_s()
+/// The rate-limit fields of a response, kept as numbers until they are written: an allowed
+/// response's fields are written straight from them, without an allocation per field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimitFields {
+    limit: u64,
+    remaining: u64,
+    reset_unix_s: u64,
+    /// `RateLimit-Policy` and `RateLimit`, with `headers.ietf_draft`.
+    ietf: Option<(String, String)>,
+}
+
+impl RateLimitFields {
+    /// `X-RateLimit-*` (and, if configured, the IETF draft fields) for the shown rule.
+    pub fn of(shown: &Shown<'_>, config: &Config) -> RateLimitFields {
+        RateLimitFields {
+            limit: shown.rule.limit.burst,
+            remaining: shown.result.remaining,
+            // Both come from the bridge: saturate rather than trust them not to overflow.
+            reset_unix_s: shown
+                .now_ms
+                .saturating_add(shown.result.full_ms)
+                .div_ceil(1000),
+            ietf: config.headers.ietf_draft.then(|| {
+                (
+                    ietf::policy_field(shown, config),
+                    ietf::service_limit_field(shown, config),
+                )
+            }),
         }
     }
-}
 
-/// `X-RateLimit-*` (and, if configured, the IETF draft fields) for the shown rule.
-pub fn rate_limit_headers(shown: &Shown<'_>, config: &Config) -> Vec<(&'static str, String)> {
-    // Both come from the bridge: saturate rather than trust them not to overflow.
-    let reset_unix_s = shown
-        .now_ms
-        .saturating_add(shown.result.full_ms)
-        .div_ceil(1000);
-    let mut headers = vec![
-        ("x-ratelimit-limit", u64_string(shown.rule.limit.burst)),
-        ("x-ratelimit-remaining", u64_string(shown.result.remaining)),
-        ("x-ratelimit-reset", u64_string(reset_unix_s)),
-    ];
-    if config.headers.ietf_draft {
-        headers.push(("ratelimit-policy", policy_field(shown, config)));
-        headers.push(("ratelimit", service_limit_field(shown, config)));
-    }
-    headers
-}
-
-/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11, section 3): a structured
-/// field List with one Item per enforced rule of the request, the shown one first, e.g.
-/// `"per-user";q=100;w=60, "global";q=5000;w=1;burst=10000`. `q` and `w` are the
-/// configured `requests` and `per`; `w` is left out when `per` is not whole seconds (the
-/// draft has no sub-second windows), and `burst` is added when it differs from `q`, since
-/// a client may then see `r` above `q`.
-fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
-    let enforced = shown.all.iter().filter(|p| !p.shadow);
-    let mut listed: Vec<usize> = Vec::new();
-    let mut field = String::new();
-    for planned in std::iter::once(shown.rule).chain(enforced) {
-        if listed.contains(&planned.rule) {
-            continue;
-        }
-        listed.push(planned.rule);
-        if !field.is_empty() {
-            field.push_str(", ");
-        }
-        let limit = &planned.limit;
-        push_policy_name(&mut field, config.rule_name(planned.rule));
-        field.push_str(";q=");
-        push_u64(&mut field, limit.requests);
-        if limit.per_ms % 1000 == 0 {
-            field.push_str(";w=");
-            push_u64(&mut field, limit.per_ms / 1000);
-        }
-        if limit.burst != limit.requests {
-            field.push_str(";burst=");
-            push_u64(&mut field, limit.burst);
+    /// Hands each field's name and value to `add`, in order.
+    pub fn each(&self, mut add: impl FnMut(&'static str, &str)) {
+        let mut digits = [0; 20];
+        add("x-ratelimit-limit", format_u64(&mut digits, self.limit));
+        add(
+            "x-ratelimit-remaining",
+            format_u64(&mut digits, self.remaining),
+        );
+        add(
+            "x-ratelimit-reset",
+            format_u64(&mut digits, self.reset_unix_s),
+        );
+        if let Some((policy, service_limit)) = &self.ietf {
+            add("ratelimit-policy", policy);
+            add("ratelimit", service_limit);
         }
     }
-    field
-}
 
-/// `RateLimit` (draft-11, section 4): the shown rule's service limit, `r` tokens left
-/// within `t` seconds, e.g. `"per-user";r=7;t=2`.
-fn service_limit_field(shown: &Shown<'_>, config: &Config) -> String {
-    let mut field = String::new();
-    push_policy_name(&mut field, config.rule_name(shown.rule.rule));
-    field.push_str(";r=");
-    push_u64(&mut field, shown.result.remaining);
-    field.push_str(";t=");
-    push_u64(&mut field, shown.effective_window_s());
-    field
-}
-
-/// A rule name as a structured-field String. Names are validated at load to letters,
-/// digits, `-`, `_` and `.`, none of which a String escapes.
-fn push_policy_name(field: &mut String, name: &str) {
-    field.push('"');
-    field.push_str(name);
-    field.push('"');
+    /// The fields as owned pairs (a local reply's headers).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::with_capacity(5);
+        self.each(|name, value| pairs.push((name, value.to_owned())));
+        pairs
+    }
 }
 
 /// The 429 for a denied request.
@@ -165,7 +140,7 @@ fn refusal(
     config: &Config,
 ) -> LocalReply {
     let retry = shown.retry_after_s();
-    let mut headers = rate_limit_headers(shown, config);
+    let mut headers = RateLimitFields::of(shown, config).pairs();
     headers.push(("retry-after", retry.to_string()));
     let plural = if retry == 1 { "" } else { "s" };
     let error = problem.error;
@@ -302,8 +277,8 @@ mod tests {
             result: &result,
             now_ms: 1_000,
         };
-        assert_eq!(rate_limit_headers(&shown, &plain_config).len(), 3);
-        let draft = rate_limit_headers(&shown, &config(true));
+        assert_eq!(RateLimitFields::of(&shown, &plain_config).pairs().len(), 3);
+        let draft = RateLimitFields::of(&shown, &config(true)).pairs();
         assert_eq!(draft.len(), 5);
         assert_eq!(
             draft[3],
@@ -328,7 +303,7 @@ mod tests {
             result: &result,
             now_ms: 0,
         };
-        let headers = rate_limit_headers(&shown, &config);
+        let headers = RateLimitFields::of(&shown, &config).pairs();
         assert!(
             headers[3].1.starts_with("\"fast\";q=10, \"per-user\""),
             "{headers:?}"

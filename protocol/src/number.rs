@@ -1,22 +1,24 @@
 //! Decimal numbers without `core::fmt`: the format machinery costs a few hundred wasm
 //! instructions per number, and the filter writes several on every request.
 
-/// Appends `n` in decimal.
-pub fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
+/// `n` in decimal, written at the end of `buf` (no allocation).
+pub fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &str {
+    let mut start = buf.len();
     loop {
         start -= 1;
         // `n % 10` is below 10: the cast keeps it.
-        digits[start] = b'0' + (n % 10) as u8;
+        buf[start] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    for &d in &digits[start..] {
-        out.push(char::from(d));
-    }
+    std::str::from_utf8(&buf[start..]).unwrap_or_default()
+}
+
+/// Appends `n` in decimal.
+pub fn push_u64(out: &mut String, n: u64) {
+    out.push_str(format_u64(&mut [0; 20], n));
 }
 
 /// `n` in decimal.
@@ -38,5 +40,8 @@ mod tests {
         let mut s = String::from("x=");
         push_u64(&mut s, 42);
         assert_eq!(s, "x=42");
+        let mut buf = [0; 20];
+        assert_eq!(format_u64(&mut buf, u64::MAX), u64::MAX.to_string());
+        assert_eq!(format_u64(&mut buf, 7), "7");
     }
 }

@@ -4,13 +4,14 @@
 //!
 //! It drives the real filter through the wasmtime harness with its default transport (the
 //! gRPC stream): an allowed request (headers, stream message, bridge reply, response
-//! headers, end of stream), a denied one (ending in the 429), and the same allowed request
-//! through the no-op filter as the floor. With `--callbacks` it also prints where the fuel
+//! headers, end of stream), a denied one (ending in the 429), one admitted from a lease of
+//! a hot global rule (no check), and the same allowed request through the no-op filter as
+//! the floor. With `--callbacks` it also prints where the fuel
 //! of one allowed request goes, callback by callback.
 //!
 //! ```text
 //! wasm-fuel dist/ratelimit.wasm target/wasm32-wasip1/release/ratelimit_bench_noop.wasm
-//! {"allowed": 123456, "denied": 123456, "noop": 1234, "requests": 10}
+//! {"allowed": 123456, "denied": 123456, "leased": 12345, "noop": 1234, "requests": 10}
 //! ```
 
 use std::path::Path;
@@ -23,6 +24,15 @@ const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms"
   "deny_cache_entries": 0,
   "identity": {"user": {"header": "x-user-id"}},
   "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100, "per": "1m"}}]}"#;
+
+/// A global rule leasing 1,000 tokens (bench configuration 9's shape, with a lease no
+/// measured request exhausts).
+const LEASED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "rules": [{"name": "global", "limit": {"requests": 1000000, "per": "1s"},
+             "lease": {"tokens": 1000, "ttl": "1m"}}]}"#;
+
+/// The answer to the check that asks for the lease: granted 1,000.
+const GRANTED: &str = "1767225600000 1,998000,2,0,1000\n";
 
 /// Requests measured per case; the median is reported (the first ones warm caches up).
 const REQUESTS: usize = 11;
@@ -69,9 +79,10 @@ fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     let filter = load(filter)?;
     let allowed = median(&filter, Some(ALLOWED))?;
     let denied = median(&filter, Some(DENIED))?;
+    let leased = leased(&filter)?;
     let noop = median(&load(noop)?, None)?;
     Ok(format!(
-        r#"{{"allowed": {allowed}, "denied": {denied}, "noop": {noop}, "requests": {REQUESTS}}}"#
+        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "requests": {REQUESTS}}}"#
     ))
 }
 
@@ -99,19 +110,54 @@ fn median(wasm: &Wasm, reply: Option<&str>) -> Result<u64, String> {
     Ok(fuel[REQUESTS / 2])
 }
 
-/// Fuel per callback of one allowed request (after a few to warm up), one line each.
+/// The median fuel of `REQUESTS` requests admitted from a lease: the first request checks,
+/// the second asks for the lease, the rest use it.
+fn leased(wasm: &Wasm) -> Result<u64, String> {
+    let (mut host, accepted) = Host::boot(wasm, LEASED_CONFIG).map_err(|e| e.to_string())?;
+    if !accepted {
+        return Err(format!(
+            "the lease configuration was refused:\n{}",
+            host.log_text()
+        ));
+    }
+    one_request(&mut host, Some(ALLOWED))?;
+    one_request(&mut host, Some(GRANTED))?;
+    let mut fuel = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        fuel.push(one_request(&mut host, None)?);
+    }
+    fuel.sort_unstable();
+    Ok(fuel[REQUESTS / 2])
+}
+
+/// Fuel per callback of one allowed request and of one admitted from a lease (after a
+/// few to warm up), one line each.
 fn breakdown(filter: &Path) -> Result<String, String> {
-    let (mut host, _) = Host::boot(&load(filter)?, CONFIG).map_err(|e| e.to_string())?;
+    let wasm = load(filter)?;
+    let (mut host, _) = Host::boot(&wasm, CONFIG).map_err(|e| e.to_string())?;
     for _ in 0..REQUESTS {
         one_request(&mut host, Some(ALLOWED))?;
     }
-    let mark = host.fuel_mark();
+    let mut lines = vec!["allowed:".to_string()];
+    lines.extend(callbacks(&mut host, Some(ALLOWED))?);
+    let (mut host, _) = Host::boot(&wasm, LEASED_CONFIG).map_err(|e| e.to_string())?;
     one_request(&mut host, Some(ALLOWED))?;
-    let lines: Vec<String> = host.state().fuel[mark..]
+    one_request(&mut host, Some(GRANTED))?;
+    for _ in 0..REQUESTS {
+        one_request(&mut host, None)?;
+    }
+    lines.push("leased:".to_string());
+    lines.extend(callbacks(&mut host, None)?);
+    Ok(lines.join("\n"))
+}
+
+fn callbacks(host: &mut Host, reply: Option<&str>) -> Result<Vec<String>, String> {
+    let mark = host.fuel_mark();
+    one_request(host, reply)?;
+    Ok(host.state().fuel[mark..]
         .iter()
         .map(|r| format!("{:>8} {}", r.fuel, r.callback))
-        .collect();
-    Ok(lines.join("\n"))
+        .collect())
 }
 
 /// Fuel of every callback of one request, from its headers to the end of its stream.
@@ -142,7 +188,7 @@ fn one_request(host: &mut Host, reply: Option<&str>) -> Result<u64, String> {
                 .map_err(|e| e.to_string())?
         }
         (None, None) => {}
-        (Some(_), None) => return Err("the no-op filter sent a check".into()),
+        (Some(_), None) => return Err("a check where none was expected".into()),
         (None, Some(_)) => return Err(format!("no check sent:\n{}", host.log_text())),
     }
     let replied = host

@@ -171,10 +171,13 @@ impl HttpContext for Request {
         if matches!(self.phase, Phase::Parked | Phase::Carrying(_)) {
             self.take_settled();
         }
-        for (name, value) in &self.check.response_headers {
-            if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
-                log::warn!("adding {name} failed: {e:?}");
-            }
+        if let Some(fields) = &self.check.response_headers {
+            fields.each(|name, value| {
+                if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value)
+                {
+                    log::warn!("adding {name} failed: {e:?}");
+                }
+            });
         }
         Action::Continue
     }

@@ -1,0 +1,71 @@
+//! The IETF draft-11 rate-limit fields (draft-ietf-httpapi-ratelimit-headers-11, May
+//! 2026), emitted with `headers.ietf_draft`: `RateLimit-Policy` and `RateLimit`, both
+//! structured-field Lists of String Items (RFC 9651).
+
+use crate::config::Config;
+use crate::response::Shown;
+use ratelimit_protocol::push_u64;
+
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11, section 3): a structured
+/// field List with one Item per enforced rule of the request, the shown one first, e.g.
+/// `"per-user";q=100;w=60, "global";q=5000;w=1;burst=10000`. `q` and `w` are the
+/// configured `requests` and `per`; `w` is left out when `per` is not whole seconds (the
+/// draft has no sub-second windows), and `burst` is added when it differs from `q`, since
+/// a client may then see `r` above `q`.
+pub fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
+    let enforced = shown.all.iter().filter(|p| !p.shadow);
+    let mut listed: Vec<usize> = Vec::new();
+    let mut field = String::new();
+    for planned in std::iter::once(shown.rule).chain(enforced) {
+        if listed.contains(&planned.rule) {
+            continue;
+        }
+        listed.push(planned.rule);
+        if !field.is_empty() {
+            field.push_str(", ");
+        }
+        let limit = &planned.limit;
+        push_policy_name(&mut field, config.rule_name(planned.rule));
+        field.push_str(";q=");
+        push_u64(&mut field, limit.requests);
+        if limit.per_ms % 1000 == 0 {
+            field.push_str(";w=");
+            push_u64(&mut field, limit.per_ms / 1000);
+        }
+        if limit.burst != limit.requests {
+            field.push_str(";burst=");
+            push_u64(&mut field, limit.burst);
+        }
+    }
+    field
+}
+
+/// `RateLimit` (draft-11, section 4): the shown rule's service limit, `r` tokens left
+/// within `t` seconds, e.g. `"per-user";r=7;t=2`.
+pub fn service_limit_field(shown: &Shown<'_>, config: &Config) -> String {
+    let mut field = String::new();
+    push_policy_name(&mut field, config.rule_name(shown.rule.rule));
+    field.push_str(";r=");
+    push_u64(&mut field, shown.result.remaining);
+    field.push_str(";t=");
+    push_u64(&mut field, effective_window_s(shown));
+    field
+}
+
+/// A rule name as a structured-field String. Names are validated at load to letters,
+/// digits, `-`, `_` and `.`, none of which a String escapes.
+fn push_policy_name(field: &mut String, name: &str) {
+    field.push('"');
+    field.push_str(name);
+    field.push('"');
+}
+
+/// The draft's effective window: until the bucket is full, or on a refusal until the client
+/// may retry, so that `Retry-After` never ends before it (draft-11, section 6).
+fn effective_window_s(shown: &Shown<'_>) -> u64 {
+    if shown.result.allowed {
+        shown.result.full_ms.div_ceil(1000)
+    } else {
+        shown.retry_after_s()
+    }
+}
