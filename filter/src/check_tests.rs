@@ -497,14 +497,13 @@ fn a_blocked_client_gets_the_rules_status_and_is_then_refused_locally() {
     ));
 }
 
-#[test]
-fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
-    // Only the global rule applies to /other; it leases 3 tokens.
+/// The example with its global rule leasing `tokens` for 2 s, and a request to /other,
+/// where only that rule applies.
+fn leasing_global(tokens: u64) -> (Config, FakeProxy) {
     let json = EXAMPLE.replace(
         r#""name": "global", "key": [],"#,
-        r#""name": "global", "key": [], "lease": {"tokens": 3, "ttl": "2s"},"#,
+        &format!(r#""name": "global", "key": [], "lease": {{"tokens": {tokens}, "ttl": "2s"}},"#),
     );
-    let config = Config::parse(json.as_bytes()).unwrap();
     let host = FakeProxy {
         req: FakeRequest::default()
             .with(":method", "GET")
@@ -512,6 +511,12 @@ fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
             .peer_at("198.51.100.4:1"),
         ..host()
     };
+    (Config::parse(json.as_bytes()).unwrap(), host)
+}
+
+#[test]
+fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
+    let (config, host) = leasing_global(3);
     let (mut first, mut worker, body) = started(&config, &host);
     assert!(!body.contains('+'), "seen once: no lease asked: {body}");
     conclude(
@@ -591,18 +596,7 @@ fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
 
 #[test]
 fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
-    let json = EXAMPLE.replace(
-        r#""name": "global", "key": [],"#,
-        r#""name": "global", "key": [], "lease": {"tokens": 4, "ttl": "2s"},"#,
-    );
-    let config = Config::parse(json.as_bytes()).unwrap();
-    let host = FakeProxy {
-        req: FakeRequest::default()
-            .with(":method", "GET")
-            .with(":path", "/other")
-            .peer_at("198.51.100.4:1"),
-        ..host()
-    };
+    let (config, host) = leasing_global(4);
     let (mut first, mut worker, _) = started(&config, &host);
     conclude(
         &config,
