@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::ietf;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
-use ratelimit_protocol::format_u64;
+use ratelimit_protocol::u64_digits;
 
 /// A reply the filter sends itself instead of forwarding the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,27 +62,27 @@ impl RateLimitFields {
     }
 
     /// Hands each field's name and value to `add`, in order.
-    pub fn each(&self, mut add: impl FnMut(&'static str, &str)) {
+    pub fn each(&self, mut add: impl FnMut(&'static str, &[u8])) {
         let mut digits = [0; 20];
-        add("x-ratelimit-limit", format_u64(&mut digits, self.limit));
+        add("x-ratelimit-limit", u64_digits(&mut digits, self.limit));
         add(
             "x-ratelimit-remaining",
-            format_u64(&mut digits, self.remaining),
+            u64_digits(&mut digits, self.remaining),
         );
         add(
             "x-ratelimit-reset",
-            format_u64(&mut digits, self.reset_unix_s),
+            u64_digits(&mut digits, self.reset_unix_s),
         );
         if let Some((policy, service_limit)) = &self.ietf {
-            add("ratelimit-policy", policy);
-            add("ratelimit", service_limit);
+            add("ratelimit-policy", policy.as_bytes());
+            add("ratelimit", service_limit.as_bytes());
         }
     }
 
     /// The fields as owned pairs (a local reply's headers).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::with_capacity(5);
-        self.each(|name, value| pairs.push((name, value.to_owned())));
+        self.each(|name, value| pairs.push((name, String::from_utf8_lossy(value).into_owned())));
         pairs
     }
 }

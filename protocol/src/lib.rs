@@ -46,7 +46,7 @@ mod stream;
 
 pub use bucket::{gcd, Level, Shape};
 pub use limits::*;
-pub use number::{format_u64, push_u64, u64_string};
+pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
     encode_rule, end_check, parse_batch, start_refund, BadBatch, Block, Line, RuleFields, RuleSpec,

@@ -1,8 +1,8 @@
 //! Decimal numbers without `core::fmt`: the format machinery costs a few hundred wasm
 //! instructions per number, and the filter writes several on every request.
 
-/// `n` in decimal, written at the end of `buf` (no allocation).
-pub fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &str {
+/// `n`'s decimal digits, written at the end of `buf` (no allocation).
+pub fn u64_digits(buf: &mut [u8; 20], mut n: u64) -> &[u8] {
     let mut start = buf.len();
     loop {
         start -= 1;
@@ -13,12 +13,14 @@ pub fn format_u64(buf: &mut [u8; 20], mut n: u64) -> &str {
             break;
         }
     }
-    std::str::from_utf8(&buf[start..]).unwrap_or_default()
+    &buf[start..]
 }
 
 /// Appends `n` in decimal.
 pub fn push_u64(out: &mut String, n: u64) {
-    out.push_str(format_u64(&mut [0; 20], n));
+    for &digit in u64_digits(&mut [0; 20], n) {
+        out.push(char::from(digit));
+    }
 }
 
 /// `n` in decimal.
@@ -41,7 +43,10 @@ mod tests {
         push_u64(&mut s, 42);
         assert_eq!(s, "x=42");
         let mut buf = [0; 20];
-        assert_eq!(format_u64(&mut buf, u64::MAX), u64::MAX.to_string());
-        assert_eq!(format_u64(&mut buf, 7), "7");
+        assert_eq!(
+            u64_digits(&mut buf, u64::MAX),
+            u64::MAX.to_string().as_bytes()
+        );
+        assert_eq!(u64_digits(&mut buf, 7), b"7");
     }
 }

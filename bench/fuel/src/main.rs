@@ -25,10 +25,11 @@ const CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms"
   "identity": {"user": {"header": "x-user-id"}},
   "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100, "per": "1m"}}]}"#;
 
-/// A global rule leasing 1,000 tokens (bench configuration 9's shape, with a lease no
-/// measured request exhausts).
+/// Bench configuration 9: one client's bucket leasing tokens, here 1,000, which no
+/// measured request exhausts.
 const LEASED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
-  "rules": [{"name": "global", "limit": {"requests": 1000000, "per": "1s"},
+  "identity": {"user": {"header": "x-user-id"}},
+  "rules": [{"name": "leased", "key": ["user"], "limit": {"requests": 1000000, "per": "1s"},
              "lease": {"tokens": 1000, "ttl": "1m"}}]}"#;
 
 /// The answer to the check that asks for the lease: granted 1,000.

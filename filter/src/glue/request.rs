@@ -3,11 +3,12 @@
 
 use super::host::{callout_reply, carry_out, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Parked, Shared, Verdicts};
+use super::transport;
 use crate::backend::Transport;
 use crate::check::{decode_callout, Admission, Start, Verdict};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, MapType};
+use proxy_wasm::types::Action;
 use std::rc::Rc;
 
 /// Where a request's check stands.
@@ -173,8 +174,7 @@ impl HttpContext for Request {
         }
         if let Some(fields) = &self.check.response_headers {
             fields.each(|name, value| {
-                if let Err(e) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value)
-                {
+                if let Err(e) = transport::add_response_header(name, value) {
                     log::warn!("adding {name} failed: {e:?}");
                 }
             });

@@ -37,6 +37,13 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> Status;
+    fn proxy_add_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
 }
 
 /// Sends exchange `id`. An HTTP callout's token comes back: its reply goes to the context
@@ -134,6 +141,25 @@ pub fn stream_message(size: usize) -> Vec<u8> {
         .ok()
         .flatten()
         .unwrap_or_default()
+}
+
+/// Adds a header to the response on its way back. The SDK's wrapper panics on a status it
+/// does not expect (a host that refuses, say, after a local reply).
+pub fn add_response_header(name: &str, value: &[u8]) -> Result<(), Status> {
+    // SAFETY: the pointers and lengths describe `name` and `value`, alive across the call.
+    let status = unsafe {
+        proxy_add_header_map_value(
+            MapType::HttpResponseHeaders,
+            name.as_ptr(),
+            name.len(),
+            value.as_ptr(),
+            value.len(),
+        )
+    };
+    match status {
+        Status::Ok => Ok(()),
+        status => Err(status),
+    }
 }
 
 /// The current request's headers, all values of each (empty if the host has none to give:
