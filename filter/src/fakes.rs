@@ -39,9 +39,9 @@ impl FakeRequest {
 }
 
 impl RequestView for FakeRequest {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
         self.reads.borrow_mut().push(name.to_string());
-        self.headers.get(name).cloned()
+        self.headers.get(name).map(Vec::as_slice)
     }
 
     fn repeated(&self, name: &str) -> bool {
@@ -81,7 +81,7 @@ pub struct FakeProxy {
 }
 
 impl RequestView for FakeProxy {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
         self.req.header(name)
     }
 

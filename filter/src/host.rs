@@ -6,7 +6,7 @@
 pub trait RequestView {
     /// A request header by lower-case name (pseudo-headers such as `:path` included); its
     /// first value if it came more than once.
-    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    fn header(&self, name: &str) -> Option<&[u8]>;
     /// Whether the request carries `name` more than once.
     fn repeated(&self, name: &str) -> bool;
     /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.

@@ -32,12 +32,12 @@ pub fn resolve(source: &Source, req: &impl RequestView) -> Result<Option<String>
         Ok(req.header(name))
     };
     Ok(match source {
-        Source::Header(name) => single(name)?.and_then(|v| key_safe(trimmed(&v))),
+        Source::Header(name) => single(name)?.and_then(|v| key_safe(trimmed(v))),
         Source::Jwt {
             header,
             claim,
             unverified,
-        } => single(header)?.and_then(|raw| jwt_value(&raw, claim, *unverified)),
+        } => single(header)?.and_then(|raw| jwt_value(raw, claim, *unverified)),
         Source::Address(address) => client_address(req, address),
     })
 }

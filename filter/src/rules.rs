@@ -46,40 +46,26 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
             .unwrap_or_default()
     };
     let method = read(":method");
-    let path = path::normalize(&read(":path"));
+    let path = path::normalize(read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
-    let mut value_of = |index: usize| -> Result<Option<String>, Repeated> {
-        let (Some(slot), Some(identity)) = (values.get_mut(index), config.identities.get(index))
-        else {
-            return Ok(None);
-        };
-        if slot.is_none() {
-            *slot = Some(identity::resolve(&identity.source, req)?);
-        }
-        Ok(slot.clone().flatten())
-    };
     let mut planned = Vec::new();
-    'rules: for (index, rule) in config.rules.iter().enumerate() {
-        if !rule.matcher.matches(&method, &path) {
+    for (index, rule) in config.rules.iter().enumerate() {
+        if !rule.matcher.matches(method, &path) {
             continue;
         }
-        let mut values = Vec::with_capacity(rule.key.len());
-        for &id in &rule.key {
-            let Some(value) = value_of(id)? else {
-                continue 'rules;
-            };
-            values.push(value);
+        resolve(config, req, &mut values, &rule.key)?;
+        let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
+        if rule.key.iter().any(|&id| value_of(id).is_none()) {
+            continue;
         }
-        let key = bucket_key(&config.key_prefix, &rule.name, &values);
-        let tier = match rule.tier_identity {
-            Some(id) => value_of(id)?,
-            None => None,
-        };
+        resolve(config, req, &mut values, rule.tier_identity.as_slice())?;
+        let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
+        let key_values: Vec<&str> = rule.key.iter().filter_map(|&id| value_of(id)).collect();
         planned.push(PlannedRule {
             rule: index,
-            key,
-            limit: rule.limit_for(tier.as_deref()),
+            key: bucket_key(&config.key_prefix, &rule.name, &key_values),
+            limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
             cost: rule.cost,
             lease: 0,
             block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
@@ -87,6 +73,23 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
         });
     }
     Ok(planned)
+}
+
+/// Resolves the identities `ids` not resolved yet for this request into `values` (by
+/// identity index: `Some(None)` once resolved and absent).
+fn resolve(
+    config: &Config,
+    req: &impl RequestView,
+    values: &mut [Option<Option<String>>],
+    ids: &[usize],
+) -> Result<(), Repeated> {
+    for &id in ids {
+        if let (Some(slot @ None), Some(identity)) = (values.get_mut(id), config.identities.get(id))
+        {
+            *slot = Some(identity::resolve(&identity.source, req)?);
+        }
+    }
+    Ok(())
 }
 
 /// The Redis key of the bucket of rule `rule` (under `prefix`) for a client whose identity

@@ -35,8 +35,8 @@ impl Request {
 }
 
 impl RequestView for Request {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.value(name).cloned()
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.value(name).map(Vec::as_slice)
     }
 
     fn repeated(&self, name: &str) -> bool {

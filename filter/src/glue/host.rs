@@ -27,8 +27,11 @@ impl ProxyHost {
 }
 
 impl RequestView for ProxyHost {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.headers().values(name).next().map(<[u8]>::to_vec)
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        let name = name.as_bytes();
+        self.headers()
+            .pairs()
+            .find_map(|(key, value)| (key == name).then_some(value))
     }
 
     fn repeated(&self, name: &str) -> bool {
