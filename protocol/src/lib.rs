@@ -41,6 +41,7 @@ mod limits;
 mod number;
 mod reply;
 mod request;
+pub mod script;
 mod stream;
 
 pub use bucket::{gcd, Level, Shape};
