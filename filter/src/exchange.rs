@@ -7,7 +7,7 @@
 //! what came back with `complete`.
 
 use hashbrown::HashMap;
-use ratelimit_protocol::{MAX_BODY, MAX_CHECKS};
+use ratelimit_protocol::{MAX_BODY, MAX_CHECKS, REFUND_MARK};
 use std::collections::VecDeque;
 
 /// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
@@ -27,6 +27,8 @@ pub struct Member {
 struct Waiting {
     member: Member,
     line: String,
+    /// The line returns a lease's tokens (see `protocol::encode_return`).
+    refund: bool,
 }
 
 #[derive(Debug)]
@@ -39,6 +41,9 @@ struct InFlight {
 #[derive(Debug, Default)]
 pub struct Exchanges {
     max_inflight: u32,
+    /// Checks and lease returns never share an exchange: the redis-call build runs one
+    /// exchange as one script call, which has one mode.
+    one_mode: bool,
     next_id: u32,
     inflight: HashMap<u32, InFlight>,
     queue: VecDeque<Waiting>,
@@ -52,6 +57,11 @@ impl Exchanges {
         }
     }
 
+    /// Keeps checks and lease returns in separate exchanges from now on.
+    pub fn set_one_mode(&mut self, one_mode: bool) {
+        self.one_mode = one_mode;
+    }
+
     /// A new configuration's limit; what is in flight or waiting stays.
     pub fn set_max_inflight(&mut self, max_inflight: u32) {
         self.max_inflight = max_inflight;
@@ -60,7 +70,12 @@ impl Exchanges {
     /// Queues a check's line (see `protocol`) until `take` sends it.
     pub fn enqueue(&mut self, context_id: u32, rules: usize, line: String) {
         let member = Member { context_id, rules };
-        self.queue.push_back(Waiting { member, line });
+        let refund = line.starts_with(REFUND_MARK);
+        self.queue.push_back(Waiting {
+            member,
+            line,
+            refund,
+        });
     }
 
     /// Whether another exchange may leave now.
@@ -80,8 +95,11 @@ impl Exchanges {
         }
         let mut members = Vec::new();
         let mut body = String::new();
+        let refund = self.queue.front().is_some_and(|w| w.refund);
         while let Some(next) = self.queue.front() {
-            let full = members.len() == MAX_BATCH || body.len() + next.line.len() > MAX_BODY;
+            let full = members.len() == MAX_BATCH
+                || body.len() + next.line.len() > MAX_BODY
+                || (self.one_mode && next.refund != refund);
             if full && !members.is_empty() {
                 break;
             }
@@ -226,6 +244,28 @@ mod tests {
         let (c, body) = x.take(0).unwrap();
         assert!(body.len() <= MAX_BODY);
         assert_eq!(x.complete(c).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn in_one_mode_checks_and_lease_returns_leave_apart() {
+        let mut x = Exchanges::new(1);
+        let lines = ["a\n", "+ r\n", "+ s\n", "b\n"];
+        for (ctx, line) in lines.iter().enumerate() {
+            x.enqueue(ctx as u32, 1, line.to_string());
+        }
+        let (id, body) = x.take(0).unwrap();
+        assert_eq!(body, lines.concat(), "mixed by default");
+        x.complete(id);
+        x.set_one_mode(true);
+        for (ctx, line) in lines.iter().enumerate() {
+            x.enqueue(ctx as u32, 1, line.to_string());
+        }
+        let mut bodies = Vec::new();
+        while let Some((id, body)) = x.take(0) {
+            bodies.push(body);
+            x.complete(id);
+        }
+        assert_eq!(bodies, ["a\n", "+ r\n+ s\n", "b\n"]);
     }
 
     #[test]

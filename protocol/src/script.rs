@@ -164,6 +164,10 @@ pub fn part_rules<'c: 'p, 'p>(
         .filter_map(move |&i| check.and_then(|c| c.get(i)))
 }
 
+/// Why a check that names a key holding a foreign value fails.
+pub const FOREIGN_VALUE: &str =
+    "a bucket key holds a value the limiter did not write; it is left untouched";
+
 /// What the script answered for one rule: `None` when its check names a key that holds a
 /// value the script did not write (the check took nothing).
 pub type ScriptOutcome = Option<RuleResult>;
