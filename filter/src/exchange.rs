@@ -135,6 +135,11 @@ impl Exchanges {
         self.inflight.remove(&id).map(|e| e.members)
     }
 
+    /// Whether exchange `id` is still out (not answered, not given up).
+    pub fn in_flight(&self, id: u32) -> bool {
+        self.inflight.contains_key(&id)
+    }
+
     /// Forgets the waiting check of a request that went away.
     pub fn forget(&mut self, context_id: u32) {
         self.queue.retain(|w| w.member.context_id != context_id);
