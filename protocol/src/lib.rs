@@ -35,6 +35,9 @@
 //! ```
 //! A check is all-or-nothing: either every rule was allowed and charged, or none was.
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
+//!
+//! `script` is the other interface written once: how the token bucket script is called on
+//! Redis and its reply read, by the bridge and by the filter's redis-call build alike.
 
 mod bucket;
 mod limits;
