@@ -84,7 +84,11 @@ pub(super) fn init(root: u32, hub: &Rc<Hub>, backend: &Backend) -> Result<(), St
             "proxy_redis_init on {cluster:?} failed (status {status})"
         ));
     }
-    HUBS.with(|hubs| hubs.borrow_mut().insert(root, Rc::downgrade(hub)));
+    HUBS.with(|hubs| {
+        if let Ok(mut hubs) = hubs.try_borrow_mut() {
+            hubs.insert(root, Rc::downgrade(hub));
+        }
+    });
     Ok(())
 }
 
@@ -155,7 +159,10 @@ pub extern "C" fn proxy_on_redis_call_response(
     status: u32,
     response_size: usize,
 ) {
-    let hub = HUBS.with(|hubs| hubs.borrow().get(&root_context_id).and_then(Weak::upgrade));
+    let hub = HUBS.with(|hubs| {
+        let hubs = hubs.try_borrow().ok()?;
+        hubs.get(&root_context_id).and_then(Weak::upgrade)
+    });
     let Some(hub) = hub else {
         return;
     };

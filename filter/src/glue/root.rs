@@ -103,7 +103,8 @@ impl Context for Root {
         body_size: usize,
         _: usize,
     ) {
-        let Some(id) = self.hub.callouts.borrow_mut().remove(&token) else {
+        let callout = self.hub.callouts.try_borrow_mut().ok();
+        let Some(id) = callout.and_then(|mut c| c.remove(&token)) else {
             return;
         };
         let (status, body) = callout_reply(num_headers, body_size);
