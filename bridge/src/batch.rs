@@ -13,6 +13,7 @@
 use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
 use crate::script::{self, Part, ScriptOutcome, Shape};
 use crate::slot::slot;
+pub use ratelimit_protocol::script::FOREIGN_VALUE;
 use std::collections::{BTreeMap, HashSet};
 
 /// Most keys one script call carries: bounds the script's `unpack` (Lua's C stack holds
@@ -176,10 +177,6 @@ impl Open {
 
 /// What a script call answered: Redis time and the outcome of each of its rules in order.
 pub type Reply = Result<(u64, Vec<ScriptOutcome>), String>;
-
-/// Why a check that names a key holding a foreign value fails.
-pub const FOREIGN_VALUE: &str =
-    "a bucket key holds a value the limiter did not write; it is left untouched";
 
 /// The answers gathered so far, per check.
 pub struct Tally {

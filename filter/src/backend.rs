@@ -1,5 +1,6 @@
-//! Where the bridge is and how checks travel to it: the `backend` section of the plugin
-//! configuration.
+//! Where the checks go and how they travel: the `backend` section of the plugin
+//! configuration. Either the bridge (`cluster`, over gRPC or HTTP) or, in the redis-call
+//! build for Higress, Redis itself (`redis`); one build speaks to one of them.
 
 use crate::config_error::{err, ConfigError};
 use serde::Deserialize;
@@ -20,20 +21,46 @@ pub enum Transport {
     /// One HTTP callout (`POST /v1/check`) per exchange, for hosts without gRPC streams
     /// (Kong's ngx_wasm_module dispatches HTTP/1.1 only).
     Http,
+    /// Higress's redis call: the filter runs the token bucket script on Redis itself
+    /// (`backend.redis`, the redis-call build only). Not a value of `backend.transport`.
+    #[serde(skip_deserializing)]
+    Redis,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawBackend {
-    cluster: String,
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
+    // Absent, not null: `Option` only to tell whether the field was given (see `present`).
+    #[serde(default, deserialize_with = "present")]
+    cluster: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<u64>,
     authority: Option<String>,
-    #[serde(default)]
-    transport: Transport,
+    #[serde(default, deserialize_with = "present")]
+    transport: Option<Transport>,
     #[serde(default = "default_max_inflight")]
     max_inflight: u32,
     token: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    redis: Option<RawRedis>,
+}
+
+/// A field that may be left out but, when given, must hold a value (null is refused).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// `backend.redis`: the Redis service Higress knows, and how to log in to it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    cluster: String,
+    #[serde(default = "default_timeout_ms")]
+    timeout_ms: u64,
+    username: Option<String>,
+    password: Option<String>,
 }
 
 /// Longest `backend.token`.
@@ -67,6 +94,16 @@ pub struct Backend {
     /// `Bearer <backend.token>`, the `authorization` the bridge requires when it has a
     /// token file: sent on every HTTP callout and as the stream's initial metadata.
     pub authorization: Option<Secret>,
+    /// What `proxy_redis_init` logs in with (transport `Redis` only; `None` for a Redis
+    /// without AUTH).
+    pub login: Option<RedisLogin>,
+}
+
+/// A Redis ACL user (empty: the default user) and its password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisLogin {
+    pub username: String,
+    pub password: Secret,
 }
 
 /// A credential: kept out of `Debug` output, so no log line or error message carries it.
@@ -102,31 +139,212 @@ fn bearer(token: &str) -> Result<Secret, ConfigError> {
     Ok(Secret(format!("Bearer {token}")))
 }
 
+fn check_timeout(field: &str, timeout_ms: u64) -> Result<(), ConfigError> {
+    if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
+        return err(field, format!("must be between 1 and {MAX_TIMEOUT_MS}"));
+    }
+    Ok(())
+}
+
 impl RawBackend {
-    pub(crate) fn validate(self) -> Result<Backend, ConfigError> {
-        if self.cluster.is_empty() {
-            return err("backend.cluster", "must name the bridge's cluster");
-        }
-        if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
-            return err(
-                "backend.timeout_ms",
-                format!("must be between 1 and {MAX_TIMEOUT_MS}"),
-            );
-        }
+    pub(crate) fn validate(mut self) -> Result<Backend, ConfigError> {
         if self.max_inflight > MAX_INFLIGHT {
             return err(
                 "backend.max_inflight",
                 format!("must be between 0 and {MAX_INFLIGHT}"),
             );
         }
+        match self.redis.take() {
+            Some(redis) => self.validate_redis(redis),
+            None => self.validate_bridge(),
+        }
+    }
+
+    fn validate_bridge(self) -> Result<Backend, ConfigError> {
+        let Some(cluster) = self.cluster.filter(|c| !c.is_empty()) else {
+            return err(
+                "backend.cluster",
+                "must name the bridge's cluster (or use backend.redis with ratelimit-redis.wasm)",
+            );
+        };
+        let timeout_ms = self.timeout_ms.unwrap_or_else(default_timeout_ms);
+        check_timeout("backend.timeout_ms", timeout_ms)?;
         let authorization = self.token.as_deref().map(bearer).transpose()?;
         Ok(Backend {
             authorization,
-            authority: self.authority.unwrap_or_else(|| self.cluster.clone()),
-            cluster: self.cluster,
-            timeout_ms: self.timeout_ms,
-            transport: self.transport,
+            authority: self.authority.unwrap_or_else(|| cluster.clone()),
+            cluster,
+            timeout_ms,
+            transport: self.transport.unwrap_or_default(),
             max_inflight: self.max_inflight,
+            login: None,
         })
+    }
+
+    /// `backend.redis`: the bridge's own fields have no meaning beside it.
+    fn validate_redis(self, redis: RawRedis) -> Result<Backend, ConfigError> {
+        let bridge_only = [
+            ("cluster", self.cluster.is_some()),
+            ("timeout_ms", self.timeout_ms.is_some()),
+            ("authority", self.authority.is_some()),
+            ("transport", self.transport.is_some()),
+            ("token", self.token.is_some()),
+        ];
+        if let Some((field, _)) = bridge_only.iter().find(|(_, given)| *given) {
+            return err(
+                format!("backend.{field}"),
+                "belongs to the bridge; a backend.redis takes its own cluster and timeout_ms",
+            );
+        }
+        if redis.cluster.is_empty() {
+            return err(
+                "backend.redis.cluster",
+                "must name the Redis service's cluster",
+            );
+        }
+        check_timeout("backend.redis.timeout_ms", redis.timeout_ms)?;
+        let login = match (redis.username, redis.password) {
+            (username, Some(password)) => {
+                for (field, value) in [
+                    ("username", username.as_deref()),
+                    ("password", Some(&password)),
+                ] {
+                    if value.is_some_and(|v| v.is_empty() || v.len() > MAX_TOKEN_LEN) {
+                        return err(
+                            format!("backend.redis.{field}"),
+                            format!("must be 1 to {MAX_TOKEN_LEN} bytes (the value is not shown)"),
+                        );
+                    }
+                }
+                Some(RedisLogin {
+                    username: username.unwrap_or_default(),
+                    password: Secret(password),
+                })
+            }
+            (Some(_), None) => return err("backend.redis.password", "a username needs a password"),
+            (None, None) => None,
+        };
+        Ok(Backend {
+            authority: redis.cluster.clone(),
+            cluster: redis.cluster,
+            timeout_ms: redis.timeout_ms,
+            transport: Transport::Redis,
+            max_inflight: self.max_inflight,
+            authorization: None,
+            login,
+        })
+    }
+}
+
+impl Backend {
+    /// Refuses a backend this build cannot reach: the default build has no redis call
+    /// (stock Envoy refuses a module that imports one), the redis-call build no bridge
+    /// transport.
+    pub fn check_build(&self, redis_call_build: bool) -> Result<(), ConfigError> {
+        match (self.transport == Transport::Redis, redis_call_build) {
+            (true, false) => err(
+                "backend.redis",
+                "this build talks to the bridge; use ratelimit-redis.wasm (Higress) for backend.redis",
+            ),
+            (false, true) => err(
+                "backend.cluster",
+                "this build (ratelimit-redis.wasm) talks to Redis; use backend.redis, or ratelimit.wasm for the bridge",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::Transport;
+    use crate::config::Config;
+
+    fn parse(backend: &str) -> Result<Config, crate::config::ConfigError> {
+        let json = format!(
+            r#"{{"backend": {backend}, "rules": [{{"name": "r", "key": [], "limit": {{"requests": 1, "per": "1s"}}}}]}}"#
+        );
+        Config::parse(json.as_bytes())
+    }
+
+    #[test]
+    fn a_redis_backend_names_the_service_and_logs_in_secretly() {
+        let c = parse(
+            r#"{"redis": {"cluster": "outbound|6379||redis.default.svc.cluster.local",
+                "username": "rl", "password": "s3cret"}, "max_inflight": 4}"#,
+        )
+        .unwrap();
+        let b = &c.backend;
+        assert_eq!(b.transport, Transport::Redis);
+        assert_eq!(b.cluster, "outbound|6379||redis.default.svc.cluster.local");
+        assert_eq!((b.timeout_ms, b.max_inflight), (25, 4));
+        let login = b.login.as_ref().unwrap();
+        assert_eq!(
+            (login.username.as_str(), login.password.expose()),
+            ("rl", "s3cret")
+        );
+        assert!(!format!("{b:?}").contains("s3cret"), "never in Debug");
+        assert!(b.check_build(true).is_ok());
+        let e = b.check_build(false).unwrap_err();
+        assert_eq!(e.field, "backend.redis");
+        assert!(e.problem.contains("ratelimit-redis.wasm"), "{e}");
+        let bridge = parse(r#"{"cluster": "b"}"#).unwrap().backend;
+        assert!(bridge.check_build(false).is_ok());
+        assert!(bridge.check_build(true).is_err());
+        let password_only = parse(r#"{"redis": {"cluster": "r", "password": "p"}}"#).unwrap();
+        assert_eq!(password_only.backend.login.unwrap().username, "");
+    }
+
+    #[test]
+    fn a_redis_backend_is_refused_at_the_field_at_fault() {
+        let cases = [
+            (r#"{}"#, "backend.cluster"),
+            (r#"{"redis": {"cluster": ""}}"#, "backend.redis.cluster"),
+            (r#"{"redis": {}}"#, "backend.redis"),
+            (
+                r#"{"redis": {"cluster": "r", "timeout_ms": 0}}"#,
+                "backend.redis.timeout_ms",
+            ),
+            (
+                r#"{"redis": {"cluster": "r", "username": "u"}}"#,
+                "backend.redis.password",
+            ),
+            (
+                r#"{"redis": {"cluster": "r", "password": ""}}"#,
+                "backend.redis.password",
+            ),
+            (r#"{"redis": {"cluster": "r", "db": 1}}"#, "backend.redis"),
+            (
+                r#"{"cluster": "b", "redis": {"cluster": "r"}}"#,
+                "backend.cluster",
+            ),
+            (
+                r#"{"redis": {"cluster": "r"}, "transport": "http"}"#,
+                "backend.transport",
+            ),
+            (
+                r#"{"redis": {"cluster": "r"}, "timeout_ms": 5}"#,
+                "backend.timeout_ms",
+            ),
+            (
+                r#"{"redis": {"cluster": "r"}, "token": "t"}"#,
+                "backend.token",
+            ),
+            (
+                r#"{"cluster": "b", "transport": "redis"}"#,
+                "backend.transport",
+            ),
+        ];
+        let higress_rules = r#"{"backend": {"redis": {"cluster": "r"}}, "rules": [],
+            "_rules_": [{"_match_route_": ["a"], "rules": []}]}"#;
+        let e = Config::parse(higress_rules.as_bytes()).unwrap_err();
+        assert_eq!(e.field, "_rules_");
+        assert!(e.problem.contains("matchRules are not supported"), "{e}");
+        for (backend, field) in cases {
+            let e = parse(backend)
+                .err()
+                .unwrap_or_else(|| panic!("{backend} accepted"));
+            assert!(e.field.starts_with(field), "{backend}: {e}");
+        }
     }
 }

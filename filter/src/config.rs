@@ -196,6 +196,10 @@ impl Config {
             Ok(raw) => raw,
             Err(e) => {
                 let path = e.path().to_string();
+                if path == "_rules_" {
+                    // Higress's matchRules, as it hands them to a plugin.
+                    return err(path, "Higress matchRules are not supported; limit routes with each rule's match instead");
+                }
                 let field = if path == "." { "config".into() } else { path };
                 return err(field, e.into_inner().to_string());
             }

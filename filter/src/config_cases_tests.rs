@@ -92,6 +92,11 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             r#"{"backend": {"zz": 1}}"#,
         ),
         (
+            "backend.redis",
+            "/definitions/redis/properties",
+            r#"{"backend": {"redis": {"zz": 1}}}"#,
+        ),
+        (
             "headers",
             "/properties/headers/properties",
             r#"{"headers": {"zz": 1}}"#,

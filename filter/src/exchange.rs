@@ -7,7 +7,7 @@
 //! what came back with `complete`.
 
 use hashbrown::HashMap;
-use ratelimit_protocol::{MAX_BODY, MAX_CHECKS};
+use ratelimit_protocol::{MAX_BODY, MAX_CHECKS, REFUND_MARK};
 use std::collections::VecDeque;
 
 /// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
@@ -34,6 +34,8 @@ pub const NO_REQUEST: u32 = 0;
 struct Waiting {
     member: Member,
     line: String,
+    /// The line returns a lease's tokens (see `protocol::encode_return`).
+    refund: bool,
 }
 
 #[derive(Debug)]
@@ -46,6 +48,9 @@ struct InFlight {
 #[derive(Debug, Default)]
 pub struct Exchanges {
     max_inflight: u32,
+    /// Checks and lease returns never share an exchange: the redis-call build runs one
+    /// exchange as one script call, which has one mode.
+    one_mode: bool,
     next_id: u32,
     inflight: HashMap<u32, InFlight>,
     queue: VecDeque<Waiting>,
@@ -57,6 +62,11 @@ impl Exchanges {
             max_inflight,
             ..Exchanges::default()
         }
+    }
+
+    /// Keeps checks and lease returns in separate exchanges from now on.
+    pub fn set_one_mode(&mut self, one_mode: bool) {
+        self.one_mode = one_mode;
     }
 
     /// A new configuration's limit; what is in flight or waiting stays.
@@ -71,7 +81,7 @@ impl Exchanges {
             rules,
             top_up: None,
         };
-        self.queue.push_back(Waiting { member, line });
+        self.push(member, line);
     }
 
     /// Queues lease top-up `id`'s line (one rule).
@@ -81,7 +91,16 @@ impl Exchanges {
             rules: 1,
             top_up: Some(id),
         };
-        self.queue.push_back(Waiting { member, line });
+        self.push(member, line);
+    }
+
+    fn push(&mut self, member: Member, line: String) {
+        let refund = line.starts_with(REFUND_MARK);
+        self.queue.push_back(Waiting {
+            member,
+            line,
+            refund,
+        });
     }
 
     /// Whether another exchange may leave now.
@@ -101,8 +120,11 @@ impl Exchanges {
         }
         let mut members = Vec::new();
         let mut body = String::new();
+        let refund = self.queue.front().is_some_and(|w| w.refund);
         while let Some(next) = self.queue.front() {
-            let full = members.len() == MAX_BATCH || body.len() + next.line.len() > MAX_BODY;
+            let full = members.len() == MAX_BATCH
+                || body.len() + next.line.len() > MAX_BODY
+                || (self.one_mode && next.refund != refund);
             if full && !members.is_empty() {
                 break;
             }
@@ -136,6 +158,11 @@ impl Exchanges {
     /// exchange already given up (a late reply).
     pub fn complete(&mut self, id: u32) -> Option<Vec<Member>> {
         self.inflight.remove(&id).map(|e| e.members)
+    }
+
+    /// Whether exchange `id` is still out (not answered, not given up).
+    pub fn in_flight(&self, id: u32) -> bool {
+        self.inflight.contains_key(&id)
     }
 
     /// Forgets the waiting check of a request that went away.
@@ -247,6 +274,28 @@ mod tests {
         let (c, body) = x.take(0).unwrap();
         assert!(body.len() <= MAX_BODY);
         assert_eq!(x.complete(c).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn in_one_mode_checks_and_lease_returns_leave_apart() {
+        let mut x = Exchanges::new(1);
+        let lines = ["a\n", "+ r\n", "+ s\n", "b\n"];
+        for (ctx, line) in lines.iter().enumerate() {
+            x.enqueue(ctx as u32, 1, line.to_string());
+        }
+        let (id, body) = x.take(0).unwrap();
+        assert_eq!(body, lines.concat(), "mixed by default");
+        x.complete(id);
+        x.set_one_mode(true);
+        for (ctx, line) in lines.iter().enumerate() {
+            x.enqueue(ctx as u32, 1, line.to_string());
+        }
+        let mut bodies = Vec::new();
+        while let Some((id, body)) = x.take(0) {
+            bodies.push(body);
+            x.complete(id);
+        }
+        assert_eq!(bodies, ["a\n", "+ r\n+ s\n", "b\n"]);
     }
 
     #[test]

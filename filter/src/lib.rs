@@ -26,6 +26,7 @@ pub mod local;
 pub mod matcher;
 pub mod path;
 pub mod protocol;
+pub mod redis_call;
 pub mod response;
 pub mod rules;
 pub mod source;

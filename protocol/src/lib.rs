@@ -36,12 +36,16 @@
 //! ```
 //! A check is all-or-nothing: either every rule was allowed and charged, or none was.
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
+//!
+//! `script` is the other interface written once: how the token bucket script is called on
+//! Redis and its reply read, by the bridge and by the filter's redis-call build alike.
 
 mod bucket;
 mod limits;
 mod number;
 mod reply;
 mod request;
+pub mod script;
 mod stream;
 
 pub use bucket::{gcd, Level, Shape};
@@ -50,6 +54,7 @@ pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
     encode_rule, end_check, parse_batch, start_refund, BadBatch, Block, Line, RuleFields, RuleSpec,
+    REFUND_MARK,
 };
 pub use stream::{split_message, stream_message};
 

@@ -73,9 +73,12 @@ impl RuleSpec {
     }
 }
 
+/// How a line that returns tokens starts.
+pub const REFUND_MARK: &str = "+ ";
+
 /// Starts a line that returns tokens (see `Line`); its rules follow.
 pub fn start_refund(body: &mut String) {
-    body.push_str("+ ");
+    body.push_str(REFUND_MARK);
 }
 
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
@@ -132,7 +135,7 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
-        let (refund, rules) = match line.strip_prefix("+ ") {
+        let (refund, rules) = match line.strip_prefix(REFUND_MARK) {
             Some(rules) => (true, rules),
             None => (false, line),
         };

@@ -2,7 +2,7 @@
 envoy.yaml, and filter/example-config.json (the filter's own tests load it). They must say
 the same thing; the filter's tests prove that one is valid, this proves the others equal it.
 
-deploy/ holds two more, for Kong and Istio. Every example must pass the JSON Schema, and
+deploy/ holds three more, for Kong, Istio and Higress. Every example must pass the JSON Schema, and
 each is a case of schema/cases.json, which the parser judges too (a schema cannot see a
 rule's key naming an unknown identity)."""
 
@@ -31,7 +31,9 @@ def deploy_examples():
                       for f in c["filters"] if f["name"] == "ratelimit"]
     istio = yaml.safe_load_all((ROOT / "deploy" / "istio" / "wasmplugin.yaml").read_text())
     (istio_config,) = [d["spec"]["pluginConfig"] for d in istio if d["kind"] == "WasmPlugin"]
-    return {"deploy/kong/kong.yaml": kong_config, "deploy/istio/wasmplugin.yaml": istio_config}
+    higress = yaml.safe_load((ROOT / "deploy" / "higress" / "wasmplugin.yaml").read_text())
+    return {"deploy/kong/kong.yaml": kong_config, "deploy/istio/wasmplugin.yaml": istio_config,
+            "deploy/higress/wasmplugin.yaml": higress["spec"]["defaultConfig"]}
 
 
 def test_the_readme_envoy_yaml_and_example_config_agree():

@@ -237,3 +237,78 @@ def test_istio_tags_per_rule_counters_with_the_regex_envoy_yaml_uses():
         ("login.v1", "wasmcustom.ratelimit.allowed_leased_rule")
     for name in counter_names():
         assert not re.search(tag["regex"], f"wasmcustom.{name}"), name
+
+
+def wasm_imports(module):
+    """The `module.name` of every function a wasm binary imports (its import section)."""
+    assert module[:8] == b"\0asm\x01\0\0\0"
+
+    def uleb(at):
+        value = shift = 0
+        while True:
+            byte = module[at]
+            value |= (byte & 0x7F) << shift
+            at, shift = at + 1, shift + 7
+            if byte < 0x80:
+                return value, at
+
+    def name(at):
+        size, at = uleb(at)
+        return module[at:at + size].decode(), at + size
+
+    at = 8
+    while at < len(module):
+        section, size_at = module[at], at + 1
+        size, at = uleb(size_at)
+        if section == 2:
+            count, cursor = uleb(at)
+            imports = []
+            for _ in range(count):
+                mod, cursor = name(cursor)
+                field, cursor = name(cursor)
+                kind, cursor = module[cursor], cursor + 1
+                assert kind == 0, "the filter imports functions only"
+                _, cursor = uleb(cursor)
+                imports.append(f"{mod}.{field}")
+            return imports
+        at += size
+    return []
+
+
+def test_only_the_redis_build_imports_higress_s_redis_call():
+    stock = wasm_imports(wasm())
+    redis = wasm_imports((DIST / "ratelimit-redis.wasm").read_bytes())
+    # Stock Envoy, Istio and Kong refuse a module importing a function they lack.
+    assert stock and not [i for i in stock if "redis" in i]
+    assert sorted(i for i in redis if "redis" in i) == ["env.proxy_redis_call",
+                                                        "env.proxy_redis_init"]
+    assert set(stock) <= set(redis)
+
+
+def test_the_higress_wasmplugin_runs_the_redis_build_on_a_redis_service():
+    (doc,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "higress" / "wasmplugin.yaml")
+                                            .read_text()) if d]
+    assert doc["apiVersion"] == "extensions.higress.io/v1alpha1" and doc["kind"] == "WasmPlugin"
+    spec = doc["spec"]
+    assert spec["url"] == f"oci://registry.example.com/ratelimit-redis:{crate_version()}"
+    backend = spec["defaultConfig"]["backend"]
+    assert set(backend) == {"redis"}
+    assert re.fullmatch(r"outbound\|\d+\|\|[a-z0-9.-]+", backend["redis"]["cluster"])
+    schema = json.loads((ROOT / "schema" / "ratelimit.schema.json").read_text())
+    configs = [spec["defaultConfig"]] + [r["config"] for r in spec.get("matchRules", [])]
+    for config in configs:
+        assert list(Draft4Validator(schema).iter_errors(config)) == []
+
+
+def test_the_rendered_higress_wasmplugin_pins_its_image_of_the_redis_build():
+    layout = DIST / "higress" / "oci"
+    (descriptor,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((layout / "blobs" / "sha256" / descriptor["digest"].split(":")[1])
+                          .read_text())
+    layer = layout / "blobs" / "sha256" / manifest["layers"][-1]["digest"].split(":")[1]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer.read_bytes()))) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.endswith("plugin.wasm")]
+        assert tar.extractfile(member).read() == (DIST / "ratelimit-redis.wasm").read_bytes()
+    (rendered,) = [d for d in yaml.safe_load_all((DIST / "higress" / "wasmplugin.yaml")
+                                                 .read_text()) if d]
+    assert rendered["spec"]["sha256"] == descriptor["digest"].removeprefix("sha256:")

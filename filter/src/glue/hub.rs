@@ -72,7 +72,14 @@ pub(super) type Callout = (u32, u32);
 /// waiting is ever forgotten.
 #[derive(Default)]
 pub(super) struct Hub {
+    /// The accepted configuration; `None` until one is.
+    pub(super) shared: RefCell<Option<Rc<Shared>>>,
     pub(super) exchanges: RefCell<Exchanges>,
+    /// HTTP callouts the root sent: token to exchange id.
+    pub(super) callouts: RefCell<HashMap<u32, u32>>,
+    /// Redis calls in flight, by token (the redis-call build).
+    #[cfg(feature = "redis-call")]
+    pub(super) redis_calls: RefCell<HashMap<u32, super::redis::Sent>>,
     pub(super) parked: RefCell<HashMap<u32, Parked>>,
     /// The open gRPC stream to the bridge, if any.
     pub(super) stream: Cell<Option<u32>>,
@@ -86,6 +93,40 @@ pub(super) struct Hub {
 impl Hub {
     pub(super) fn metrics(&self) -> Option<&Metrics> {
         self.metrics.get()
+    }
+
+    pub(super) fn shared(&self) -> Option<Rc<Shared>> {
+        self.shared.try_borrow().ok()?.clone()
+    }
+
+    /// Sends what waits from a root callback, remembering the HTTP callouts sent (their
+    /// replies come to the root), and carries out the verdicts of exchanges that could not
+    /// leave.
+    pub(super) fn pump_from_root(&self, shared: &Shared) {
+        let (callouts, verdicts) = self.pump(shared);
+        if let Ok(mut known) = self.callouts.try_borrow_mut() {
+            known.extend(callouts);
+        }
+        carry_out_all(&verdicts);
+    }
+
+    /// Settles exchange `id` from its reply (from a root callback), then sends what waits
+    /// at once: group commit.
+    pub(super) fn answered(
+        &self,
+        id: u32,
+        reply: impl FnOnce(&[usize]) -> Result<Vec<CheckResult>, String>,
+    ) {
+        let Some(shared) = self.shared() else {
+            return;
+        };
+        let Some(members) = self.complete(id) else {
+            return; // given up already (timed out, or the stream closed)
+        };
+        let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
+        let verdicts = self.settle(&shared, &members, reply(&counts));
+        carry_out_all(&verdicts);
+        self.pump_from_root(&shared);
     }
 
     /// Asks the root to send the waiting checks: a post to its queue, run by the host's
@@ -137,7 +178,15 @@ impl Hub {
 
     pub(super) fn send(&self, shared: &Shared, id: u32, body: &str) -> Result<Option<u32>, String> {
         let backend = &shared.config.backend;
-        let sent = transport::send(backend, self.stream.get(), id, body)?;
+        let sent = match backend.transport {
+            // The call's reply comes to the root's `proxy_on_redis_call_response`.
+            #[cfg(feature = "redis-call")]
+            Transport::Redis => {
+                let invoke = crate::redis_call::Invoke::Sha;
+                super::redis::send(self, backend, id, body.to_string(), invoke).map(|()| None)?
+            }
+            _ => transport::send(backend, self.stream.get(), id, body)?,
+        };
         if let Some(metrics) = self.metrics() {
             metrics.exchange(backend.transport == Transport::Http, body.lines().count());
         }

@@ -9,6 +9,8 @@
 
 mod host;
 mod hub;
+#[cfg(feature = "redis-call")]
+mod redis;
 mod request;
 mod root;
 mod transport;
@@ -19,5 +21,5 @@ use root::Root;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(Root::new(id)) });
 }}

@@ -51,6 +51,8 @@ impl Request {
     /// request). Over HTTP the root sends batches: a callout's reply goes to the context
     /// that sent it, and a batch must not depend on one request living on; only without
     /// group commit (`max_inflight` 0) is a check its own callout, sent by its request.
+    /// Redis calls are the root's alone too: a host may cancel the calls of a request
+    /// that ends.
     fn park(&mut self, line: String) -> Action {
         let parked = Parked {
             shared: Rc::clone(&self.shared),
@@ -71,7 +73,7 @@ impl Request {
                 self.carry_out_settled(verdicts)
             }
             Transport::Http if self.shared.config.backend.max_inflight == 0 => self.own_callout(),
-            Transport::Http => {
+            Transport::Http | Transport::Redis => {
                 self.hub.wake_root_if_room();
                 Action::Pause
             }

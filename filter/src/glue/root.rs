@@ -10,8 +10,7 @@ use crate::backend::Transport;
 use crate::check::{decode_callout, Admission};
 use crate::config::Config;
 use crate::host::Proxy;
-use crate::protocol::{self, CheckResult};
-use hashbrown::HashMap;
+use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
@@ -23,11 +22,10 @@ const MAX_REOPEN_BACKOFF_MS: u64 = 5_000;
 
 #[derive(Default)]
 pub(super) struct Root {
+    /// This root's context id, which the host names in redis-call replies.
+    #[cfg(feature = "redis-call")]
+    id: u32,
     hub: Rc<Hub>,
-    /// `None` until a configuration has been accepted.
-    shared: Option<Rc<Shared>>,
-    /// HTTP callouts the root sent: token to exchange id.
-    callouts: HashMap<u32, u32>,
     /// The cluster the open stream goes to.
     stream_cluster: String,
     /// Reopening a closed stream waits this long (doubling while it keeps closing).
@@ -36,13 +34,23 @@ pub(super) struct Root {
 }
 
 impl Root {
+    pub(super) fn new(id: u32) -> Root {
+        #[cfg(not(feature = "redis-call"))]
+        let _ = id; // only redis-call replies name their root
+        Root {
+            #[cfg(feature = "redis-call")]
+            id,
+            ..Root::default()
+        }
+    }
+
     /// The tick that times out stream exchanges, reopens the stream and flushes counters.
     fn base_tick(config: &Config) -> Duration {
         Duration::from_millis((config.backend.timeout_ms / 4).clamp(1, 100))
     }
 
     fn open_stream(&mut self) {
-        let Some(shared) = self.shared.clone() else {
+        let Some(shared) = self.hub.shared() else {
             return;
         };
         match transport::open_stream(&shared.config.backend) {
@@ -62,37 +70,16 @@ impl Root {
         self.reopen_at_ms = ProxyHost::default().now_ms() + self.reopen_backoff_ms;
     }
 
-    /// Sends what waits and remembers the callouts this root now owns.
+    /// Sends what waits (the root owns the callouts it sends).
     fn pump(&mut self) {
-        let Some(shared) = self.shared.clone() else {
-            return;
-        };
-        let (callouts, verdicts) = self.hub.pump(&shared);
-        self.callouts.extend(callouts);
-        carry_out_all(&verdicts);
-    }
-
-    /// Settles exchange `id` from its reply, then sends what waits at once: group commit.
-    fn answered(
-        &mut self,
-        id: u32,
-        reply: impl FnOnce(&[usize]) -> Result<Vec<CheckResult>, String>,
-    ) {
-        let Some(shared) = self.shared.clone() else {
-            return;
-        };
-        let Some(members) = self.hub.complete(id) else {
-            return; // given up already (timed out, or the stream closed)
-        };
-        let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
-        let verdicts = self.hub.settle(&shared, &members, reply(&counts));
-        carry_out_all(&verdicts);
-        self.pump();
+        if let Some(shared) = self.hub.shared() {
+            self.hub.pump_from_root(&shared);
+        }
     }
 
     /// Fails every exchange in flight and every check waiting (the stream broke).
     fn abandon_all(&mut self, reason: &str) {
-        let Some(shared) = self.shared.clone() else {
+        let Some(shared) = self.hub.shared() else {
             return;
         };
         let (lost, waiting) = match self.hub.exchanges.try_borrow_mut() {
@@ -115,11 +102,13 @@ impl Context for Root {
         body_size: usize,
         _: usize,
     ) {
-        let Some(id) = self.callouts.remove(&token) else {
+        let callout = self.hub.callouts.try_borrow_mut().ok();
+        let Some(id) = callout.and_then(|mut c| c.remove(&token)) else {
             return;
         };
         let (status, body) = callout_reply(num_headers, body_size);
-        self.answered(id, |counts| decode_callout(status, &body, counts));
+        self.hub
+            .answered(id, |counts| decode_callout(status, &body, counts));
     }
 
     fn on_grpc_stream_message(&mut self, token: u32, size: usize) {
@@ -132,7 +121,7 @@ impl Context for Root {
             return; // its exchange times out
         };
         self.reopen_backoff_ms = 0;
-        self.answered(id, |counts| {
+        self.hub.answered(id, |counts| {
             protocol::decode_reply(body, counts).map_err(|bad| bad.0.to_string())
         });
     }
@@ -161,13 +150,21 @@ impl RootContext for Root {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let config = match Config::parse(&bytes) {
+        let config = match Config::parse(&bytes).and_then(|c| {
+            c.backend.check_build(cfg!(feature = "redis-call"))?;
+            Ok(c)
+        }) {
             Ok(config) => config,
             Err(e) => {
                 log::error!("invalid plugin configuration: {e}");
                 return false;
             }
         };
+        #[cfg(feature = "redis-call")]
+        if let Err(e) = super::redis::init(self.id, &self.hub, &config.backend) {
+            log::error!("invalid plugin configuration: backend.redis: {e}");
+            return false;
+        }
         log::info!("configured {} rule(s)", config.rules.len());
         let _ = self.hub.metrics.get_or_init(Metrics::define);
         if self.hub.wake_queue.get().is_none() {
@@ -175,19 +172,21 @@ impl RootContext for Root {
         }
         if let Ok(mut x) = self.hub.exchanges.try_borrow_mut() {
             x.set_max_inflight(config.backend.max_inflight);
+            // One script call has one mode: checks and lease returns travel apart.
+            x.set_one_mode(config.backend.transport == Transport::Redis);
         }
         let _ = hostcalls::set_tick_period(Root::base_tick(&config));
         let backend = config.backend.clone();
-        let previous = self.shared.replace(Rc::new(Shared::new(config)));
+        let previous = self.hub.shared.replace(Some(Rc::new(Shared::new(config))));
         // The old configuration's leases end: their tokens go back (sent below or on the
         // next tick, under the new configuration's backend).
         if let Some(old) = previous {
             with_worker(&old, |worker| worker.leases.end_all());
             self.hub.queue_lease_lines(&old);
             // Top-ups out are answered to the new configuration's worker from now on.
-            if let Some(new) = &self.shared {
+            if let Some(new) = self.hub.shared() {
                 with_worker(&old, |o| {
-                    with_worker(new, |n| n.leases.adopt_top_ups(&mut o.leases))
+                    with_worker(&new, |n| n.leases.adopt_top_ups(&mut o.leases))
                 });
             }
         }
@@ -215,14 +214,15 @@ impl RootContext for Root {
     /// The safety net: gives up stream exchanges past `timeout_ms`, reopens the stream,
     /// sends what waits, flushes the counters.
     fn on_tick(&mut self) {
-        let Some(shared) = self.shared.clone() else {
+        let Some(shared) = self.hub.shared() else {
             return;
         };
         let now = ProxyHost::default().now_ms();
         with_worker(&shared, |worker| worker.leases.expire(now));
         self.hub.queue_lease_lines(&shared);
         let backend = &shared.config.backend;
-        if backend.transport == Transport::Grpc {
+        let waits_for_replies = matches!(backend.transport, Transport::Grpc | Transport::Redis);
+        if waits_for_replies {
             let late = match self.hub.exchanges.try_borrow_mut() {
                 Ok(mut x) => x.expire(now, backend.timeout_ms),
                 Err(_) => Vec::new(),
@@ -233,9 +233,12 @@ impl RootContext for Root {
                 verdicts.extend(self.hub.settle(&shared, &members, reason));
             }
             carry_out_all(&verdicts);
-            if self.hub.stream.get().is_none() && now >= self.reopen_at_ms {
-                self.open_stream();
-            }
+            #[cfg(feature = "redis-call")]
+            super::redis::forget_given_up(&self.hub);
+        }
+        let reopen = backend.transport == Transport::Grpc && self.hub.stream.get().is_none();
+        if reopen && now >= self.reopen_at_ms {
+            self.open_stream();
         }
         self.pump();
         if self.hub.wake_asked.replace(false) {
@@ -249,7 +252,7 @@ impl RootContext for Root {
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Request {
-            shared: self.shared.clone()?,
+            shared: self.hub.shared()?,
             hub: Rc::clone(&self.hub),
             context_id,
             check: Admission::default(),

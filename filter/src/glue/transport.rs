@@ -1,5 +1,6 @@
 //! Getting an exchange to the bridge and its reply back, over either transport: an HTTP
-//! callout per exchange, or a message on the worker's long-lived gRPC stream.
+//! callout per exchange, or a message on the worker's long-lived gRPC stream. (Redis
+//! itself, in the redis-call build, is `redis`.)
 //!
 //! Sending and closing on the stream call the ABI directly: the SDK's wrappers panic on a
 //! status they do not expect, and a panic would kill the VM and every request of its
@@ -66,6 +67,9 @@ pub fn send(
             }
         }
         Transport::Http => dispatch(backend, body).map(Some),
+        // The redis-call build sends these itself (`Hub::send`); this build refuses such a
+        // configuration before any check.
+        Transport::Redis => Err("this build has no redis call".into()),
     }
 }
 

@@ -11,5 +11,7 @@ mod failures;
 mod group_commit;
 mod identity;
 mod live;
+mod redis;
+mod redis_failures;
 mod stack;
 mod stream;

@@ -1,0 +1,42 @@
+//! Holds the redis-call build's reading of Redis replies (raw RESP from the network,
+//! through the host) to refusing anything but the exact array of integers a script call
+//! asked for, without panicking, and to reading back any well-formed array of that length.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ratelimit_filter::protocol::CheckResult;
+use ratelimit_filter::redis_call::decode_reply;
+use ratelimit_protocol::MAX_RULES;
+
+fuzz_target!(|data: &[u8]| {
+    // The first line's bytes are the rule counts of the checks sent, the rest the reply.
+    let mut parts = data.splitn(2, |&b| b == b'\n');
+    let counts: Vec<usize> = parts
+        .next()
+        .unwrap_or_default()
+        .iter()
+        .map(|&b| usize::from(b.wrapping_sub(b'0')) % (MAX_RULES + 1))
+        .collect();
+    let reply = parts.next().unwrap_or_default();
+    if let Ok(results) = decode_reply(reply, &counts) {
+        assert_eq!(results.len(), counts.len());
+    }
+    // The same counts answered well: Redis time, then per rule remaining, full, wait.
+    let rules: usize = counts.iter().sum();
+    let mut good = format!("*{}\r\n:1767225600000\r\n", 1 + 3 * rules);
+    for (i, byte) in reply.iter().chain(b"7").cycle().take(3 * rules).enumerate() {
+        good.push_str(&format!(
+            ":{}\r\n",
+            i64::from(*byte) - i64::from(i % 3 == 2)
+        ));
+    }
+    let results =
+        decode_reply(good.as_bytes(), &counts).unwrap_or_else(|e| panic!("{e}: {good:?}"));
+    for (result, &n) in results.iter().zip(&counts) {
+        match result {
+            CheckResult::Checked { rules, .. } => assert_eq!(rules.len(), n),
+            CheckResult::Failed(_) => {} // a rule answered the foreign value's -1s
+            CheckResult::Refused(why) => panic!("refused: {why}"),
+        }
+    }
+});

@@ -1,0 +1,219 @@
+//! The token bucket script's calling convention, written once for both of its callers (the
+//! bridge, through redis-rs, and the filter's redis-call build, in raw RESP): how a script
+//! call's keys and arguments are laid out (`lua/token_bucket.lua` documents the layout) and
+//! how its flat integer reply is checked and read back.
+//!
+//! One call carries many checks, or parts of checks, applied in order. What Redis pays per
+//! rule is kept small: rules that share their parameters (the same configured limit for
+//! different clients) send them once per call as a *shape*, and which check has which
+//! rules travels as one byte string, so a rule costs one key and two bytes.
+
+use crate::number::u64_string;
+use crate::reply::RuleResult;
+use crate::request::RuleSpec;
+use std::collections::BTreeMap;
+
+/// The token bucket script, the single source of truth for the algorithm.
+pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
+
+/// Most shapes one call can name (a shape index is a byte).
+pub const MAX_SHAPES: usize = 255;
+/// Most rules of one part (its rule count is a byte).
+pub const MAX_PART_RULES: usize = 255;
+
+/// Integers the script answers per rule: remaining, full_ms, wait_ms.
+pub const PER_RULE: usize = 3;
+
+/// What a script call does to its buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Take each check's cost from all its buckets, or from none.
+    Check,
+    /// Give each check's cost back (what a lease did not use, or what a check another slot
+    /// denied took here).
+    Refund,
+    /// Answer as `Check` would, taking nothing: whether every slot of a check spanning
+    /// several would admit it, before any of them takes.
+    Peek,
+}
+
+impl Mode {
+    /// The script's `ARGV[1]`.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Mode::Check => "check",
+            Mode::Refund => "refund",
+            Mode::Peek => "peek",
+        }
+    }
+}
+
+/// Some rules of one check that go to one script call: all of the check's rules on a
+/// single server, those of one hash slot in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Index of the check in the batch.
+    pub check: usize,
+    /// Indices of the rules within the check, in the check's order.
+    pub rules: Vec<usize>,
+}
+
+impl Part {
+    /// All the rules of check `check`, which has `rules` of them.
+    pub fn whole(check: usize, rules: usize) -> Part {
+        Part {
+            check,
+            rules: (0..rules).collect(),
+        }
+    }
+}
+
+/// A rule's parameters (burst, num, den, cost, its block's after, within, for or zeros,
+/// the lease it asks for or 0, and 1 in shadow mode), which many rules of a batch share.
+pub type Shape = [u64; 9];
+
+/// The shape of `rule`.
+pub fn shape(rule: &RuleSpec) -> Shape {
+    let block = rule
+        .block
+        .map_or([0; 3], |b| [b.after, b.within_ms, b.for_ms]);
+    [
+        rule.burst,
+        rule.num,
+        rule.den,
+        rule.cost,
+        block[0],
+        block[1],
+        block[2],
+        rule.lease,
+        u64::from(rule.shadow),
+    ]
+}
+
+/// The `remaining` the script answers for a rule whose client is blocked.
+const BLOCKED: i64 = -2;
+/// The `remaining` it answers for a rule in shadow mode that lacked the cost of a check it
+/// did not deny.
+const SHADOW_DENIED: i64 = -3;
+
+/// One call's keys and arguments.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Layout<'c> {
+    pub keys: Vec<&'c str>,
+    pub shapes: Vec<Shape>,
+    /// Per part: its number of rules, then each rule's shape (1-based, as Lua indexes).
+    pub checks: Vec<u8>,
+}
+
+impl Layout<'_> {
+    /// The call's arguments in order: the mode, the number of shapes, each shape's
+    /// numbers, the checks' byte string.
+    pub fn args(&self, mode: Mode) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(3 + self.shapes.len() * 9);
+        args.push(mode.arg().as_bytes().to_vec());
+        args.push(u64_string(self.shapes.len() as u64).into_bytes());
+        for n in self.shapes.iter().flatten() {
+            args.push(u64_string(*n).into_bytes());
+        }
+        args.push(self.checks.clone());
+        args
+    }
+}
+
+/// Lays out one script call over `parts` (in order) of `checks`; fails past the limits
+/// above, which the callers keep.
+pub fn layout<'c>(checks: &'c [Vec<RuleSpec>], parts: &[Part]) -> Result<Layout<'c>, String> {
+    let mut layout = Layout {
+        keys: Vec::new(),
+        shapes: Vec::new(),
+        checks: Vec::new(),
+    };
+    let mut known: BTreeMap<Shape, u8> = BTreeMap::new();
+    for part in parts {
+        let rules: Vec<&RuleSpec> = part_rules(checks, part).collect();
+        let n = u8::try_from(rules.len())
+            .map_err(|_| format!("a check has more than {MAX_PART_RULES} rules"))?;
+        layout.checks.push(n);
+        for rule in rules {
+            layout.keys.push(&rule.key);
+            let index = match known.get(&shape(rule)) {
+                Some(&index) => index,
+                None => {
+                    let index = u8::try_from(layout.shapes.len() + 1)
+                        .map_err(|_| format!("more than {MAX_SHAPES} rule shapes in a call"))?;
+                    layout.shapes.push(shape(rule));
+                    known.insert(shape(rule), index);
+                    index
+                }
+            };
+            layout.checks.push(index);
+        }
+    }
+    Ok(layout)
+}
+
+/// The rules of `part`, in order (indices out of range, which the planner never makes,
+/// are skipped).
+pub fn part_rules<'c: 'p, 'p>(
+    checks: &'c [Vec<RuleSpec>],
+    part: &'p Part,
+) -> impl Iterator<Item = &'c RuleSpec> + 'p {
+    let check = checks.get(part.check);
+    part.rules
+        .iter()
+        .filter_map(move |&i| check.and_then(|c| c.get(i)))
+}
+
+/// Why a check that names a key holding a foreign value fails.
+pub const FOREIGN_VALUE: &str =
+    "a bucket key holds a value the limiter did not write; it is left untouched";
+
+/// What the script answered for one rule: `None` when its check names a key that holds a
+/// value the script did not write (the check took nothing).
+pub type ScriptOutcome = Option<RuleResult>;
+
+/// Reads a script reply for `rules` rules: Redis time, then each rule's outcome in order.
+pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), String> {
+    let (Some(&now), Some(rest)) = (reply.first(), reply.get(1..)) else {
+        return Err("empty script reply".into());
+    };
+    if Some(rest.len()) != PER_RULE.checked_mul(rules) {
+        return Err(format!(
+            "script answered {} values for {rules} rules",
+            rest.len()
+        ));
+    }
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| format!("negative value {v} from script"));
+    let outcomes = rest
+        .chunks_exact(PER_RULE)
+        .map(|r| {
+            if r == [-1, -1, -1] {
+                return Ok(None);
+            }
+            // An admitted rule that took a lease answers it as a negative wait.
+            let (wait_ms, leased) = match r[2] {
+                w if w < 0 && r[0] != BLOCKED => (0, w.unsigned_abs()),
+                w => (unsigned(w)?, 0),
+            };
+            let blocked = r[0] == BLOCKED;
+            let shadowed = r[0] == SHADOW_DENIED;
+            Ok(Some(RuleResult {
+                allowed: (wait_ms == 0 && !blocked) || shadowed,
+                blocked,
+                remaining: if blocked || shadowed {
+                    0
+                } else {
+                    unsigned(r[0])?
+                },
+                full_ms: unsigned(r[1])?,
+                wait_ms,
+                leased,
+            }))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((unsigned(now)?, outcomes))
+}
+
+#[cfg(test)]
+#[path = "script_tests.rs"]
+mod tests;

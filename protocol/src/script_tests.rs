@@ -1,0 +1,97 @@
+use super::*;
+
+fn rule(key: &str, burst: u64, cost: u64) -> RuleSpec {
+    RuleSpec {
+        key: key.into(),
+        burst,
+        num: 1,
+        den: 600,
+        cost,
+        lease: 0,
+        block: None,
+        shadow: false,
+    }
+}
+
+#[test]
+fn script_replies_of_the_wrong_shape_are_errors() {
+    assert!(decode(&[], 0).is_err());
+    assert!(decode(&[1, 1, 2], 1).is_err());
+    assert!(decode(&[1, 1, 2, 3, 4], 1).is_err());
+    assert!(decode(&[1, -1, 2, 3], 1).is_err());
+    assert!(decode(&[-1], 0).is_err());
+    assert!(decode(&[1], usize::MAX).is_err());
+    assert_eq!(decode(&[7], 0).unwrap(), (7, vec![]));
+}
+
+#[test]
+fn a_rule_admits_when_it_has_nothing_to_wait_for() {
+    let (now, rules) = decode(&[5, 1, 2, 3, 4, 5, 0, -1, -1, -1], 3).unwrap();
+    assert_eq!(now, 5);
+    assert_eq!(
+        rules,
+        vec![
+            Some(RuleResult {
+                allowed: false,
+                blocked: false,
+                remaining: 1,
+                full_ms: 2,
+                wait_ms: 3,
+                leased: 0
+            }),
+            Some(RuleResult {
+                allowed: true,
+                blocked: false,
+                remaining: 4,
+                full_ms: 5,
+                wait_ms: 0,
+                leased: 0
+            }),
+            None,
+        ]
+    );
+}
+
+#[test]
+fn rules_sharing_parameters_send_them_once() {
+    let checks = vec![
+        vec![rule("a", 10, 1), rule("b", 5, 1)],
+        vec![rule("c", 10, 1)],
+    ];
+    let parts = [Part::whole(0, 2), Part::whole(1, 1)];
+    let layout = layout(&checks, &parts).unwrap();
+    assert_eq!(layout.keys, ["a", "b", "c"]);
+    assert_eq!(
+        layout.shapes,
+        [
+            [10, 1, 600, 1, 0, 0, 0, 0, 0],
+            [5, 1, 600, 1, 0, 0, 0, 0, 0]
+        ]
+    );
+    // Each part: its size and its rules' shapes.
+    assert_eq!(layout.checks, [2, 1, 2, 1, 1]);
+    let args = layout.args(Mode::Refund);
+    let text: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    assert_eq!(text[..3], [&b"refund"[..], b"2", b"10"]);
+    assert_eq!(args.len(), 3 + 2 * 9);
+    assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
+}
+
+#[test]
+fn a_call_past_the_byte_limits_is_refused() {
+    let many: Vec<RuleSpec> = (0..=MAX_PART_RULES as u64)
+        .map(|i| rule(&format!("k{i}"), 1 + i, 1))
+        .collect();
+    let all = Part::whole(0, many.len());
+    let checks = vec![many];
+    assert!(layout(&checks, std::slice::from_ref(&all)).is_err());
+    // 256 one-rule parts, each of its own shape.
+    let parts: Vec<Part> = (0..=MAX_SHAPES)
+        .map(|i| Part {
+            check: 0,
+            rules: vec![i],
+        })
+        .collect();
+    assert!(layout(&checks, &parts).is_err());
+    assert!(layout(&checks, &parts[..MAX_SHAPES]).is_ok());
+}
