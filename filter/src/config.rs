@@ -14,6 +14,7 @@ use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
 pub use crate::matcher::Matcher;
 use crate::matcher::RawMatch;
+use crate::scope::{RawScope, Scope, MAX_SCOPES};
 use crate::source::RawIdentity;
 pub use crate::source::{Address, Forwarded, Identity, Source};
 use serde::Deserialize;
@@ -33,7 +34,11 @@ struct RawConfig {
     key_prefix: String,
     #[serde(default)]
     identity: BTreeMap<String, RawIdentity>,
+    #[serde(default)]
     rules: Vec<RawRule>,
+    /// Higress's matchRules (see `scope`).
+    #[serde(default, rename = "_rules_")]
+    scopes: Vec<RawScope<RawRule>>,
     #[serde(default)]
     headers: HeaderOptions,
     local_share: Option<f64>,
@@ -145,6 +150,8 @@ pub struct Rule {
     pub lease: Option<LeasePolicy>,
     /// Shadow mode (the rule's or the whole plugin's): never denies.
     pub shadow: bool,
+    /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
+    pub scope: Option<usize>,
 }
 
 /// Local buckets per rule by default (`failure_mode: "local"`).
@@ -168,7 +175,10 @@ pub struct Config {
     pub failure_mode: FailureMode,
     pub key_prefix: String,
     pub identities: Vec<Identity>,
+    /// The top-level rules, then each `_rules_` entry's (`Rule::scope`).
     pub rules: Vec<Rule>,
+    /// Higress's matchRules: which routes or domains have rules of their own.
+    pub scopes: Vec<Scope>,
     /// Some rule matches on `:method` or `:path`: only then are they read and the path
     /// normalized, per request.
     pub matches_requests: bool,
@@ -196,10 +206,6 @@ impl Config {
             Ok(raw) => raw,
             Err(e) => {
                 let path = e.path().to_string();
-                if path == "_rules_" {
-                    // Higress's matchRules, as it hands them to a plugin.
-                    return err(path, "Higress matchRules are not supported; limit routes with each rule's match instead");
-                }
                 let field = if path == "." { "config".into() } else { path };
                 return err(field, e.into_inner().to_string());
             }
@@ -289,6 +295,7 @@ impl RawConfig {
             key_prefix: self.key_prefix,
             identities,
             rules: Vec::new(),
+            scopes: Vec::new(),
             matches_requests: false,
             headers: self.headers,
             local: LocalOptions {
@@ -299,24 +306,50 @@ impl RawConfig {
             deny_cache_entries: self.deny_cache_entries,
             shadow: self.mode == Mode::Shadow,
         };
-        if self.rules.is_empty() {
+        if self.rules.is_empty() && self.scopes.is_empty() {
             return err("rules", "at least one rule is needed");
         }
-        if self.rules.len() > MAX_RULES {
-            return err("rules", format!("at most {MAX_RULES} rules are supported"));
+        config.add_rules("rules", self.rules, None)?;
+        if self.scopes.len() > MAX_SCOPES {
+            return err("_rules_", format!("at most {MAX_SCOPES} entries"));
         }
-        for (i, raw) in self.rules.into_iter().enumerate() {
-            let rule = raw.validate(&format!("rules[{i}]"), &config)?;
-            if config.rules.iter().any(|r| r.name == rule.name) {
+        for (i, raw) in self.scopes.into_iter().enumerate() {
+            let field = format!("_rules_[{i}]");
+            config.scopes.push(raw.scope(&field)?);
+            if raw.rules.is_empty() {
+                return err(format!("{field}.rules"), "at least one rule is needed");
+            }
+            config.add_rules(&format!("{field}.rules"), raw.rules, Some(i))?;
+        }
+        Ok(config)
+    }
+}
+
+impl Config {
+    /// Validates and adds one list of rules (the top-level `rules`, or a `_rules_` entry's).
+    /// Names are unique across all lists: they key the buckets and name the metrics.
+    fn add_rules(
+        &mut self,
+        field: &str,
+        raw: Vec<RawRule>,
+        scope: Option<usize>,
+    ) -> Result<(), ConfigError> {
+        if raw.len() > MAX_RULES {
+            return err(field, format!("at most {MAX_RULES} rules are supported"));
+        }
+        for (i, raw) in raw.into_iter().enumerate() {
+            let mut rule = raw.validate(&format!("{field}[{i}]"), self)?;
+            if self.rules.iter().any(|r| r.name == rule.name) {
                 return err(
-                    format!("rules[{i}].name"),
+                    format!("{field}[{i}].name"),
                     format!("{:?} is used twice", rule.name),
                 );
             }
-            config.matches_requests |= rule.matcher != Matcher::default();
-            config.rules.push(rule);
+            rule.scope = scope;
+            self.matches_requests |= rule.matcher != Matcher::default();
+            self.rules.push(rule);
         }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -399,6 +432,7 @@ impl RawRule {
             block,
             lease,
             shadow,
+            scope: None,
         })
     }
 }

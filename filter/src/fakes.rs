@@ -18,6 +18,8 @@ pub struct FakeRequest {
     pub reads: RefCell<Vec<String>>,
     /// Headers the request carries more than once (`headers` holds the first value).
     pub repeated: HashSet<String>,
+    /// The route's name.
+    pub route: Option<Vec<u8>>,
 }
 
 impl FakeRequest {
@@ -50,6 +52,10 @@ impl RequestView for FakeRequest {
 
     fn source_address(&self) -> Option<Vec<u8>> {
         self.peer.clone()
+    }
+
+    fn route_name(&self) -> Option<Vec<u8>> {
+        self.route.clone()
     }
 }
 
@@ -91,6 +97,10 @@ impl RequestView for FakeProxy {
 
     fn source_address(&self) -> Option<Vec<u8>> {
         self.req.source_address()
+    }
+
+    fn route_name(&self) -> Option<Vec<u8>> {
+        self.req.route_name()
     }
 }
 

@@ -11,6 +11,8 @@ pub trait RequestView {
     fn repeated(&self, name: &str) -> bool;
     /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
     fn source_address(&self) -> Option<Vec<u8>>;
+    /// The host's `route_name` property: the name of the route the request took.
+    fn route_name(&self) -> Option<Vec<u8>>;
 }
 
 /// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).

@@ -3,7 +3,7 @@
 //! structured-field Lists of String Items (RFC 9651).
 
 use crate::config::Config;
-use crate::response::Shown;
+use crate::shown::Shown;
 use ratelimit_protocol::push_u64;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11, section 3): a structured

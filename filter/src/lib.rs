@@ -29,6 +29,8 @@ pub mod protocol;
 pub mod redis_call;
 pub mod response;
 pub mod rules;
+pub mod scope;
+pub mod shown;
 pub mod source;
 
 #[cfg(target_arch = "wasm32")]

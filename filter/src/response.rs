@@ -2,8 +2,7 @@
 
 use crate::config::Config;
 use crate::ietf;
-use crate::protocol::RuleResult;
-use crate::rules::PlannedRule;
+pub use crate::shown::Shown;
 use ratelimit_protocol::u64_digits;
 
 /// A reply the filter sends itself instead of forwarding the request.
@@ -12,22 +11,6 @@ pub struct LocalReply {
     pub status: u32,
     pub headers: Vec<(&'static str, String)>,
     pub body: String,
-}
-
-/// The rule whose numbers the client is shown, with its outcome and Redis's clock.
-pub struct Shown<'a> {
-    pub rule: &'a PlannedRule,
-    /// Every rule of the request (`rule` among them): the policies it falls under.
-    pub all: &'a [PlannedRule],
-    pub result: &'a RuleResult,
-    pub now_ms: u64,
-}
-
-impl Shown<'_> {
-    /// `Retry-After`: whole seconds, at least 1, so clients never retry at once.
-    pub fn retry_after_s(&self) -> u64 {
-        self.result.wait_ms.div_ceil(1000).max(1)
-    }
 }
 
 /// The rate-limit fields of a response, kept as numbers until they are written: an allowed
@@ -194,6 +177,8 @@ pub fn repeated_header(header: &str) -> LocalReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::RuleResult;
+    use crate::rules::PlannedRule;
 
     /// Rules `per-user` (100/min), `global` (5000/s, burst 10000), `fast` (10 per 500 ms)
     /// and `trial` (in shadow mode); `ietf` turns the draft fields on.

@@ -7,6 +7,7 @@ use crate::host::RequestView;
 use crate::identity::{self, Repeated};
 use crate::limit::Limit;
 use crate::path;
+use crate::scope;
 use ratelimit_protocol::MAX_KEY_LEN;
 
 /// Length of a key whose identity values were replaced by their digest: `prefix:rule:#`
@@ -49,9 +50,13 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
     let path = path::normalize(read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
+    let scope = match config.scopes.is_empty() {
+        true => None,
+        false => scope::of_request(&config.scopes, req),
+    };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if !rule.matcher.matches(method, &path) {
+        if rule.scope != scope || !rule.matcher.matches(method, &path) {
             continue;
         }
         resolve(config, req, &mut values, &rule.key)?;

@@ -215,3 +215,43 @@ fn bucket_keys_are_made_in_one_place_and_bounded() {
         "the same values, the same key"
     );
 }
+
+#[test]
+fn a_request_in_a_match_rules_entry_gets_that_entrys_rules_only() {
+    let c = Config::parse(
+        br#"{"backend": {"cluster": "b"}, "identity": {"u": {"header": "x-u"}},
+            "rules": [{"name": "everywhere", "key": ["u"], "limit": {"requests": 5, "per": "1h"}}],
+            "_rules_": [
+              {"_match_domain_": ["*.example.com"],
+               "rules": [{"name": "tenants", "key": ["u"], "limit": {"requests": 2, "per": "1h"}},
+                         {"name": "tenant-reads", "match": {"methods": ["GET"]},
+                          "limit": {"requests": 9, "per": "1h"}}]},
+              {"_match_route_": ["orders"],
+               "rules": [{"name": "orders", "limit": {"requests": 3, "per": "1h"}}]}]}"#,
+    )
+    .unwrap();
+    let on = |authority: &str, route: Option<&str>| {
+        let mut req = request("GET", "/x")
+            .with(":authority", authority)
+            .with("x-u", "al");
+        req.route = route.map(|r| r.as_bytes().to_vec());
+        names(&c, &plan(&c, &req))
+    };
+    assert_eq!(
+        on("a.example.com", Some("orders")),
+        ["tenants", "tenant-reads"]
+    );
+    assert_eq!(on("shop.test", Some("orders")), ["orders"]);
+    assert_eq!(on("shop.test", Some("other")), ["everywhere"]);
+    assert_eq!(on("shop.test", None), ["everywhere"]);
+    let keys: Vec<String> = plan(
+        &c,
+        &request("GET", "/")
+            .with(":authority", "x.example.com")
+            .with("x-u", "al"),
+    )
+    .into_iter()
+    .map(|p| p.key)
+    .collect();
+    assert_eq!(keys, ["rl:tenants:al", "rl:tenant-reads"]);
+}

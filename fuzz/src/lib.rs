@@ -46,6 +46,10 @@ impl RequestView for Request {
     fn source_address(&self) -> Option<Vec<u8>> {
         self.peer.clone()
     }
+
+    fn route_name(&self) -> Option<Vec<u8>> {
+        self.value("route_name").cloned()
+    }
 }
 
 /// A JWT payload as Envoy's `jwt_authn` forwards it: base64url of `{"sub": sub}`.

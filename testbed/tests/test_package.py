@@ -295,9 +295,19 @@ def test_the_higress_wasmplugin_runs_the_redis_build_on_a_redis_service():
     assert set(backend) == {"redis"}
     assert re.fullmatch(r"outbound\|\d+\|\|[a-z0-9.-]+", backend["redis"]["cluster"])
     schema = json.loads((ROOT / "schema" / "ratelimit.schema.json").read_text())
-    configs = [spec["defaultConfig"]] + [r["config"] for r in spec.get("matchRules", [])]
-    for config in configs:
-        assert list(Draft4Validator(schema).iter_errors(config)) == []
+    # The configuration as Higress hands it to the plugin: defaultConfig, and each of
+    # matchRules as a `_rules_` entry (ingress -> _match_route_, domain -> _match_domain_).
+    entries = []
+    for match in spec["matchRules"]:
+        assert set(match) in ({"ingress", "config"}, {"domain", "config"}), match
+        kind = "_match_route_" if "ingress" in match else "_match_domain_"
+        entries.append({kind: match.get("ingress") or match["domain"], **match["config"]})
+    assert {next(iter(e)) for e in entries} == {"_match_route_", "_match_domain_"}
+    config = {**spec["defaultConfig"], "_rules_": entries}
+    assert list(Draft4Validator(schema).iter_errors(config)) == []
+    names = [r["name"] for r in config["rules"]] + \
+        [r["name"] for e in entries for r in e["rules"]]
+    assert len(names) == len(set(names)), "rule names are unique across all the rules"
 
 
 def test_the_rendered_higress_wasmplugin_pins_its_image_of_the_redis_build():

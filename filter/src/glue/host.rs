@@ -43,6 +43,13 @@ impl RequestView for ProxyHost {
             .ok()
             .flatten()
     }
+
+    /// Higress's Envoy names the route `route_name` (what its plugins read); stock Envoy
+    /// has it as `xds.route_name`.
+    fn route_name(&self) -> Option<Vec<u8>> {
+        let property = |path| hostcalls::get_property(path).ok().flatten();
+        property(vec!["route_name"]).or_else(|| property(vec!["xds", "route_name"]))
+    }
 }
 
 impl SharedData for ProxyHost {
