@@ -514,23 +514,24 @@ fn leasing_global(tokens: u64) -> (Config, FakeProxy) {
     (Config::parse(json.as_bytes()).unwrap(), host)
 }
 
+/// A worker that checked the leasing global rule once (no lease asked: seen once), and the
+/// second request, whose check asks for a lease: its line.
+fn seen_twice(config: &Config, host: &FakeProxy) -> (Worker, Admission, String) {
+    let (mut first, mut worker, body) = started(config, host);
+    assert!(!body.contains('+'), "seen once: no lease asked: {body}");
+    let allowed = b"1 1,49999,1,0\n";
+    conclude(config, &mut worker, host, &mut first, Some(200), allowed);
+    let mut second = Admission::default();
+    let Start::Ask(body) = second.start(config, &mut worker, host) else {
+        panic!("no check")
+    };
+    (worker, second, body)
+}
+
 #[test]
 fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
     let (config, host) = leasing_global(3);
-    let (mut first, mut worker, body) = started(&config, &host);
-    assert!(!body.contains('+'), "seen once: no lease asked: {body}");
-    conclude(
-        &config,
-        &mut worker,
-        &host,
-        &mut first,
-        Some(200),
-        b"1 1,49999,1,0\n",
-    );
-    let mut second = Admission::default();
-    let Start::Ask(body) = second.start(&config, &mut worker, &host) else {
-        panic!("no check")
-    };
+    let (mut worker, mut second, body) = seen_twice(&config, &host);
     assert!(
         body.ends_with(",1+3\n"),
         "seen again: asks for 3 more: {body}"
@@ -597,20 +598,7 @@ fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
 #[test]
 fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
     let (config, host) = leasing_global(4);
-    let (mut first, mut worker, _) = started(&config, &host);
-    conclude(
-        &config,
-        &mut worker,
-        &host,
-        &mut first,
-        Some(200),
-        b"1 1,49999,1,0\n",
-    );
-    let mut second = Admission::default();
-    assert!(matches!(
-        second.start(&config, &mut worker, &host),
-        Start::Ask(_)
-    ));
+    let (mut worker, mut second, _) = seen_twice(&config, &host);
     let verdict = conclude(
         &config,
         &mut worker,

@@ -6,18 +6,11 @@
 use libfuzzer_sys::fuzz_target;
 use ratelimit_filter::protocol::CheckResult;
 use ratelimit_filter::redis_call::decode_reply;
+use ratelimit_fuzz::counts_and_reply;
 use ratelimit_protocol::MAX_RULES;
 
 fuzz_target!(|data: &[u8]| {
-    // The first line's bytes are the rule counts of the checks sent, the rest the reply.
-    let mut parts = data.splitn(2, |&b| b == b'\n');
-    let counts: Vec<usize> = parts
-        .next()
-        .unwrap_or_default()
-        .iter()
-        .map(|&b| usize::from(b.wrapping_sub(b'0')) % (MAX_RULES + 1))
-        .collect();
-    let reply = parts.next().unwrap_or_default();
+    let (counts, reply) = counts_and_reply(data, MAX_RULES);
     if let Ok(results) = decode_reply(reply, &counts) {
         assert_eq!(results.len(), counts.len());
     }

@@ -5,20 +5,14 @@
 
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
+use ratelimit_fuzz::counts_and_reply;
 use ratelimit_protocol::{
     decode_reply, render_reply, CheckResult, RuleResult, MAX_REASON_LEN, MAX_RULES,
 };
 
 fuzz_target!(|data: &[u8]| {
-    // The first line's bytes are the rule counts of the checks sent, the rest the reply.
-    let mut parts = data.splitn(2, |&b| b == b'\n');
-    let counts: Vec<usize> = parts
-        .next()
-        .unwrap_or_default()
-        .iter()
-        .map(|&b| usize::from(b.wrapping_sub(b'0')) % (MAX_RULES + 1))
-        .collect();
-    if let Ok(results) = decode_reply(parts.next().unwrap_or_default(), &counts) {
+    let (counts, reply) = counts_and_reply(data, MAX_RULES);
+    if let Ok(results) = decode_reply(reply, &counts) {
         assert_eq!(results.len(), counts.len());
     }
     if let Ok(items) = Unstructured::new(data).arbitrary::<Vec<Item>>() {

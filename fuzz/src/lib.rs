@@ -66,3 +66,16 @@ fn base64url(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
 }
+
+/// A reply fuzz input: the first line's bytes are the rule counts of the checks sent (each
+/// at most `max_rules`), the rest is the reply.
+pub fn counts_and_reply(data: &[u8], max_rules: usize) -> (Vec<usize>, &[u8]) {
+    let mut parts = data.splitn(2, |&b| b == b'\n');
+    let counts = parts
+        .next()
+        .unwrap_or_default()
+        .iter()
+        .map(|&b| usize::from(b.wrapping_sub(b'0')) % (max_rules + 1))
+        .collect();
+    (counts, parts.next().unwrap_or_default())
+}
