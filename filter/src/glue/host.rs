@@ -39,16 +39,13 @@ impl RequestView for ProxyHost {
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
-        hostcalls::get_property(vec!["source", "address"])
-            .ok()
-            .flatten()
+        transport::property(&["source", "address"])
     }
 
     /// Higress's Envoy names the route `route_name` (what its plugins read); stock Envoy
     /// has it as `xds.route_name`.
     fn route_name(&self) -> Option<Vec<u8>> {
-        let property = |path| hostcalls::get_property(path).ok().flatten();
-        property(vec!["route_name"]).or_else(|| property(vec!["xds", "route_name"]))
+        transport::property(&["route_name"]).or_else(|| transport::property(&["xds", "route_name"]))
     }
 }
 

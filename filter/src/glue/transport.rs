@@ -38,6 +38,12 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> Status;
+    fn proxy_get_property(
+        path_data: *const u8,
+        path_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> Status;
     fn proxy_add_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -164,6 +170,23 @@ pub fn add_response_header(name: &str, value: &[u8]) -> Result<(), Status> {
         Status::Ok => Ok(()),
         status => Err(status),
     }
+}
+
+/// A host property, e.g. `["source", "address"]`; `None` for any status but Ok (the SDK's
+/// reader panics on a status it does not expect, such as a host's Unimplemented).
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    let serialized = path.join("\0");
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size = 0;
+    // SAFETY: the pointer and length describe `serialized`; `data` and `size` outlive the
+    // call. The host allocates the value through the SDK's allocator, as for header maps.
+    let status =
+        unsafe { proxy_get_property(serialized.as_ptr(), serialized.len(), &mut data, &mut size) };
+    if status != Status::Ok || data.is_null() {
+        return None;
+    }
+    // SAFETY: see `request_headers`: `data` is non-null and holds `size` initialized bytes.
+    Some(unsafe { Vec::from_raw_parts(data, size, size) })
 }
 
 /// The current request's headers, all values of each (empty if the host has none to give:
