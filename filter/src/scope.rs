@@ -8,6 +8,7 @@
 use crate::config_error::{err, ConfigError};
 use crate::host::RequestView;
 use serde::Deserialize;
+use std::cell::OnceCell;
 
 /// Most `_rules_` entries.
 pub const MAX_SCOPES: usize = 64;
@@ -128,21 +129,18 @@ fn host_of(authority: &[u8]) -> &[u8] {
 }
 
 /// The first of `scopes` the request falls in, by index; `None`: the top-level rules.
-/// The route name and the host are read only when some entry needs them.
+/// The route name and the host are each read once, and only when some entry needs them.
 pub fn of_request(scopes: &[Scope], req: &impl RequestView) -> Option<usize> {
-    let mut route: Option<Option<Vec<u8>>> = None;
-    let mut route_name = || route.get_or_insert_with(|| req.route_name()).clone();
+    let route = OnceCell::new();
+    let host = OnceCell::new();
+    let route = || route.get_or_init(|| req.route_name()).as_deref();
+    let host = || *host.get_or_init(|| req.header(":authority").map(host_of));
     scopes.iter().position(|scope| match scope {
-        Scope::Routes(names) => {
-            route_name().is_some_and(|r| names.iter().any(|n| n.as_bytes() == r))
-        }
+        Scope::Routes(names) => route().is_some_and(|r| names.iter().any(|n| n.as_bytes() == r)),
         Scope::RoutePrefixes(prefixes) => {
-            route_name().is_some_and(|r| prefixes.iter().any(|p| r.starts_with(p.as_bytes())))
+            route().is_some_and(|r| prefixes.iter().any(|p| r.starts_with(p.as_bytes())))
         }
-        Scope::Domains(domains) => req.header(":authority").is_some_and(|authority| {
-            let host = host_of(authority);
-            domains.iter().any(|d| d.matches(host))
-        }),
+        Scope::Domains(domains) => host().is_some_and(|h| domains.iter().any(|d| d.matches(h))),
     })
 }
 
@@ -197,6 +195,9 @@ mod tests {
         assert_eq!(on("other", Some("ordinals")), Some(2));
         assert_eq!(on("exact.test:80", None), Some(3));
         assert_eq!(on("[::1]:80", Some("none")), None);
+        let req = FakeRequest::default().with(":authority", "nowhere");
+        assert_eq!(of_request(&scopes, &req), None);
+        assert_eq!(*req.reads.borrow(), [":authority"], "the host is read once");
         assert_eq!(on("exact.test.evil", None), None);
     }
 }

@@ -42,10 +42,10 @@ impl RequestView for ProxyHost {
         transport::property(&["source", "address"])
     }
 
-    /// Higress's Envoy names the route `route_name` (what its plugins read); stock Envoy
-    /// has it as `xds.route_name`.
+    /// `xds.route_name` in stock Envoy (1.40 has no `route_name`); `route_name`, what
+    /// Higress's plugins read, where a host lacks the former. One host call on Envoy.
     fn route_name(&self) -> Option<Vec<u8>> {
-        transport::property(&["route_name"]).or_else(|| transport::property(&["xds", "route_name"]))
+        transport::property(&["xds", "route_name"]).or_else(|| transport::property(&["route_name"]))
     }
 }
 
