@@ -9,12 +9,16 @@ use std::collections::{HashMap, HashSet};
 /// The configuration the README documents (`filter/example-config.json`).
 pub const EXAMPLE: &str = include_str!("../example-config.json");
 
+/// What `FakeRequest::reads` records for a read of the route's name.
+pub const ROUTE_READ: &str = "(route name)";
+
 /// A request made of raw header bytes and a peer address.
 #[derive(Default)]
 pub struct FakeRequest {
     pub headers: HashMap<String, Vec<u8>>,
     pub peer: Option<Vec<u8>>,
-    /// Every header the filter asked for, in order (each is a host call in a real proxy).
+    /// Every header the filter asked for, in order, and `ROUTE_READ` for each read of the
+    /// route's name (each is a host call in a real proxy).
     pub reads: RefCell<Vec<String>>,
     /// Headers the request carries more than once (`headers` holds the first value).
     pub repeated: HashSet<String>,
@@ -55,6 +59,7 @@ impl RequestView for FakeRequest {
     }
 
     fn route_name(&self) -> Option<Vec<u8>> {
+        self.reads.borrow_mut().push(ROUTE_READ.to_string());
         self.route.clone()
     }
 }
