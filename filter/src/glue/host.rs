@@ -1,17 +1,16 @@
 //! The host as the filter's logic sees it (request, clock, shared data), the counters it
 //! exposes, and the host calls that carry out a verdict. Every host error is handled here.
 
-use super::transport;
+use super::abi;
 use crate::check::{Outcome, Verdict};
 use crate::config::Config;
 use crate::counters::{self, Counter, Counters, RuleCounts, PER_RULE};
 use crate::header_map::HeaderMap;
-use crate::host::{Proxy, RequestView, SharedData};
+use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::protocol;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType};
 use std::cell::{OnceCell, RefCell};
-use std::time::UNIX_EPOCH;
 
 /// The current (effective) context's request, the clock and shared data.
 #[derive(Default)]
@@ -22,7 +21,7 @@ pub struct ProxyHost {
 
 impl ProxyHost {
     fn headers(&self) -> &HeaderMap {
-        self.headers.get_or_init(transport::request_headers)
+        self.headers.get_or_init(abi::request_headers)
     }
 }
 
@@ -34,18 +33,23 @@ impl RequestView for ProxyHost {
             .find_map(|(key, value)| (key == name).then_some(value))
     }
 
-    fn repeated(&self, name: &str) -> bool {
-        self.headers().values(name).nth(1).is_some()
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        let mut values = self.headers().values(name);
+        match (values.next(), values.next()) {
+            (None, _) => Sole::Absent,
+            (Some(value), None) => Sole::Once(value),
+            (Some(_), Some(_)) => Sole::Repeated,
+        }
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
-        transport::property(&["source", "address"])
+        abi::property(&["source", "address"])
     }
 
     /// `xds.route_name` in stock Envoy (1.40 has no `route_name`); `route_name`, what
     /// Higress's plugins read, where a host lacks the former. One host call on Envoy.
     fn route_name(&self) -> Option<Vec<u8>> {
-        transport::property(&["xds", "route_name"]).or_else(|| transport::property(&["route_name"]))
+        abi::property(&["xds", "route_name"]).or_else(|| abi::property(&["route_name"]))
     }
 }
 
@@ -64,10 +68,7 @@ impl SharedData for ProxyHost {
 
 impl Proxy for ProxyHost {
     fn now_ms(&self) -> u64 {
-        hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        abi::now_ms()
     }
 }
 

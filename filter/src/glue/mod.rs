@@ -4,9 +4,10 @@
 //!
 //! The decisions are plain Rust (`check`, `exchange`); this module only moves bytes and
 //! calls between them and the host. Host calls go through `proxy_wasm::hostcalls` (or the
-//! raw ABI in `transport`) so that every host error is handled instead of unwrapped: a
+//! raw ABI in `abi` and `transport`) so that every host error is handled instead of unwrapped: a
 //! panic would kill the VM and every request of its worker.
 
+mod abi;
 mod host;
 mod hub;
 #[cfg(feature = "redis-call")]

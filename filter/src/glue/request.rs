@@ -1,9 +1,9 @@
 //! One request's context: plans its check, hands it to the hub, pauses, and picks up its
 //! response headers once the check is settled.
 
+use super::abi;
 use super::host::{callout_reply, carry_out, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Parked, Shared, Verdicts};
-use super::transport;
 use crate::backend::Transport;
 use crate::check::{decode_callout, Admission, Start, Verdict};
 use proxy_wasm::hostcalls;
@@ -176,7 +176,7 @@ impl HttpContext for Request {
         }
         if let Some(fields) = &self.check.response_headers {
             fields.each(|name, value| {
-                if let Err(e) = transport::add_response_header(name, value) {
+                if let Err(e) = abi::add_response_header(name, value) {
                     log::warn!("adding {name} failed: {e:?}");
                 }
             });
