@@ -558,6 +558,44 @@ fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
 }
 
 #[test]
+fn rules_from_leases_and_rules_sent_keep_their_own_results_whatever_their_order() {
+    // /api/search: per-user and search-per-ip lease, global after them does not.
+    let json = EXAMPLE
+        .replace(
+            r#""name": "per-user", "key": ["user"],"#,
+            r#""name": "per-user", "key": ["user"], "lease": {"tokens": 2},"#,
+        )
+        .replace(
+            r#""name": "search-per-ip", "key": ["ip"],"#,
+            r#""name": "search-per-ip", "key": ["ip"], "lease": {"tokens": 2},"#,
+        );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let (mut check, mut worker, _) = started(&config, &host);
+    let allowed = b"1 1,99,1,0 1,9,1,0 1,49999,1,0\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), allowed);
+    let mut check = Admission::default();
+    check.start(&config, &mut worker, &host);
+    let granted = b"1 1,4,1,0,2 1,6,1,0,2 1,49996,1,0\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), granted);
+    let mut mixed = Admission::default();
+    let start = mixed.start(&config, &mut worker, &host);
+    assert_eq!(
+        start,
+        Start::Ask("rl:global,50000,50,1,1\n".into()),
+        "only the rule without a lease is sent"
+    );
+    let reply = b"1 1,49995,1,0\n";
+    let verdict = conclude(&config, &mut worker, &host, &mut mixed, Some(200), reply);
+    assert_eq!(verdict, Verdict::Resume);
+    // Shown: the fewest tokens left, per-user's lease (4 less this request's 1) with
+    // per-user's limit, not search-per-ip's (5 left of 10).
+    let shown = shown_headers(&mixed);
+    assert_eq!(shown[0], ("x-ratelimit-limit", "100".into()));
+    assert_eq!(shown[1], ("x-ratelimit-remaining", "3".into()));
+}
+
+#[test]
 fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
     let json = EXAMPLE.replace(
         r#""name": "global", "key": [],"#,
@@ -662,7 +700,8 @@ fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
     let (rule, now) = (&config.rules[3], 1_000_000);
     let lacking = worker
         .leases
-        .top_up("rl:global", &rule.limit, rule.lease.unwrap(), now);
+        .take("rl:global", &rule.limit, 0, rule.lease.unwrap(), now)
+        .and_then(|t| t.top_up);
     assert_eq!(
         lacking.map(|(_, n)| n),
         Some(4),

@@ -2,7 +2,7 @@
 //! in one place: a request of raw header bytes, shared data with Envoy's versioning, and
 //! both with a clock.
 
-use crate::host::{Proxy, RequestView, SharedData};
+use crate::host::{Proxy, RequestView, SharedData, Sole};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
@@ -50,8 +50,11 @@ impl RequestView for FakeRequest {
         self.headers.get(name).map(Vec::as_slice)
     }
 
-    fn repeated(&self, name: &str) -> bool {
-        self.repeated.contains(name)
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        if self.repeated.contains(name) {
+            return Sole::Repeated;
+        }
+        self.header(name).map_or(Sole::Absent, Sole::Once)
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
@@ -96,8 +99,8 @@ impl RequestView for FakeProxy {
         self.req.header(name)
     }
 
-    fn repeated(&self, name: &str) -> bool {
-        self.req.repeated(name)
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        self.req.sole_header(name)
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

@@ -21,25 +21,24 @@ impl HeaderMap {
 
     /// Every `(name, value)` pair in order; stops at the first inconsistency.
     pub fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let count = read_u32(&self.bytes, 0).unwrap_or(0);
-        let data_start = usize::try_from(count)
-            .ok()
-            .and_then(|n| n.checked_mul(8)?.checked_add(4));
-        let mut data = data_start.unwrap_or(usize::MAX);
-        (0..count).map_while(move |i| {
-            let sizes = usize::try_from(i).ok()?.checked_mul(8)?.checked_add(4)?;
-            let key_len = usize::try_from(read_u32(&self.bytes, sizes)?).ok()?;
-            let value_len = usize::try_from(read_u32(&self.bytes, sizes + 4)?).ok()?;
-            let key = self.bytes.get(data..data.checked_add(key_len)?)?;
-            let value_at = data.checked_add(key_len)?.checked_add(1)?;
-            let value = self.bytes.get(value_at..value_at.checked_add(value_len)?)?;
-            data = value_at.checked_add(value_len)?.checked_add(1)?;
+        let count = read_u32(&self.bytes, 0).and_then(|n| usize::try_from(n).ok());
+        let table_end = count.and_then(|n| n.checked_mul(8)?.checked_add(4));
+        let (sizes, mut data) = match table_end.and_then(|end| self.bytes.get(4..end)) {
+            Some(sizes) => (sizes, self.bytes.get(sizes.len() + 4..).unwrap_or_default()),
+            None => (&[][..], &[][..]),
+        };
+        sizes.chunks_exact(8).map_while(move |pair| {
+            let key_len = usize::try_from(read_u32(pair, 0)?).ok()?;
+            let value_len = usize::try_from(read_u32(pair, 4)?).ok()?;
+            let (key, rest) = data.split_at_checked(key_len)?;
+            let (value, rest) = rest.get(1..)?.split_at_checked(value_len)?;
+            data = rest.get(1..).unwrap_or_default();
             Some((key, value))
         })
     }
 
     /// The values of header `name` (lower-case, as the host delivers names), in order.
-    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+    pub fn values<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.pairs()
             .filter(move |(key, _)| *key == name.as_bytes())
             .map(|(_, value)| value)

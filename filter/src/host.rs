@@ -7,12 +7,22 @@ pub trait RequestView {
     /// A request header by lower-case name (pseudo-headers such as `:path` included); its
     /// first value if it came more than once.
     fn header(&self, name: &str) -> Option<&[u8]>;
-    /// Whether the request carries `name` more than once.
-    fn repeated(&self, name: &str) -> bool;
+    /// A header the request must not repeat (an identity's): read in one pass, since a
+    /// repeat can only be told by reading them all.
+    fn sole_header(&self, name: &str) -> Sole<'_>;
     /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
     fn source_address(&self) -> Option<Vec<u8>>;
     /// The host's `route_name` property: the name of the route the request took.
     fn route_name(&self) -> Option<Vec<u8>>;
+}
+
+/// What a request carries of a header that must not repeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sole<'a> {
+    Absent,
+    Once(&'a [u8]),
+    /// More than once: which value counts cannot be told.
+    Repeated,
 }
 
 /// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).

@@ -5,9 +5,10 @@
 //! values are replaced by a digest), before it becomes part of a Redis key.
 
 use crate::digest;
-use crate::host::RequestView;
+use crate::host::{RequestView, Sole};
 use crate::jwt;
 use crate::source::{Address, Forwarded, Source};
+use std::borrow::Cow;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -24,12 +25,15 @@ const MAX_JWT_LEN: usize = 8192;
 pub struct Repeated(pub String);
 
 /// Resolves one identity for the current request; `Ok(None)` when the request lacks it.
-pub fn resolve(source: &Source, req: &impl RequestView) -> Result<Option<String>, Repeated> {
-    let single = |name: &String| {
-        if req.repeated(name) {
-            return Err(Repeated(name.clone()));
-        }
-        Ok(req.header(name))
+/// A header value already key-safe is borrowed from the request, not copied.
+pub fn resolve<'r>(
+    source: &Source,
+    req: &'r impl RequestView,
+) -> Result<Option<Cow<'r, str>>, Repeated> {
+    let single = |name: &String| match req.sole_header(name) {
+        Sole::Absent => Ok(None),
+        Sole::Once(value) => Ok(Some(value)),
+        Sole::Repeated => Err(Repeated(name.clone())),
     };
     Ok(match source {
         Source::Header(name) => single(name)?.and_then(|v| key_safe(trimmed(v))),
@@ -37,8 +41,10 @@ pub fn resolve(source: &Source, req: &impl RequestView) -> Result<Option<String>
             header,
             claim,
             unverified,
-        } => single(header)?.and_then(|raw| jwt_value(raw, claim, *unverified)),
-        Source::Address(address) => client_address(req, address),
+        } => single(header)?
+            .and_then(|raw| jwt_value(raw, claim, *unverified))
+            .map(Cow::Owned),
+        Source::Address(address) => client_address(req, address).map(Cow::Owned),
     })
 }
 
@@ -47,7 +53,7 @@ fn jwt_value(raw: &[u8], claim: &str, unverified: bool) -> Option<String> {
         return None;
     }
     let value = jwt::claim(trimmed(raw), claim, unverified)?;
-    key_safe(value.trim().as_bytes())
+    key_safe(value.trim().as_bytes()).map(Cow::into_owned)
 }
 
 fn trimmed(bytes: &[u8]) -> &[u8] {
@@ -58,11 +64,24 @@ fn trimmed(bytes: &[u8]) -> &[u8] {
 /// in a header or a JWT claim: trimmed, escaped, a digest when long; `None` when empty.
 /// An address is typed as the gateway keys it (`198.51.100.4`, `2001:db8:1:2::/64`).
 pub fn typed(value: &str) -> Option<String> {
-    key_safe(trimmed(value.as_bytes()))
+    key_safe(trimmed(value.as_bytes())).map(Cow::into_owned)
 }
 
-fn key_safe(bytes: &[u8]) -> Option<String> {
-    (!bytes.is_empty()).then(|| escape(bytes))
+/// `escape`d, borrowed when there is nothing to escape; `None` when empty.
+fn key_safe(bytes: &[u8]) -> Option<Cow<'_, str>> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let verbatim = bytes.len() <= MAX_VALUE_LEN && bytes.iter().all(|&b| is_key_safe(b));
+    match std::str::from_utf8(bytes) {
+        Ok(text) if verbatim => Some(Cow::Borrowed(text)),
+        _ => Some(Cow::Owned(escape(bytes))),
+    }
+}
+
+/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]`.
+fn is_key_safe(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"._@+=!~-".contains(&b)
 }
 
 fn parse_ip(text: &[u8]) -> Option<IpAddr> {
@@ -118,7 +137,7 @@ fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> 
 pub fn escape(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
     for &b in raw {
-        if b.is_ascii_alphanumeric() || b"._@+=!~-".contains(&b) {
+        if is_key_safe(b) {
             out.push(char::from(b));
         } else {
             let _ = write!(out, "%{b:02X}");

@@ -1,9 +1,10 @@
 use super::*;
 use crate::fakes::FakeRequest;
+use std::borrow::Cow;
 
 /// An identity that must resolve (no repeated header in these requests).
 fn resolve(source: &Source, req: &FakeRequest) -> Option<String> {
-    super::resolve(source, req).unwrap()
+    super::resolve(source, req).unwrap().map(Cow::into_owned)
 }
 
 fn header(name: &str) -> Source {
@@ -262,4 +263,23 @@ fn a_typed_value_is_escaped_as_the_same_header_value_would_be() {
     assert_eq!(typed(" a b/{c} "), resolve(&header("x-user-id"), &req));
     assert_eq!(typed("alice").as_deref(), Some("alice"));
     assert_eq!(typed("  "), None);
+}
+
+#[test]
+fn a_value_borrowed_verbatim_is_what_escaping_would_make_of_it() {
+    let safe = "aZ09._@+=!~-";
+    let cases = [
+        safe.to_string(),
+        "a".repeat(MAX_VALUE_LEN),
+        "a".repeat(MAX_VALUE_LEN + 1),
+        "a b".to_string(),
+        "é".to_string(),
+        "%41".to_string(),
+    ];
+    for case in cases {
+        let made = key_safe(case.as_bytes()).unwrap();
+        assert_eq!(made, escape(case.as_bytes()), "{case:?}");
+        let borrowed = matches!(made, Cow::Borrowed(_));
+        assert_eq!(borrowed, made == case, "copied only when changed: {case:?}");
+    }
 }

@@ -90,6 +90,16 @@ struct Held {
     asking: bool,
 }
 
+/// What a lease gave a request (`Leases::take`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The rule's result as the request is shown it.
+    pub shown: RuleResult,
+    /// The lease ran low: the top-up's id and the tokens it asks for, to send with
+    /// `send_top_up`. Its answer comes back with the id (`topped_up`).
+    pub top_up: Option<(u32, u64)>,
+}
+
 /// A top-up that is out: whose lease it tops up, and until when its grant is held.
 #[derive(Debug, Clone)]
 struct TopUp {
@@ -121,22 +131,46 @@ impl Leases {
         self.held.is_empty()
     }
 
-    /// Takes `cost` from a live lease of `key` under `limit`: the rule's result as shown.
-    pub fn take(&mut self, key: &str, limit: &Limit, cost: u64, now_ms: u64) -> Option<RuleResult> {
+    /// Takes `cost` from a live lease of `key` under `limit`: the rule's result as shown,
+    /// and the top-up to send if that leaves the lease low (see `Taken`). One lookup: this
+    /// is every hot request's path.
+    pub fn take(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        cost: u64,
+        policy: LeasePolicy,
+        now_ms: u64,
+    ) -> Option<Taken> {
         let held = self.held.get_mut(key)?;
         if held.tokens < cost || now_ms >= held.expires_ms || held.limit != *limit {
             return None;
         }
         held.tokens -= cost;
         held.remaining = held.remaining.saturating_sub(cost);
-        Some(RuleResult {
+        let shown = RuleResult {
             allowed: true,
             blocked: false,
             remaining: held.remaining,
             full_ms: held.full_at_ms.saturating_sub(now_ms),
             wait_ms: 0,
             leased: 0,
-        })
+        };
+        // Less than half of `policy.tokens` left and no ask out: ask for what it lacks.
+        let low = held.tokens.saturating_mul(2) < policy.tokens;
+        let top_up = (low && !held.asking).then(|| {
+            held.asking = true;
+            let lacking = policy.tokens - held.tokens;
+            let id = fresh_top_up_id(&mut self.last_top_up, &self.topping);
+            let top_up = TopUp {
+                key: key.to_owned(),
+                limit: *limit,
+                expires_ms: now_ms.saturating_add(policy.ttl_ms),
+            };
+            self.topping.insert(id, top_up);
+            (id, lacking)
+        });
+        Some(Taken { shown, top_up })
     }
 
     /// Puts back what `take` took for a request another rule refused (to Redis, if the
@@ -205,43 +239,6 @@ impl Leases {
         };
         if total > kept {
             self.give_back(key, limit, total - kept);
-        }
-    }
-
-    /// Whether the live lease of `key` is to be topped up now, having less than half of
-    /// `policy.tokens` and no ask out. If so the ask is marked out: it asks for what the
-    /// lease lacks, and its answer comes back with the id (`topped_up`).
-    pub fn top_up(
-        &mut self,
-        key: &str,
-        limit: &Limit,
-        policy: LeasePolicy,
-        now_ms: u64,
-    ) -> Option<(u32, u64)> {
-        let held = self.held.get_mut(key)?;
-        let low = held.tokens.saturating_mul(2) < policy.tokens;
-        if !low || held.asking || held.limit != *limit || now_ms >= held.expires_ms {
-            return None;
-        }
-        held.asking = true;
-        let lacking = policy.tokens - held.tokens;
-        let id = self.fresh_top_up_id();
-        let expires_ms = now_ms.saturating_add(policy.ttl_ms);
-        let top_up = TopUp {
-            key: key.to_owned(),
-            limit: *limit,
-            expires_ms,
-        };
-        self.topping.insert(id, top_up);
-        Some((id, lacking))
-    }
-
-    fn fresh_top_up_id(&mut self) -> u32 {
-        loop {
-            self.last_top_up = self.last_top_up.wrapping_add(1);
-            if !self.topping.contains_key(&self.last_top_up) {
-                return self.last_top_up;
-            }
         }
     }
 
@@ -341,6 +338,16 @@ impl Leases {
             limit: *limit,
             tokens,
         });
+    }
+}
+
+/// An id for a new top-up that no top-up out uses.
+fn fresh_top_up_id(last: &mut u32, topping: &HashMap<u32, TopUp>) -> u32 {
+    loop {
+        *last = last.wrapping_add(1);
+        if !topping.contains_key(last) {
+            return *last;
+        }
     }
 }
 

@@ -10,6 +10,20 @@ fn limit(burst: u64) -> Limit {
     }
 }
 
+/// A lease policy of `tokens` tokens held for a second.
+fn policy(tokens: u64) -> LeasePolicy {
+    LeasePolicy {
+        tokens,
+        ttl_ms: 1_000,
+    }
+}
+
+/// A lease that never runs low (no `take` asks for a top-up).
+const NEVER_LOW: LeasePolicy = LeasePolicy {
+    tokens: 0,
+    ttl_ms: 1_000,
+};
+
 fn grant(leased: u64, remaining: u64) -> RuleResult {
     RuleResult {
         allowed: true,
@@ -30,13 +44,22 @@ fn a_bucket_seen_twice_within_the_ttl_asks_once_and_admits_from_the_grant() {
     );
     assert!(leases.wants("k", &l, 1_000, 10), "seen again: ask");
     assert!(!leases.wants("k", &l, 1_000, 11), "one ask at a time");
-    assert!(leases.take("k", &l, 1, 12).is_none(), "nothing held yet");
+    assert!(
+        leases.take("k", &l, 1, NEVER_LOW, 12).is_none(),
+        "nothing held yet"
+    );
     leases.granted("k", &l, &grant(3, 50), 1_010);
     let shown: Vec<u64> = (0..3)
-        .map(|_| leases.take("k", &l, 1, 20).unwrap().remaining)
+        .map(|_| {
+            leases
+                .take("k", &l, 1, NEVER_LOW, 20)
+                .unwrap()
+                .shown
+                .remaining
+        })
         .collect();
     assert_eq!(shown, [49, 48, 47]);
-    assert!(leases.take("k", &l, 1, 20).is_none(), "used up");
+    assert!(leases.take("k", &l, 1, NEVER_LOW, 20).is_none(), "used up");
     assert!(leases.wants("k", &l, 1_000, 21), "ask again");
 }
 
@@ -47,16 +70,19 @@ fn a_lease_serves_only_its_limit_and_its_ttl_and_what_is_left_goes_back() {
     leases.wants("k", &l, 1_000, 0);
     leases.granted("k", &l, &grant(10, 50), 1_000);
     assert!(
-        leases.take("k", &limit(5), 1, 10).is_none(),
+        leases.take("k", &limit(5), 1, NEVER_LOW, 10).is_none(),
         "another tier's limit"
     );
-    assert!(leases.take("k", &l, 11, 10).is_none(), "more than held");
-    assert!(leases.take("k", &l, 4, 10).is_some());
+    assert!(
+        leases.take("k", &l, 11, NEVER_LOW, 10).is_none(),
+        "more than held"
+    );
+    assert!(leases.take("k", &l, 4, NEVER_LOW, 10).is_some());
     leases.put_back("k", &l, 1);
     leases.expire(999);
     assert!(leases.take_returns().is_empty());
     assert!(
-        leases.take("k", &l, 1, 1_000).is_none(),
+        leases.take("k", &l, 1, NEVER_LOW, 1_000).is_none(),
         "over at its expiry"
     );
     leases.expire(1_000);
@@ -152,20 +178,23 @@ fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
 #[test]
 fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
     let (mut old, l) = (Leases::default(), limit(100));
-    let policy = LeasePolicy {
-        tokens: 10,
-        ttl_ms: 1_000,
-    };
+    let policy = policy(10);
     old.wants("k", &l, 1_000, 0);
     old.wants("k", &l, 1_000, 0);
     old.granted("k", &l, &grant(4, 50), 1_000);
-    let (sent, lacking) = old.top_up("k", &l, policy, 10).expect("4 of 10: low");
+    let (sent, lacking) = old
+        .take("k", &l, 0, policy, 10)
+        .and_then(|t| t.top_up)
+        .expect("4 of 10: low");
     assert_eq!(lacking, 6);
     old.send_top_up(sent, "k line".into());
     old.wants("j", &l, 1_000, 0);
     old.wants("j", &l, 1_000, 0);
     old.granted("j", &l, &grant(1, 50), 1_000);
-    let (unsent, _) = old.top_up("j", &l, policy, 10).unwrap();
+    let (unsent, _) = old
+        .take("j", &l, 0, policy, 10)
+        .and_then(|t| t.top_up)
+        .unwrap();
     // `sent` left in an exchange; the configuration changes before `unsent` does.
     let _ = old.take_top_ups();
     old.send_top_up(unsent, "j line".into());
@@ -193,7 +222,9 @@ fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
         new.wants("k", &l, 1_000, 20);
         new.wants("k", &l, 1_000, 20);
         new.granted("k", &l, &grant(1, 50), 1_020);
-        new.top_up("k", &l, policy, 20).unwrap()
+        new.take("k", &l, 0, policy, 20)
+            .and_then(|t| t.top_up)
+            .unwrap()
     };
     assert_ne!(fresh, sent, "ids stay unique across the two");
 }
@@ -201,14 +232,14 @@ fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
 #[test]
 fn a_top_up_whose_answer_never_comes_is_forgotten() {
     let (mut leases, l) = (Leases::default(), limit(100));
-    let policy = LeasePolicy {
-        tokens: 10,
-        ttl_ms: 1_000,
-    };
+    let policy = policy(10);
     leases.wants("k", &l, 1_000, 0);
     leases.wants("k", &l, 1_000, 0);
     leases.granted("k", &l, &grant(2, 50), 1_000);
-    let (id, _) = leases.top_up("k", &l, policy, 0).unwrap();
+    let (id, _) = leases
+        .take("k", &l, 0, policy, 0)
+        .and_then(|t| t.top_up)
+        .unwrap();
     leases.expire(999 + crate::backend::MAX_TIMEOUT_MS);
     assert_eq!(leases.topping.len(), 1, "an answer may still come");
     leases.expire(1_000 + crate::backend::MAX_TIMEOUT_MS);

@@ -9,6 +9,7 @@ use crate::limit::Limit;
 use crate::path;
 use crate::scope;
 use ratelimit_protocol::MAX_KEY_LEN;
+use std::borrow::Cow;
 
 /// Length of a key whose identity values were replaced by their digest: `prefix:rule:#`
 /// and 64 hex digits. It must fit the bridge's bound, whatever the names.
@@ -37,19 +38,17 @@ pub struct PlannedRule {
 /// Every rule that applies to the request and whose identities it carries, in config order;
 /// or the identity header the request repeats, which refuses the request.
 pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, Repeated> {
-    // Reading :method and :path costs a scan of the headers and a normalization: only
-    // when some rule matches on them.
-    let read = |name| {
-        config
-            .matches_requests
-            .then(|| req.header(name))
-            .flatten()
-            .unwrap_or_default()
+    // Reading :method and :path costs a scan of the headers and a normalization (with an
+    // allocation): only when some rule matches on them.
+    let (method, path) = match config.matches_requests {
+        true => {
+            let read = |name| req.header(name).unwrap_or_default();
+            (read(":method"), path::normalize(read(":path")))
+        }
+        false => (&b""[..], Vec::new()),
     };
-    let method = read(":method");
-    let path = path::normalize(read(":path"));
     // Identities are resolved at most once per request, and only when a rule needs them.
-    let mut values: Vec<Option<Option<String>>> = vec![None; config.identities.len()];
+    let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
     let scope = match config.scopes.is_empty() {
         true => None,
         false => scope::of_request(&config.scopes, req),
@@ -66,10 +65,10 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
         }
         resolve(config, req, &mut values, rule.tier_identity.as_slice())?;
         let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
-        let key_values: Vec<&str> = rule.key.iter().filter_map(|&id| value_of(id)).collect();
+        let key_values = rule.key.iter().filter_map(|&id| value_of(id));
         planned.push(PlannedRule {
             rule: index,
-            key: bucket_key(&config.key_prefix, &rule.name, &key_values),
+            key: bucket_key(&config.key_prefix, &rule.name, key_values),
             limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
             cost: rule.cost,
             lease: 0,
@@ -82,10 +81,10 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
 
 /// Resolves the identities `ids` not resolved yet for this request into `values` (by
 /// identity index: `Some(None)` once resolved and absent).
-fn resolve(
+fn resolve<'r>(
     config: &Config,
-    req: &impl RequestView,
-    values: &mut [Option<Option<String>>],
+    req: &'r impl RequestView,
+    values: &mut [Option<Option<Cow<'r, str>>>],
     ids: &[usize],
 ) -> Result<(), Repeated> {
     for &id in ids {
@@ -106,7 +105,11 @@ fn resolve(
 /// SHA-256 of them all. Values are escaped and never hold `:` or `#`, so the joined values
 /// are unambiguous and a digested key never equals a verbatim one (a rule's verbatim keys
 /// have one component per identity; a rule of one identity never needs the digest).
-pub fn bucket_key(prefix: &str, rule: &str, values: &[impl AsRef<str>]) -> String {
+pub fn bucket_key(
+    prefix: &str,
+    rule: &str,
+    values: impl IntoIterator<Item = impl AsRef<str>>,
+) -> String {
     let head = prefix.len() + 1 + rule.len();
     let mut key = String::with_capacity(head + 64);
     key.push_str(prefix);

@@ -194,10 +194,7 @@ fn keys_stay_within_the_bridge_bound_whatever_the_values() {
 #[test]
 fn bucket_keys_are_made_in_one_place_and_bounded() {
     assert_eq!(bucket_key("rl", "global", &[] as &[&str]), "rl:global");
-    assert_eq!(
-        bucket_key("rl", "per-user", &["alice"]),
-        "rl:per-user:alice"
-    );
+    assert_eq!(bucket_key("rl", "per-user", ["alice"]), "rl:per-user:alice");
     let long = [
         "x".repeat(128),
         "y".repeat(128),

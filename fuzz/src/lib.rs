@@ -2,7 +2,7 @@
 //! any claim (raw fuzz bytes are rarely base64 of JSON, so without them the fuzzer would
 //! hardly ever get past the JWT decoding to what is done with a claim).
 
-use ratelimit_filter::host::RequestView;
+use ratelimit_filter::host::{RequestView, Sole};
 
 /// A request whose every header name is answered by one of `headers`, picked by a hash of
 /// the name: whatever headers a configuration reads, the fuzzer controls their values
@@ -39,8 +39,12 @@ impl RequestView for Request {
         self.value(name).map(Vec::as_slice)
     }
 
-    fn repeated(&self, name: &str) -> bool {
-        self.value(name).is_some_and(|v| v.first() == Some(&1))
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        match self.value(name) {
+            None => Sole::Absent,
+            Some(v) if v.first() == Some(&1) => Sole::Repeated,
+            Some(v) => Sole::Once(v),
+        }
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

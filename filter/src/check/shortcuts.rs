@@ -112,33 +112,41 @@ impl Admission {
     /// up a lease running low); marks the others of a leasing rule seen often enough to ask
     /// for a lease.
     pub(super) fn use_leases(&mut self, config: &Config, leases: &mut Leases, now_ms: u64) {
-        let mut i = 0;
-        while let Some(p) = self.planned.get_mut(i) {
+        let mut kept = 0;
+        for i in 0..self.planned.len() {
+            let Some(p) = self.planned.get_mut(i) else {
+                break;
+            };
             let Some(policy) = config.rules.get(p.rule).and_then(|r| r.lease) else {
-                i += 1;
+                keep(&mut self.planned, &mut kept, i);
                 continue;
             };
-            if let Some(shown) = leases.take(&p.key, &p.limit, p.cost, now_ms) {
-                if let Some((id, tokens)) = leases.top_up(&p.key, &p.limit, policy, now_ms) {
-                    // The bucket's rule asking for a lease alone: `0+tokens`.
-                    let ask = PlannedRule {
-                        cost: 0,
-                        lease: tokens,
-                        ..p.clone()
-                    };
-                    let mut line = String::with_capacity(64);
-                    protocol::encode_check(&mut line, std::slice::from_ref(&ask));
-                    leases.send_top_up(id, line);
+            let Some(taken) = leases.take(&p.key, &p.limit, p.cost, policy, now_ms) else {
+                if leases.wants(&p.key, &p.limit, policy.ttl_ms, now_ms) {
+                    p.lease = policy.tokens.min(p.limit.burst);
                 }
-                let p = self.planned.remove(i);
-                self.leased.push(p);
-                self.leased_shown.push(shown);
+                keep(&mut self.planned, &mut kept, i);
                 continue;
+            };
+            if let Some((id, tokens)) = taken.top_up {
+                // The bucket's rule asking for a lease alone: `0+tokens`.
+                let ask = PlannedRule {
+                    cost: 0,
+                    lease: tokens,
+                    ..p.clone()
+                };
+                let mut line = String::with_capacity(64);
+                protocol::encode_check(&mut line, std::slice::from_ref(&ask));
+                leases.send_top_up(id, line);
             }
-            if leases.wants(&p.key, &p.limit, policy.ttl_ms, now_ms) {
-                p.lease = policy.tokens.min(p.limit.burst);
-            }
-            i += 1;
+            self.leased_shown.push(taken.shown);
+        }
+        // The rules admitted from leases are now the tail, in their order (a hot request's
+        // are all of them, and move over whole, without an allocation).
+        if kept == 0 {
+            self.leased = std::mem::take(&mut self.planned);
+        } else {
+            self.leased = self.planned.split_off(kept);
         }
     }
 
@@ -174,6 +182,15 @@ impl Admission {
             }
         }
     }
+}
+
+/// Moves `planned[i]`, to be sent, right after the `kept` already to be sent, ahead of
+/// those admitted from leases between them, keeping both in their order.
+fn keep(planned: &mut [PlannedRule], kept: &mut usize, i: usize) {
+    if let Some(between) = planned.get_mut(*kept..=i) {
+        between.rotate_right(1);
+    }
+    *kept += 1;
 }
 
 /// The reply to a denied request, showing its rule: blocked, or over the limit.
