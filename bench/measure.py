@@ -45,6 +45,11 @@ def plugin(*rules, identity=None, transport=None):
     }
 
 
+# The hot keys issue's configurations (a leased key, a denied key), held to the no-op's
+# speed at this many requests in flight.
+HOT_KEYS = ("leased", "denied")
+HOT_KEYS_LEVEL = 16
+
 UNLIMITED = {"requests": 1_000_000_000, "per": "1s"}
 # A worker's lease of a hot bucket: the bench's and the accuracy run's.
 LEASE = {"tokens": 100, "ttl": "1s"}
@@ -164,6 +169,7 @@ def configurations(bench, workdir, conf):
                     print(f"  round {rnd + 1} {n:3} in flight config {c['id']:>2}: "
                           f"{result['rps']:8.0f} rps  p99 {result['latency_us']['p99']:7.0f} us"
                           f"  {result['status']}", flush=True)
+        paired = between_noops(workdir, gateways, conf)
     finally:
         for probe in probes.values():
             probe.close()
@@ -180,8 +186,39 @@ def configurations(bench, workdir, conf):
                 level["diagnostics"] = derive(total, sum(sent(r) for r in level["runs"]),
                                               c["rules"])
             levels.append(level)
-        out.append({**c, "levels": levels})
+        out.append({**c, "levels": levels, **({"paired": paired[c["key"]]} if c["key"] in paired else {})})
     return out
+
+
+def between_noops(workdir, gateways, conf):
+    """The hot keys' configurations, each run right between two runs of the no-op filter at
+    HOT_KEYS_LEVEL in flight, `hot_rounds` times: a ratio per run, its req/s over the mean
+    of its two neighbours'. In the rounds above a configuration runs up to a minute after
+    the no-op, and the machine's speed drifts by more than these configurations differ from
+    the no-op within that minute; neighbours a few seconds apart share its state, and a
+    drift between them cancels out of the mean."""
+    noop = by_key("noop")
+    order = [noop] + [c for key in HOT_KEYS for c in (by_key(key), noop)]
+    paired = {key: {"ratios": [], "status": {}} for key in HOT_KEYS}
+    for rnd in range(conf["hot_rounds"]):
+        rps = []
+        for i, c in enumerate(order):
+            result = loadgen(workdir, f"paired-{rnd}-{i}-config{c['id']}",
+                             [gateways[c["id"]].url()], conf["hot_duration"],
+                             concurrency=HOT_KEYS_LEVEL, warmup=0.5, headers=c["headers"])
+            rps.append(result["rps"])
+            if c["key"] in paired:
+                status = paired[c["key"]]["status"]
+                for code, count in result["status"].items():
+                    status[code] = status.get(code, 0) + count
+        for i in range(1, len(order), 2):
+            ratio = rps[i] / ((rps[i - 1] + rps[i + 1]) / 2)
+            paired[order[i]["key"]]["ratios"].append(ratio)
+            print(f"  between no-ops, round {rnd + 1}: config {order[i]['id']} "
+                  f"x{ratio:.3f} of the no-op", flush=True)
+    for result in paired.values():
+        result["ratio"] = statistics.median(result["ratios"])
+    return paired
 
 
 def summarise(runs):

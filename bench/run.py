@@ -28,9 +28,11 @@ from . import envoys, measure, report, smoke
 def settings(args):
     if args.smoke:
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
-                    bridge_duration=1.0, accuracy_duration=2.0, fuel=False)
+                    bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
+                    hot_rounds=1, hot_duration=1.0)
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
-                bridge_duration=8.0, accuracy_duration=10.0, fuel=True)
+                bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
+                hot_rounds=8, hot_duration=3.0)
 
 
 def main():

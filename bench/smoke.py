@@ -5,7 +5,7 @@ asserted, so that the bench cannot rot unnoticed."""
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .measure import CONFIGS, IN_FLIGHT
+from .measure import CONFIGS, HOT_KEYS, IN_FLIGHT
 
 # Every counter of a decided request.
 DECIDED = ("allowed", "allowed_leased", "denied", "denied_cached", "blocked")
@@ -68,6 +68,13 @@ def check(results, out):
                 expect(share.get("200", 0) >= 0.99, f"{at}: not all allowed: {share}")
             if c["kind"] == "ratelimit":
                 diagnostics(c, lv, at, expect)
+    for key in HOT_KEYS:
+        paired = configs[key].get("paired") or {}
+        ratios, status = paired.get("ratios", []), paired.get("status", {})
+        expect(len(ratios) == results["settings"]["hot_rounds"] and all(r > 0 for r in ratios),
+               f"{key} between no-op runs: {paired}")
+        want = "429" if key == "denied" else "200"
+        expect(set(status) == {want}, f"{key} between no-op runs: statuses {status}")
     o = results["overload"]
     expect(o["rps"] > 0 and set(o["status"]) <= {"200", "503"}, f"overload: {o}")
     for r in results["redis"]:
