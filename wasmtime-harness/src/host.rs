@@ -40,6 +40,7 @@ impl Host {
         hostcalls::link(&mut linker).map_err(load)?;
         let unserved =
             hostcalls::stub_unserved(&mut linker, &mut store, &wasm.module).map_err(load)?;
+        hostcalls::make_refusable(&mut linker, &mut store, &wasm.module).map_err(load)?;
         store.set_fuel(FUEL_PER_CALLBACK).map_err(load)?;
         let instance = linker.instantiate(&mut store, &wasm.module).map_err(load)?;
         let memory = instance.get_memory(&mut store, "memory");

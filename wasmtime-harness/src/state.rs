@@ -1,7 +1,7 @@
 //! Everything the host knows, kept in the wasmtime `Store` so that each test owns its own
 //! world: no global state, so tests run in parallel.
 
-use crate::abi::{first, LogLevel, MapType, Pair};
+use crate::abi::{first, LogLevel, MapType, Pair, Status};
 use crate::callout::{CallResponse, Callout};
 use crate::grpc::GrpcState;
 use crate::queue::QueueState;
@@ -193,6 +193,9 @@ pub struct HostState {
     pub log_level: i32,
     /// Copy the guest's stdout/stderr to the real ones (the WASI test runner wants this).
     pub echo_stdio: bool,
+    /// Host calls (`proxy_...`) answered with this status instead of being served, as a
+    /// host that refuses them would (see `hostcalls::make_refusable`).
+    pub refused: BTreeMap<String, Status>,
 }
 
 impl Default for HostState {
@@ -243,6 +246,7 @@ impl Default for HostState {
             allocate: None,
             log_level: 0,
             echo_stdio: false,
+            refused: BTreeMap::new(),
         }
     }
 }

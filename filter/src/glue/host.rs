@@ -8,8 +8,7 @@ use crate::counters::{self, Counter, Counters, RuleCounts, PER_RULE};
 use crate::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::protocol;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType, MetricType};
+use proxy_wasm::types::BufferType;
 use std::cell::{OnceCell, RefCell};
 
 /// The current (effective) context's request, the clock and shared data.
@@ -55,14 +54,11 @@ impl RequestView for ProxyHost {
 
 impl SharedData for ProxyHost {
     fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-        match hostcalls::get_shared_data(key) {
-            Ok((Some(value), cas)) => Some((value, cas.unwrap_or(0))),
-            _ => None,
-        }
+        abi::shared_data(key)
     }
 
     fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
-        hostcalls::set_shared_data(key, Some(value), (cas != 0).then_some(cas)).is_ok()
+        abi::set_shared_data(key, value, cas).is_ok()
     }
 }
 
@@ -78,13 +74,13 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
     // A reset callout comes back with no headers, and then Envoy has no reply map at
     // all: reading it answers BadArgument, on which the SDK panics. Don't ask.
     let status = (num_headers > 0)
-        .then(|| hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status"))
-        .and_then(|r| r.ok().flatten())
+        .then(|| abi::callout_reply_header(":status"))
+        .flatten()
         .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
     let size = body_size.min(protocol::MAX_REPLY_LEN + 1);
     let body = (size > 0)
-        .then(|| hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size))
-        .and_then(|r| r.ok().flatten())
+        .then(|| abi::buffer(BufferType::HttpCallResponseBody, size))
+        .flatten()
         .unwrap_or_default();
     (status, body)
 }
@@ -93,19 +89,13 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
 pub fn carry_out(verdict: &Verdict) {
     match verdict {
         Verdict::Resume => {
-            if let Err(e) = hostcalls::resume_http_request() {
+            if let Err(e) = abi::resume_request() {
                 log::warn!("resume failed: {e:?}");
             }
         }
         Verdict::Reply(reply) => {
-            let headers: Vec<(&str, &str)> = reply
-                .headers
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
-            if let Err(e) =
-                hostcalls::send_http_response(reply.status, headers, Some(reply.body.as_bytes()))
-            {
+            let body = reply.body.as_bytes();
+            if let Err(e) = abi::send_local_reply(reply.status, &reply.headers, body) {
                 log::warn!("local reply failed: {e:?}");
             }
         }
@@ -122,12 +112,7 @@ impl Metrics {
     pub fn define() -> Metrics {
         let ids = Counter::ALL
             .iter()
-            .map(|&c| {
-                (
-                    c,
-                    hostcalls::define_metric(MetricType::Counter, c.name()).ok(),
-                )
-            })
+            .map(|&c| (c, abi::define_counter(c.name())))
             .collect();
         Metrics {
             ids,
@@ -159,7 +144,7 @@ impl Metrics {
                 .find(|(c, _)| *c == counter)
                 .and_then(|(_, id)| *id);
             if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
-                let _ = hostcalls::increment_metric(id, n);
+                let _ = abi::increment_metric(id, n);
             }
         }
     }
@@ -179,7 +164,7 @@ impl RuleMetrics {
             .map(|rule| {
                 PER_RULE.map(|counter| {
                     let name = counters::per_rule_name(counter, &rule.name);
-                    hostcalls::define_metric(MetricType::Counter, &name).ok()
+                    abi::define_counter(&name)
                 })
             })
             .collect();
@@ -191,7 +176,7 @@ impl RuleMetrics {
             let slot = PER_RULE.iter().position(|&c| c == counter);
             let id = slot.and_then(|s| *self.ids.get(rule)?.get(s)?);
             if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
-                let _ = hostcalls::increment_metric(id, n);
+                let _ = abi::increment_metric(id, n);
             }
         }
     }

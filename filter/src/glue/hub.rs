@@ -2,6 +2,7 @@
 //! paused requests, the group-commit bookkeeping, the stream token, the counters; and how
 //! an exchange is sent, failed and settled. The root and the requests both act through it.
 
+use super::abi;
 use super::host::{carry_out, Metrics, ProxyHost, RuleMetrics};
 use super::transport;
 use crate::backend::Transport;
@@ -11,7 +12,6 @@ use crate::exchange::{Exchanges, Member, NO_REQUEST};
 use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
 use hashbrown::HashMap;
-use proxy_wasm::hostcalls;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
@@ -137,7 +137,7 @@ impl Hub {
         }
         let posted = self.wake_queue.get().is_some_and(transport::post);
         if !posted {
-            let _ = hostcalls::set_tick_period(WAKE);
+            let _ = abi::set_tick_period(WAKE);
         }
     }
 
@@ -276,7 +276,7 @@ impl Hub {
 /// Carries out verdicts on their (paused) requests.
 pub(super) fn carry_out_all(verdicts: &[(u32, Verdict)]) {
     for (context_id, verdict) in verdicts {
-        if hostcalls::set_effective_context(*context_id).is_ok() {
+        if abi::set_effective_context(*context_id).is_ok() {
             carry_out(verdict);
         }
     }

@@ -3,8 +3,8 @@
 //! commit, and an HTTP context per request that pauses while its check is out.
 //!
 //! The decisions are plain Rust (`check`, `exchange`); this module only moves bytes and
-//! calls between them and the host. Host calls go through `proxy_wasm::hostcalls` (or the
-//! raw ABI in `abi` and `transport`) so that every host error is handled instead of unwrapped: a
+//! calls between them and the host. Host calls go through the raw ABI (`abi`, and the
+//! stream's in `transport`) so that every host status is handled instead of unwrapped: a
 //! panic would kill the VM and every request of its worker.
 
 mod abi;

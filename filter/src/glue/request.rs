@@ -6,7 +6,6 @@ use super::host::{callout_reply, carry_out, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Parked, Shared, Verdicts};
 use crate::backend::Transport;
 use crate::check::{decode_callout, Admission, Start, Verdict};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -105,7 +104,7 @@ impl Request {
             .partition(|(id, _)| *id == self.context_id);
         carry_out_all(&others);
         if !others.is_empty() {
-            let _ = hostcalls::set_effective_context(self.context_id);
+            let _ = abi::set_effective_context(self.context_id);
         }
         let Some((_, verdict)) = own.into_iter().next() else {
             return Action::Pause;

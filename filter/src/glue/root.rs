@@ -2,6 +2,7 @@
 //! (opened, timed out and reopened here) and the HTTP callouts it sends, and sends waiting
 //! checks the moment an exchange comes back.
 
+use super::abi;
 use super::host::{callout_reply, Metrics, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Shared};
 use super::request::{Phase, Request};
@@ -11,7 +12,6 @@ use crate::check::{decode_callout, Admission};
 use crate::config::Config;
 use crate::host::Proxy;
 use crate::protocol;
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use std::rc::Rc;
@@ -146,10 +146,7 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let bytes = abi::buffer(BufferType::PluginConfiguration, usize::MAX).unwrap_or_default();
         let config = match Config::parse(&bytes).and_then(|c| {
             c.backend.check_build(cfg!(feature = "redis-call"))?;
             Ok(c)
@@ -175,7 +172,7 @@ impl RootContext for Root {
             // One script call has one mode: checks and lease returns travel apart.
             x.set_one_mode(config.backend.transport == Transport::Redis);
         }
-        let _ = hostcalls::set_tick_period(Root::base_tick(&config));
+        let _ = abi::set_tick_period(Root::base_tick(&config));
         let backend = config.backend.clone();
         let previous = self.hub.shared.replace(Some(Rc::new(Shared::new(config))));
         // The old configuration's leases end: their tokens go back (sent below or on the
@@ -242,7 +239,7 @@ impl RootContext for Root {
         }
         self.pump();
         if self.hub.wake_asked.replace(false) {
-            let _ = hostcalls::set_tick_period(Root::base_tick(&shared.config));
+            let _ = abi::set_tick_period(Root::base_tick(&shared.config));
         }
         if let Some(metrics) = self.hub.metrics() {
             metrics.flush();

@@ -6,6 +6,7 @@
 //! status they do not expect, and a panic would kill the VM and every request of its
 //! worker. Opening goes through the SDK, which must learn the token to route the replies.
 
+use super::abi;
 use crate::backend::{Backend, Transport};
 use crate::protocol::{self, GRPC_METHOD, GRPC_SERVICE, MAX_REPLY_LEN};
 use proxy_wasm::hostcalls;
@@ -122,14 +123,11 @@ pub fn post(queue: u32) -> bool {
 
 /// Empties the wake-up queue (each post left an item).
 pub fn drain(queue: u32) {
-    while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+    while abi::dequeue(queue).is_some() {}
 }
 
 /// The stream message being delivered, bounded: anything longer is garbage anyway.
 pub fn stream_message(size: usize) -> Vec<u8> {
     let size = size.min(MAX_ID_LINE + MAX_REPLY_LEN + 1);
-    hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
+    abi::buffer(BufferType::GrpcReceiveBuffer, size).unwrap_or_default()
 }

@@ -13,5 +13,6 @@ mod identity;
 mod live;
 mod redis;
 mod redis_failures;
+mod refused;
 mod stack;
 mod stream;
