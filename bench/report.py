@@ -136,8 +136,8 @@ def hot_keys_acceptance(by):
     runs = len(by["leased"]["paired"]["ratios"])
     return (f"Acceptance (hot keys issue): {verdict} in this run.\n\n" + "\n".join(rows)
             + f"\n\nEach of these ran {runs} time(s) right between two runs of the no-op "
-            "filter (no-op, leased, no-op, denied, no-op), at the end of the rounds: a ratio "
-            "per run against the mean of its two neighbours, the median of them judged. The "
+            "filter of its own (no-op, it, no-op), after the rounds: a ratio per run against "
+            "the mean of its two neighbours, the median of them judged. The "
             "rounds above put up to a minute between a configuration and the no-op, over which "
             "this machine's speed drifts by more than the 5 % judged here; their ratio is shown "
             "beside it.")
