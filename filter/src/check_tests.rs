@@ -557,6 +557,24 @@ fn a_hot_bucket_is_leased_and_then_admitted_locally_until_the_lease_is_used() {
     assert!(worker.leases.take_returns().is_empty());
 }
 
+/// A worker holding the leases `granted` gives `config`'s rules for `host`'s request: it
+/// checked once (`allowed`), then asked for the leases (the ask's line is returned).
+fn holding_leases(
+    config: &Config,
+    host: &FakeProxy,
+    allowed: &[u8],
+    granted: &[u8],
+) -> (Worker, String) {
+    let (mut check, mut worker, _) = started(config, host);
+    conclude(config, &mut worker, host, &mut check, Some(200), allowed);
+    let mut ask = Admission::default();
+    let Start::Ask(body) = ask.start(config, &mut worker, host) else {
+        panic!("no check")
+    };
+    conclude(config, &mut worker, host, &mut ask, Some(200), granted);
+    (worker, body)
+}
+
 #[test]
 fn rules_from_leases_and_rules_sent_keep_their_own_results_whatever_their_order() {
     // /api/search: per-user and search-per-ip lease, global after them does not.
@@ -571,13 +589,9 @@ fn rules_from_leases_and_rules_sent_keep_their_own_results_whatever_their_order(
         );
     let config = Config::parse(json.as_bytes()).unwrap();
     let host = host();
-    let (mut check, mut worker, _) = started(&config, &host);
     let allowed = b"1 1,99,1,0 1,9,1,0 1,49999,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), allowed);
-    let mut check = Admission::default();
-    check.start(&config, &mut worker, &host);
     let granted = b"1 1,4,1,0,2 1,6,1,0,2 1,49996,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), granted);
+    let (mut worker, _) = holding_leases(&config, &host, allowed, granted);
     let mut mixed = Admission::default();
     let start = mixed.start(&config, &mut worker, &host);
     assert_eq!(
@@ -603,16 +617,10 @@ fn a_request_another_rule_refuses_puts_its_leased_tokens_back() {
     );
     let config = Config::parse(json.as_bytes()).unwrap();
     let host = host();
-    let (mut check, mut worker, _) = started(&config, &host);
     let allowed = b"1 1,9,1,0 1,4,1,0 1,49999,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), allowed);
-    let mut check = Admission::default();
-    let Start::Ask(body) = check.start(&config, &mut worker, &host) else {
-        panic!("no check")
-    };
-    assert!(body.contains("+2"), "{body}");
     let granted = b"1 1,8,1,0 1,3,1,0 1,49996,1,0,2\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), granted);
+    let (mut worker, ask) = holding_leases(&config, &host, allowed, granted);
+    assert!(ask.contains("+2"), "{ask}");
     // The global rule comes from the lease; per-user and per-IP are asked, and deny.
     let mut denied = Admission::default();
     let Start::Ask(body) = denied.start(&config, &mut worker, &host) else {
