@@ -2,16 +2,7 @@ use super::*;
 use crate::check::RuleSpec;
 
 fn rule(key: &str) -> RuleSpec {
-    RuleSpec {
-        key: key.into(),
-        burst: 1,
-        num: 1,
-        den: 1,
-        cost: 1,
-        lease: 0,
-        block: None,
-        shadow: false,
-    }
+    RuleSpec::plain(key, 1, 1, 1, 1)
 }
 
 /// Whether `call` goes to `{y}`'s slot (its first rule is there).

@@ -78,16 +78,7 @@ mod tests {
 
     fn check(keys: &[&str]) -> Check {
         keys.iter()
-            .map(|&key| RuleSpec {
-                key: key.into(),
-                burst: 1,
-                num: 1,
-                den: 1,
-                cost: 1,
-                lease: 0,
-                block: None,
-                shadow: false,
-            })
+            .map(|&key| RuleSpec::plain(key, 1, 1, 1, 1))
             .collect()
     }
 

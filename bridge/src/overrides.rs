@@ -224,16 +224,7 @@ mod tests {
     use super::*;
 
     fn rule(key: &str) -> RuleSpec {
-        RuleSpec {
-            key: key.into(),
-            burst: 3,
-            num: 1,
-            den: 20_000,
-            cost: 1,
-            lease: 0,
-            block: None,
-            shadow: false,
-        }
+        RuleSpec::plain(key, 3, 1, 20_000, 1)
     }
 
     fn active(prefix: &str, rule: &str, values: &[&str], requests: u64) -> Override {

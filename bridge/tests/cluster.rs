@@ -15,16 +15,7 @@ use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;
 
 fn rule(key: &str, burst: u64) -> RuleSpec {
-    RuleSpec {
-        key: key.into(),
-        burst,
-        num: 1,
-        den: 3_600_000,
-        cost: 1,
-        lease: 0,
-        block: None,
-        shadow: false,
-    }
+    RuleSpec::plain(key, burst, 1, 3_600_000, 1)
 }
 
 async fn store(node: &OneNodeCluster) -> Store {

@@ -58,6 +58,20 @@ pub struct RuleFields<'a> {
 }
 
 impl RuleSpec {
+    /// An enforced rule that leases nothing and never blocks.
+    pub fn plain(key: impl Into<String>, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
+        RuleSpec {
+            key: key.into(),
+            burst,
+            num,
+            den,
+            cost,
+            lease: 0,
+            block: None,
+            shadow: false,
+        }
+    }
+
     /// This rule as the filter encodes it.
     pub fn fields(&self) -> RuleFields<'_> {
         RuleFields {
@@ -267,19 +281,6 @@ mod tests {
         for_ms: 900_000,
     };
 
-    fn spec(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
-        RuleSpec {
-            key: key.into(),
-            burst,
-            num,
-            den,
-            cost,
-            lease: 0,
-            block: None,
-            shadow: false,
-        }
-    }
-
     fn encode(checks: &[&[RuleSpec]]) -> String {
         let mut body = String::new();
         for check in checks {
@@ -295,18 +296,18 @@ mod tests {
     fn what_the_filter_encodes_the_bridge_parses() {
         let leasing = RuleSpec {
             lease: 3,
-            ..spec("rl:g", 5, 50, 1, 2)
+            ..RuleSpec::plain("rl:g", 5, 50, 1, 2)
         };
         let blocking = RuleSpec {
             block: Some(BLOCK),
-            ..spec("rl:b", 1, 1, 1, 1)
+            ..RuleSpec::plain("rl:b", 1, 1, 1, 1)
         };
         let shadow = RuleSpec {
             shadow: true,
-            ..spec("rl:s", 2, 1, 1, 1)
+            ..RuleSpec::plain("rl:s", 2, 1, 1, 1)
         };
         let checks = [
-            vec![spec("rl:a:x", 10, 1, 6000, 1), leasing],
+            vec![RuleSpec::plain("rl:a:x", 10, 1, 6000, 1), leasing],
             vec![blocking, shadow],
         ];
         let body = encode(&[&checks[0], &checks[1]]);
@@ -323,7 +324,11 @@ mod tests {
 
         let mut refund = String::new();
         start_refund(&mut refund);
-        encode_rule(&mut refund, true, spec("rl:g", 5, 50, 1, 4).fields());
+        encode_rule(
+            &mut refund,
+            true,
+            RuleSpec::plain("rl:g", 5, 50, 1, 4).fields(),
+        );
         end_check(&mut refund);
         assert_eq!(refund, "+ rl:g,5,50,1,4\n");
         let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
@@ -332,7 +337,7 @@ mod tests {
         // A lease asked for alone, ahead of need: cost 0.
         let top_up = RuleSpec {
             lease: 7,
-            ..spec("rl:g", 50, 1, 1, 0)
+            ..RuleSpec::plain("rl:g", 50, 1, 1, 0)
         };
         let body = encode(&[std::slice::from_ref(&top_up)]);
         assert_eq!(body, "rl:g,50,1,1,0+7\n");
@@ -412,7 +417,7 @@ mod tests {
                 for_ms: big,
             }),
             shadow: true,
-            ..spec(&"k".repeat(MAX_KEY_LEN), big, big, 1, 1)
+            ..RuleSpec::plain("k".repeat(MAX_KEY_LEN), big, big, 1, 1)
         };
         let mut body = String::new();
         for i in 0..MAX_RULES {

@@ -1,16 +1,7 @@
 use super::*;
 
 fn rule(key: &str, burst: u64, cost: u64) -> RuleSpec {
-    RuleSpec {
-        key: key.into(),
-        burst,
-        num: 1,
-        den: 600,
-        cost,
-        lease: 0,
-        block: None,
-        shadow: false,
-    }
+    RuleSpec::plain(key, burst, 1, 600, cost)
 }
 
 #[test]

@@ -16,16 +16,7 @@ pub fn store(valkey: &Valkey) -> Store {
 }
 
 pub fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
-    RuleSpec {
-        key: key.into(),
-        burst,
-        num,
-        den,
-        cost,
-        lease: 0,
-        block: None,
-        shadow: false,
-    }
+    RuleSpec::plain(key, burst, num, den, cost)
 }
 
 pub async fn run(store: &Store, rules: &[RuleSpec]) -> (u64, Vec<RuleOutcome>) {
