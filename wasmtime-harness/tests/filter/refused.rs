@@ -3,6 +3,7 @@
 //! what it can and never trap, since a trap kills the VM and every request of its worker.
 
 use crate::common::{bridge, http, EXAMPLE, NOW_MS};
+use std::time::Duration;
 use wasmtime_harness::{Host, HostState, Status};
 
 /// The host calls the filter makes on the path below, each refused in turn. Not those
@@ -28,9 +29,24 @@ const CALLS: &[&str] = &[
     "proxy_increment_metric",
 ];
 
+/// What the filter calls besides on the gRPC stream transport (its default), with a wake
+/// queue for the root.
+const STREAM_CALLS: &[&str] = &[
+    "proxy_grpc_send",
+    "proxy_grpc_close",
+    "proxy_register_shared_queue",
+    "proxy_enqueue_shared_queue",
+    "proxy_dequeue_shared_queue",
+];
+
 /// The example's rules over one HTTP callout per check, failing over to local limits.
 fn config() -> String {
-    http(EXAMPLE).replace(r#""failure_mode": "closed""#, r#""failure_mode": "local""#)
+    http(&stream_config())
+}
+
+/// The same on the gRPC stream, with group commit.
+fn stream_config() -> String {
+    EXAMPLE.replace(r#""failure_mode": "closed""#, r#""failure_mode": "local""#)
 }
 
 /// Every kind of step the filter takes on a request: configured again, a check allowed
@@ -76,6 +92,105 @@ fn through_every_path(host: &mut Host) -> Result<(), String> {
         return Err(t);
     }
     host.tick().map_err(|e| e.to_string())
+}
+
+/// On the stream: configured again, a check allowed and one denied (each answered on the
+/// stream if it was sent, whatever rules it carries), the stream closed by the bridge and
+/// reopened on the ticks of the next six seconds, and a repeated identity. Returns the
+/// checks answered on the stream, or any trap.
+fn through_the_stream(host: &mut Host) -> Result<usize, String> {
+    let trap = |e: wasmtime_harness::HarnessError| e.trap_text();
+    if let Some(t) = host
+        .configure(stream_config().as_bytes())
+        .err()
+        .and_then(trap)
+    {
+        return Err(t);
+    }
+    // What is still out on the stream times out (an earlier check nobody answered).
+    host.advance(Duration::from_millis(100))
+        .map_err(|e| e.to_string())?;
+    let headers = [("x-user-id", "alice")];
+    let mut answered = 0;
+    for rule in ["1,9,600,0", "0,0,6000,4200"] {
+        let sent = |h: &Host| {
+            h.grpc_streams()
+                .iter()
+                .map(|s| s.messages.len())
+                .sum::<usize>()
+        };
+        let before = sent(host);
+        let (id, _) = host
+            .request("GET", "/api/search", &headers)
+            .map_err(|e| e.to_string())?;
+        // This request's check is the last message, if it left.
+        let message = host
+            .grpc_streams()
+            .last()
+            .filter(|_| sent(host) > before)
+            .and_then(|s| Some((s.token, s.messages.last()?.clone())));
+        if let Some((token, message)) = message {
+            // The exchange's id, then its one check: the same result for each rule.
+            let text = String::from_utf8_lossy(&message);
+            let mut lines = text.lines();
+            let exchange = lines.next().unwrap_or_default();
+            let rules = lines.next().unwrap_or_default().split(' ').count();
+            let results = vec![rule; rules].join(" ");
+            let reply = format!("{exchange}\n{NOW_MS} {results}\n");
+            if let Some(t) = host
+                .grpc_message(token, reply.as_bytes())
+                .err()
+                .and_then(trap)
+            {
+                return Err(t);
+            }
+            answered += 1;
+        }
+        let replied = host.stream(id).map_err(|e| e.to_string())?.local_reply();
+        if replied.is_none() {
+            let response = host.response_headers(id, &[(":status", "200")], true);
+            if let Some(t) = response.err().and_then(trap) {
+                return Err(t);
+            }
+        }
+    }
+    if let Some(token) = host.grpc_streams().last().map(|s| s.token) {
+        let closed = host.grpc_remote_close(token, 14, "unavailable");
+        if let Some(t) = closed.err().and_then(trap) {
+            return Err(t);
+        }
+    }
+    // Past the longest backoff: the stream reopens on a tick.
+    host.advance(Duration::from_secs(6))
+        .map_err(|e| e.to_string())?;
+    let twice = [("x-user-id", "alice"), ("x-user-id", "mallory")];
+    if let Some(t) = host
+        .request("GET", "/api/search", &twice)
+        .err()
+        .and_then(trap)
+    {
+        return Err(t);
+    }
+    Ok(answered)
+}
+
+#[test]
+fn a_host_refusing_any_call_on_the_stream_never_traps_the_filter() {
+    for &call in CALLS.iter().chain(STREAM_CALLS) {
+        let mut host = Host::with_state(crate::common::wasm(), HostState::default()).unwrap();
+        assert!(host.start(b"").unwrap());
+        assert!(host.configure(stream_config().as_bytes()).unwrap());
+        host.state_mut()
+            .refused
+            .insert(call.to_string(), Status::Unimplemented);
+        if let Err(trap) = through_the_stream(&mut host) {
+            panic!("{call} refused: {trap}");
+        }
+        host.state_mut().refused.clear();
+        let answered =
+            through_the_stream(&mut host).unwrap_or_else(|e| panic!("after {call}: {e}"));
+        assert_eq!(answered, 2, "after {call}: both checks went on the stream");
+    }
 }
 
 #[test]
