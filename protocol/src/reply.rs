@@ -87,7 +87,7 @@ pub fn decode_reply(body: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckR
         return Err(BadReply("reply too long"));
     }
     let text = std::str::from_utf8(body).map_err(|_| BadReply("reply is not UTF-8"))?;
-    let mut lines = text.lines();
+    let mut lines = lines(text);
     let mut results = Vec::with_capacity(rules_per_check.len());
     for &expected in rules_per_check {
         let line = lines.next().ok_or(BadReply("reply has too few lines"))?;
@@ -99,22 +99,39 @@ pub fn decode_reply(body: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckR
     Ok(results)
 }
 
+/// `str::lines`, on bytes. A reply is split on every check, and `str`'s char searcher
+/// (in `lines` and `split`) makes a `memcmp` call per match, a byte loop in wasm; hence
+/// this and the byte splits below. Lines end at `\n` or `\r\n`; a last empty one is none.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Some(end) = rest.bytes().position(|b| b == b'\n') else {
+            return Some(std::mem::take(&mut rest));
+        };
+        let line = rest.get(..end)?;
+        rest = rest.get(end + 1..)?;
+        Some(line.strip_suffix('\r').unwrap_or(line))
+    })
+}
+
 fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
-    if let Some(reason) = line.strip_prefix('!') {
-        return Ok(CheckResult::Failed(reason.trim().to_string()));
+    match (line.as_bytes().first(), line.get(1..)) {
+        (Some(b'!'), Some(reason)) => return Ok(CheckResult::Failed(reason.trim().to_string())),
+        (Some(b'?'), Some(reason)) => return Ok(CheckResult::Refused(reason.trim().to_string())),
+        _ => {}
     }
-    if let Some(reason) = line.strip_prefix('?') {
-        return Ok(CheckResult::Refused(reason.trim().to_string()));
-    }
-    let mut fields = line.split(' ');
+    let mut fields = line.as_bytes().split(|&b| b == b' ');
     let now_ms = number(fields.next())?;
     let mut rules = Vec::with_capacity(expected);
     for field in fields {
-        let mut parts = field.split(',');
+        let mut parts = field.split(|&b| b == b',');
         let (allowed, blocked) = match parts.next() {
-            Some("1") => (true, false),
-            Some("0") => (false, false),
-            Some("b") => (false, true),
+            Some(b"1") => (true, false),
+            Some(b"0") => (false, false),
+            Some(b"b") => (false, true),
             _ => return Err(BadReply("rule result lacks an allowed flag")),
         };
         let result = RuleResult {
@@ -136,10 +153,10 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     Ok(CheckResult::Checked { now_ms, rules })
 }
 
-fn number(field: Option<&str>) -> Result<u64, BadReply> {
+fn number(field: Option<&[u8]>) -> Result<u64, BadReply> {
     field
-        .filter(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|f| f.parse().ok())
+        .filter(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit))
+        .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
         .ok_or(BadReply("malformed number in reply"))
 }
 
@@ -164,6 +181,25 @@ mod tests {
         wait_ms: 40,
         leased: 0,
     };
+
+    #[test]
+    fn lines_are_what_str_lines_makes_of_the_text() {
+        for text in [
+            "",
+            "\n",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\r\nb\r\n",
+            "a\rb\r",
+            "\n\na\n\n",
+            "\r\n\r",
+            "é\n☃\r\n",
+        ] {
+            let ours: Vec<&str> = lines(text).collect();
+            assert_eq!(ours, text.lines().collect::<Vec<_>>(), "{text:?}");
+        }
+    }
 
     #[test]
     fn what_the_bridge_renders_the_filter_decodes() {
