@@ -9,6 +9,9 @@ use crate::grpc::{GrpcStream, UNAVAILABLE};
 use crate::host::Host;
 use std::net::SocketAddr;
 
+/// A message the guest sent on a stream: the stream's token and the bytes.
+pub type StreamMessage = (u32, Vec<u8>);
+
 /// The response headers of a gRPC stream, as Envoy's async client sees them.
 fn default_initial_metadata() -> Vec<Pair> {
     pairs(&[(":status", "200"), ("content-type", "application/grpc")])
@@ -21,6 +24,30 @@ impl Host {
 
     pub fn grpc_stream(&self, token: u32) -> Option<&GrpcStream> {
         self.grpc_streams().iter().find(|s| s.token == token)
+    }
+
+    /// How many messages the guest has sent on all its streams.
+    pub fn grpc_messages_sent(&self) -> usize {
+        self.grpc_streams().iter().map(|s| s.messages.len()).sum()
+    }
+
+    /// Sends a request (`request`) and returns its stream id and the message it put on the
+    /// guest's last gRPC stream, if one left meanwhile: the stream's token and the message.
+    pub fn request_on_stream(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(u32, Option<StreamMessage>), HarnessError> {
+        let before = self.grpc_messages_sent();
+        let (id, _) = self.request(method, path, headers)?;
+        let sent = self.grpc_messages_sent() > before;
+        let message = self
+            .grpc_streams()
+            .last()
+            .filter(|_| sent)
+            .and_then(|s| Some((s.token, s.messages.last()?.clone())));
+        Ok((id, message))
     }
 
     /// The stream `context_id` opened last.

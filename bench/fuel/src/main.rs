@@ -165,22 +165,10 @@ fn callbacks(host: &mut Host, reply: Option<&str>) -> Result<Vec<String>, String
 fn one_request(host: &mut Host, reply: Option<&str>) -> Result<u64, String> {
     let mark = host.fuel_mark();
     let headers = [("x-user-id", "alice")];
-    let sent = |h: &Host| {
-        h.grpc_streams()
-            .iter()
-            .map(|s| s.messages.len())
-            .sum::<usize>()
-    };
-    let before = sent(host);
-    let (id, _) = host
-        .request("GET", "/api/profile", &headers)
-        .map_err(|e| e.to_string())?;
     // The filter's one stream; this request's check is its last message, if it sent one.
-    let message = host
-        .grpc_streams()
-        .last()
-        .filter(|_| sent(host) > before)
-        .and_then(|s| Some((s.token, s.messages.last()?.clone())));
+    let (id, message) = host
+        .request_on_stream("GET", "/api/profile", &headers)
+        .map_err(|e| e.to_string())?;
     match (message, reply) {
         (Some((token, message)), Some(body)) => {
             let text = String::from_utf8_lossy(&message);

@@ -18,13 +18,7 @@ fn config(transport: &str, failure_mode: &str) -> String {
 
 /// A request that waits: paused, and nothing sent for it.
 fn waiting(host: &mut Host, user: &str) -> u32 {
-    let sent = |h: &Host| {
-        h.callouts().len()
-            + h.grpc_streams()
-                .iter()
-                .map(|s| s.messages.len())
-                .sum::<usize>()
-    };
+    let sent = |h: &Host| h.callouts().len() + h.grpc_messages_sent();
     let before = sent(host);
     let (id, action) = host.request("GET", "/", &[("x-user-id", user)]).unwrap();
     assert_eq!(action, Action::Pause);

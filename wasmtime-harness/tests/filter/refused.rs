@@ -4,7 +4,7 @@
 
 use crate::common::{bridge, http, EXAMPLE, NOW_MS};
 use std::time::Duration;
-use wasmtime_harness::{Host, HostState, Status};
+use wasmtime_harness::{HarnessError, Host, HostState, Status};
 
 /// The host calls the filter makes on the path below, each refused in turn. Not those
 /// the SDK makes for it: `proxy_http_call` and `proxy_grpc_stream` (the SDK must learn
@@ -39,6 +39,31 @@ const STREAM_CALLS: &[&str] = &[
     "proxy_dequeue_shared_queue",
 ];
 
+/// An identity header that comes twice: refused with a 400, no check.
+const TWICE: [(&str, &str); 2] = [("x-user-id", "alice"), ("x-user-id", "mallory")];
+
+/// A trap fails the path; any other error is the harness refusing a step the filter's
+/// earlier answer made moot (a response to a request it replied to itself, say).
+fn no_trap<T>(result: Result<T, HarnessError>) -> Result<(), String> {
+    match result.err().and_then(|e| e.trap_text()) {
+        Some(trap) => Err(trap),
+        None => Ok(()),
+    }
+}
+
+/// The upstream's response to request `id`, unless the filter answered it itself.
+fn respond(host: &mut Host, id: u32) -> Result<(), String> {
+    if host
+        .stream(id)
+        .map_err(|e| e.to_string())?
+        .local_reply()
+        .is_none()
+    {
+        no_trap(host.response_headers(id, &[(":status", "200")], true))?;
+    }
+    Ok(())
+}
+
 /// The example's rules over one HTTP callout per check, failing over to local limits.
 fn config() -> String {
     http(&stream_config())
@@ -53,10 +78,7 @@ fn stream_config() -> String {
 /// (with response headers), one denied, one whose callout fails (local limits on shared
 /// data), a repeated identity (400), and a tick. Any trap is returned.
 fn through_every_path(host: &mut Host) -> Result<(), String> {
-    let trap = |e: wasmtime_harness::HarnessError| e.trap_text();
-    if let Some(t) = host.configure(config().as_bytes()).err().and_then(trap) {
-        return Err(t);
-    }
+    no_trap(host.configure(config().as_bytes()))?;
     let headers = [("x-user-id", "alice")];
     for answer in [
         Some(format!("{NOW_MS} 1,99,600,0 1,9,6000,0 1,49999,1,0")),
@@ -72,25 +94,10 @@ fn through_every_path(host: &mut Host) -> Result<(), String> {
             (Some(token), None) => host.fail_callout(token),
             (None, _) => Ok(()),
         };
-        if let Some(t) = answered.err().and_then(trap) {
-            return Err(t);
-        }
-        let replied = host.stream(id).map_err(|e| e.to_string())?.local_reply();
-        if replied.is_none() {
-            let response = host.response_headers(id, &[(":status", "200")], true);
-            if let Some(t) = response.err().and_then(trap) {
-                return Err(t);
-            }
-        }
+        no_trap(answered)?;
+        respond(host, id)?;
     }
-    let twice = [("x-user-id", "alice"), ("x-user-id", "mallory")];
-    if let Some(t) = host
-        .request("GET", "/api/search", &twice)
-        .err()
-        .and_then(trap)
-    {
-        return Err(t);
-    }
+    no_trap(host.request("GET", "/api/search", &TWICE))?;
     host.tick().map_err(|e| e.to_string())
 }
 
@@ -99,36 +106,16 @@ fn through_every_path(host: &mut Host) -> Result<(), String> {
 /// reopened on the ticks of the next six seconds, and a repeated identity. Returns the
 /// checks answered on the stream, or any trap.
 fn through_the_stream(host: &mut Host) -> Result<usize, String> {
-    let trap = |e: wasmtime_harness::HarnessError| e.trap_text();
-    if let Some(t) = host
-        .configure(stream_config().as_bytes())
-        .err()
-        .and_then(trap)
-    {
-        return Err(t);
-    }
+    no_trap(host.configure(stream_config().as_bytes()))?;
     // What is still out on the stream times out (an earlier check nobody answered).
     host.advance(Duration::from_millis(100))
         .map_err(|e| e.to_string())?;
     let headers = [("x-user-id", "alice")];
     let mut answered = 0;
     for rule in ["1,9,600,0", "0,0,6000,4200"] {
-        let sent = |h: &Host| {
-            h.grpc_streams()
-                .iter()
-                .map(|s| s.messages.len())
-                .sum::<usize>()
-        };
-        let before = sent(host);
-        let (id, _) = host
-            .request("GET", "/api/search", &headers)
+        let (id, message) = host
+            .request_on_stream("GET", "/api/search", &headers)
             .map_err(|e| e.to_string())?;
-        // This request's check is the last message, if it left.
-        let message = host
-            .grpc_streams()
-            .last()
-            .filter(|_| sent(host) > before)
-            .and_then(|s| Some((s.token, s.messages.last()?.clone())));
         if let Some((token, message)) = message {
             // The exchange's id, then its one check: the same result for each rule.
             let text = String::from_utf8_lossy(&message);
@@ -137,52 +124,35 @@ fn through_the_stream(host: &mut Host) -> Result<usize, String> {
             let rules = lines.next().unwrap_or_default().split(' ').count();
             let results = vec![rule; rules].join(" ");
             let reply = format!("{exchange}\n{NOW_MS} {results}\n");
-            if let Some(t) = host
-                .grpc_message(token, reply.as_bytes())
-                .err()
-                .and_then(trap)
-            {
-                return Err(t);
-            }
+            no_trap(host.grpc_message(token, reply.as_bytes()))?;
             answered += 1;
         }
-        let replied = host.stream(id).map_err(|e| e.to_string())?.local_reply();
-        if replied.is_none() {
-            let response = host.response_headers(id, &[(":status", "200")], true);
-            if let Some(t) = response.err().and_then(trap) {
-                return Err(t);
-            }
-        }
+        respond(host, id)?;
     }
     if let Some(token) = host.grpc_streams().last().map(|s| s.token) {
         let closed = host.grpc_remote_close(token, 14, "unavailable");
-        if let Some(t) = closed.err().and_then(trap) {
-            return Err(t);
-        }
+        no_trap(closed)?;
     }
     // Past the longest backoff: the stream reopens on a tick.
     host.advance(Duration::from_secs(6))
         .map_err(|e| e.to_string())?;
-    let twice = [("x-user-id", "alice"), ("x-user-id", "mallory")];
-    if let Some(t) = host
-        .request("GET", "/api/search", &twice)
-        .err()
-        .and_then(trap)
-    {
-        return Err(t);
-    }
+    no_trap(host.request("GET", "/api/search", &TWICE))?;
     Ok(answered)
+}
+
+/// A VM configured with `config`, whose host then answers `call` with `status`.
+fn refusing(config: &str, call: &str, status: Status) -> Host {
+    let mut host = Host::with_state(crate::common::wasm(), HostState::default()).unwrap();
+    assert!(host.start(b"").unwrap());
+    assert!(host.configure(config.as_bytes()).unwrap());
+    host.state_mut().refused.insert(call.to_string(), status);
+    host
 }
 
 #[test]
 fn a_host_refusing_any_call_on_the_stream_never_traps_the_filter() {
     for &call in CALLS.iter().chain(STREAM_CALLS) {
-        let mut host = Host::with_state(crate::common::wasm(), HostState::default()).unwrap();
-        assert!(host.start(b"").unwrap());
-        assert!(host.configure(stream_config().as_bytes()).unwrap());
-        host.state_mut()
-            .refused
-            .insert(call.to_string(), Status::Unimplemented);
+        let mut host = refusing(&stream_config(), call, Status::Unimplemented);
         if let Err(trap) = through_the_stream(&mut host) {
             panic!("{call} refused: {trap}");
         }
@@ -196,13 +166,7 @@ fn a_host_refusing_any_call_on_the_stream_never_traps_the_filter() {
 #[test]
 fn a_host_refusing_any_call_never_traps_the_filter() {
     for &call in CALLS {
-        let state = HostState::default();
-        let mut host = Host::with_state(crate::common::wasm(), state).unwrap();
-        assert!(host.start(b"").unwrap());
-        assert!(host.configure(config().as_bytes()).unwrap());
-        host.state_mut()
-            .refused
-            .insert(call.to_string(), Status::Unimplemented);
+        let mut host = refusing(&config(), call, Status::Unimplemented);
         if let Err(trap) = through_every_path(&mut host) {
             panic!("{call} refused: {trap}");
         }
@@ -216,14 +180,9 @@ fn a_host_refusing_any_call_never_traps_the_filter() {
 fn refusing_a_call_is_what_the_test_above_sees() {
     // The harness's refusal reaches the guest: a refused local reply leaves the request
     // paused without one, where the served call answers it.
-    let mut host = Host::with_state(crate::common::wasm(), HostState::default()).unwrap();
-    assert!(host.start(b"").unwrap());
-    assert!(host.configure(config().as_bytes()).unwrap());
-    let twice = [("x-user-id", "alice"), ("x-user-id", "mallory")];
-    host.state_mut()
-        .refused
-        .insert("proxy_send_local_response".into(), Status::InternalFailure);
-    let (id, _) = host.request("GET", "/api/search", &twice).unwrap();
+    let local_reply = "proxy_send_local_response";
+    let mut host = refusing(&config(), local_reply, Status::InternalFailure);
+    let (id, _) = host.request("GET", "/api/search", &TWICE).unwrap();
     assert!(host.stream(id).unwrap().local_reply().is_none());
     assert!(
         host.log_text().contains("local reply failed"),
@@ -231,6 +190,6 @@ fn refusing_a_call_is_what_the_test_above_sees() {
         host.log_text()
     );
     host.state_mut().refused.clear();
-    let (id, _) = host.request("GET", "/api/search", &twice).unwrap();
+    let (id, _) = host.request("GET", "/api/search", &TWICE).unwrap();
     assert_eq!(host.stream(id).unwrap().local_reply().unwrap().status, 400);
 }
