@@ -7,6 +7,9 @@ Kinds (the HTTP filter of the gateway listener):
   noop      a wasm filter that does nothing (bench/noop-filter): the cost of any wasm filter
   floor     the no-op filter making one HTTP/2 callout per request to a trivial responder:
             the floor of any one-callout-per-request design
+  headers   the no-op filter making only the host calls of an allowed response (the whole
+            request header map, the clock, three X-RateLimit-* response headers): the
+            floor of any filter that admits without a callout and shows the limit
   local     Envoy's native local_ratelimit filter instead of the wasm
   ratelimit dist/ratelimit.wasm with a given plugin configuration, through the bridge
 
@@ -36,6 +39,11 @@ UPSTREAM = "bench_upstream"
 RESPONDER = "bench_responder"
 # The no-op filter's configuration for the callout floor.
 FLOOR_PLUGIN = {"callout": {"cluster": RESPONDER, "authority": "responder", "path": "/"}}
+# The no-op filter's configuration for the headers floor: the identity header the
+# ratelimit.wasm configurations key on.
+HEADERS_PLUGIN = {"headers": {"identity": "x-user-id"}}
+# What the no-op filter is configured with, by gateway kind.
+NOOP_PLUGINS = {"noop": None, "floor": FLOOR_PLUGIN, "headers": HEADERS_PLUGIN}
 
 
 def local_ratelimit_filter(per_second, burst):
@@ -99,11 +107,12 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
     wasm, router = filters[0], filters[-1]
     if kind == "none":
         filters[:] = [router]
-    elif kind in ("noop", "floor"):
+    elif kind in NOOP_PLUGINS:
         vm = wasm["typed_config"]["config"]
         vm["name"] = vm["root_id"] = vm["vm_config"]["vm_id"] = "noop"
         vm["vm_config"]["code"]["local"]["filename"] = str(NOOP_WASM)
-        vm["configuration"]["value"] = json.dumps(FLOOR_PLUGIN) if kind == "floor" else ""
+        noop_plugin = NOOP_PLUGINS[kind]
+        vm["configuration"]["value"] = json.dumps(noop_plugin) if noop_plugin else ""
     elif kind == "local":
         filters[:] = [local_ratelimit_filter(*local), router]
     elif kind != "ratelimit":

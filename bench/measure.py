@@ -49,6 +49,8 @@ def plugin(*rules, identity=None, transport=None):
 # speed at this many requests in flight.
 HOT_KEYS = ("leased", "denied")
 HOT_KEYS_LEVEL = 16
+# Run between no-op runs too, as the reference of the leased key: the headers floor.
+BETWEEN_NOOPS = (*HOT_KEYS, "headers")
 
 UNLIMITED = {"requests": 1_000_000_000, "per": "1s"}
 # A worker's lease of a hot bucket: the bench's and the accuracy run's.
@@ -71,6 +73,9 @@ CONFIGS = [
     config("2", "noop", "Envoy + no-op wasm", "noop"),
     config("3", "local", "Envoy + local_ratelimit", "local"),
     config("4", "floor", "callout floor: no-op wasm + 1 HTTP/2 callout", "floor"),
+    # What any filter admitting without a callout and showing the limit pays at least.
+    config("H", "headers", "headers floor: no-op wasm + the host calls of an allowed response",
+           "headers", headers=["x-user-id: bench"]),
     config("5", "allowed", "ratelimit.wasm, 1 key, allowed", "ratelimit",
            plugin({"name": "open", "limit": UNLIMITED}), ["x-user-id: bench"]),
     # Two rules per request: a bucket per user (10,000 of them, never empty) and a bucket
@@ -191,7 +196,7 @@ def configurations(bench, workdir, conf):
 
 
 def between_noops(workdir, gateways, conf):
-    """The hot keys' configurations, each run right between two runs of the no-op filter
+    """The hot keys' configurations and the headers floor, each run right between two runs of the no-op filter
     (no-op, it, no-op; then the next) at HOT_KEYS_LEVEL in flight, `hot_rounds` times: a
     ratio per run, its req/s over the mean of its two neighbours'. In the rounds above a
     configuration runs up to a minute after the no-op, and the machine's speed drifts by
@@ -201,9 +206,9 @@ def between_noops(workdir, gateways, conf):
     denied, no-op) and its median for the leased key read 0.99 where 20 triples of the
     leased key alone, the same day, read 0.90-0.93."""
     noop = by_key("noop")
-    paired = {key: {"ratios": [], "rps": [], "status": {}} for key in HOT_KEYS}
+    paired = {key: {"ratios": [], "rps": [], "status": {}} for key in BETWEEN_NOOPS}
     for rnd in range(conf["hot_rounds"]):
-        for key in HOT_KEYS:
+        for key in BETWEEN_NOOPS:
             c, rps = by_key(key), []
             for i, run in enumerate((noop, c, noop)):
                 result = loadgen(workdir, f"paired-{rnd}-config{c['id']}-{i}",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from . import plot
 from .diagnostics import BATCH_BUCKETS
-from .measure import HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
+from .measure import BETWEEN_NOOPS, HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
 
 # The issues' acceptance: these configurations, against the no-op filter on the proxying
 # base, in the same run; the p99 bound applies to the throughput issue's.
@@ -116,21 +116,24 @@ def acceptance(configs):
 
 def hot_keys_acceptance(by):
     """The hot keys issue's criterion: a leased and a denied key at the no-op's speed,
-    each measured between two no-op runs (`measure.between_noops`)."""
+    each measured between two no-op runs (`measure.between_noops`); the headers floor
+    beside them, measured alike, for what the leased key cannot go below."""
     rows = [f"| configuration | in flight | × no-op, between no-op runs (median) | range | "
             f"≥ {HOT_KEYS_MIN_RATIO} | × no-op, rounds above | exchanges per request |",
             "|---|---:|---:|---|---|---:|---:|"]
     ok = True
-    for key in HOT_KEYS:
+    for key in BETWEEN_NOOPS:
         c = by[key]
         lv, noop = level(c, HOT_KEYS_LEVEL), level(by["noop"], HOT_KEYS_LEVEL)
         paired = c["paired"]
         met = paired["ratio"] >= HOT_KEYS_MIN_RATIO
-        ok = ok and met
+        judged = key in HOT_KEYS
+        ok = ok and (met or not judged)
+        verdict = ("yes" if met else "**no**") if judged else "reference, not judged"
         per_request = (lv.get("diagnostics") or {}).get("exchanges_per_request")
         rows.append(f"| {c['id']}: {c['label']} | {HOT_KEYS_LEVEL} | {paired['ratio']:.3f} | "
                     f"{min(paired['ratios']):.2f}–{max(paired['ratios']):.2f} | "
-                    f"{'yes' if met else '**no**'} | {lv['rps'] / noop['rps']:.2f} | "
+                    f"{verdict} | {lv['rps'] / noop['rps']:.2f} | "
                     f"{num(per_request, '.4f')} |")
     verdict = "**met**" if ok else "**not met**"
     runs = len(by["leased"]["paired"]["ratios"])
@@ -140,7 +143,11 @@ def hot_keys_acceptance(by):
             "the mean of its two neighbours, the median of them judged. The "
             "rounds above put up to a minute between a configuration and the no-op, over which "
             "this machine's speed drifts by more than the 5 % judged here; their ratio is shown "
-            "beside it.")
+            "beside it. The headers floor (configuration H) is the no-op filter making only the "
+            "host calls an allowed response of any rate limiter needs: it reads the request's "
+            "header map (a repeated identity header must be seen), the clock, and adds the three "
+            "X-RateLimit-* headers. A leased key does all of that and more, so its ratio is "
+            "bounded by the floor's.")
 
 
 def transport_table(configs):
@@ -272,6 +279,8 @@ def fuel(wasm):
             f"| denied (callout, reply, 429) | {f['denied']:,} | {f['denied'] / f['noop']:.1f} |\n"
             + (f"| allowed from a lease (no callout, X-RateLimit-* headers) | {f['leased']:,} | {f['leased'] / f['noop']:.1f} |\n"
                if "leased" in f else "") +
+            (f"| headers floor (no-op filter + the host calls of an allowed response) | {f['headers_floor']:,} | {f['headers_floor'] / f['noop']:.1f} |\n"
+             if "headers_floor" in f else "") +
             f"| no-op filter | {f['noop']:,} | 1.0 |")
 
 
@@ -323,7 +332,9 @@ says HTTP callouts (`"transport": "http"`, group commit too); `timeout_ms` {TIME
 `failure_mode` closed, so a slow check shows up as a 503. The callout floor
 (configuration {by['floor']['id']}) is the no-op filter pausing every request for one HTTP/2
 callout to a trivial responder (a third listener of the same Envoy): what any design making
-one callout per request pays at least.
+one callout per request pays at least. The headers floor (configuration {by['headers']['id']})
+is the no-op filter making only the host calls of an allowed response: what any filter that
+admits without a callout and shows the client its limit pays at least.
 
 {acceptance(configs)}
 

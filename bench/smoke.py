@@ -5,7 +5,7 @@ asserted, so that the bench cannot rot unnoticed."""
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .measure import CONFIGS, HOT_KEYS, IN_FLIGHT
+from .measure import BETWEEN_NOOPS, CONFIGS, IN_FLIGHT
 
 # Every counter of a decided request.
 DECIDED = ("allowed", "allowed_leased", "denied", "denied_cached", "blocked")
@@ -68,7 +68,7 @@ def check(results, out):
                 expect(share.get("200", 0) >= 0.99, f"{at}: not all allowed: {share}")
             if c["kind"] == "ratelimit":
                 diagnostics(c, lv, at, expect)
-    for key in HOT_KEYS:
+    for key in BETWEEN_NOOPS:
         paired = configs[key].get("paired") or {}
         ratios, status = paired.get("ratios", []), paired.get("status", {})
         expect(len(ratios) == results["settings"]["hot_rounds"] and all(r > 0 for r in ratios),
@@ -96,8 +96,8 @@ def check(results, out):
     expect(acc["local"]["ratio"] > 1.3, f"accuracy local_ratelimit: {acc['local']}")
     expect(results["wasm"]["sizes"]["ratelimit.wasm"] > 0, "wasm size")
     fuel = results["wasm"]["fuel"]
-    expect(fuel is None or fuel["denied"] > fuel["noop"] > 0 and fuel["allowed"] > fuel["noop"],
-           f"wasm fuel: {fuel}")
+    expect(fuel is None or fuel["denied"] > fuel["noop"] > 0 and fuel["allowed"] > fuel["noop"]
+           and fuel["headers_floor"] > fuel["noop"], f"wasm fuel: {fuel}")
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report

@@ -6,17 +6,19 @@
 //! gRPC stream): an allowed request (headers, stream message, bridge reply, response
 //! headers, end of stream), a denied one (ending in the 429), one admitted from a lease of
 //! a hot global rule (no check), and the same allowed request through the no-op filter as
-//! the floor. With `--callbacks` it also prints where the fuel
+//! the floor, plain and as the headers floor (only the host calls an allowed response
+//! needs). Every response must show the limit, but the plain no-op's. With `--callbacks` it
+//! also prints where the fuel
 //! of one allowed request goes, callback by callback.
 //!
 //! ```text
 //! wasm-fuel dist/ratelimit.wasm target/wasm32-wasip1/release/ratelimit_bench_noop.wasm
-//! {"allowed": 123456, "denied": 123456, "leased": 12345, "noop": 1234, "requests": 10}
+//! {"allowed": 123456, "denied": 123456, "leased": 12345, "noop": 1234, "headers_floor": 1234, "requests": 10}
 //! ```
 
 use std::path::Path;
 use std::process::ExitCode;
-use wasmtime_harness::{Host, Wasm};
+use wasmtime_harness::{abi, Host, Wasm};
 
 /// One rule keyed by `x-user-id`, as in the bench's configuration 5; without the deny
 /// cache, so that every denied request is the full path (a check and the bridge's answer).
@@ -32,8 +34,14 @@ const LEASED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "time
   "rules": [{"name": "leased", "key": ["user"], "limit": {"requests": 1000000, "per": "1s"},
              "lease": {"tokens": 1000, "ttl": "1m"}}]}"#;
 
+/// The no-op filter making only the host calls an allowed response needs (bench/noop-filter).
+const HEADERS_FLOOR: &str = r#"{"headers": {"identity": "x-user-id"}}"#;
+
 /// The answer to the check that asks for the lease: granted 1,000.
 const GRANTED: &str = "1767225600000 1,998000,2,0,1000\n";
+
+/// The header that shows the client its limit, on allowed and denied responses alike.
+const LIMIT: &str = "x-ratelimit-limit";
 
 /// Requests measured per case; the median is reported (the first ones warm caches up).
 const REQUESTS: usize = 11;
@@ -78,12 +86,14 @@ fn main() -> ExitCode {
 
 fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     let filter = load(filter)?;
-    let allowed = median(&filter, Some(ALLOWED))?;
-    let denied = median(&filter, Some(DENIED))?;
+    let allowed = median(&filter, CONFIG, Some(ALLOWED), true)?;
+    let denied = median(&filter, CONFIG, Some(DENIED), true)?;
     let leased = leased(&filter)?;
-    let noop = median(&load(noop)?, None)?;
+    let noop = load(noop)?;
+    let floor = median(&noop, HEADERS_FLOOR, None, true)?;
+    let noop = median(&noop, "", None, false)?;
     Ok(format!(
-        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "requests": {REQUESTS}}}"#
+        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}}}"#
     ))
 }
 
@@ -92,40 +102,51 @@ fn load(path: &Path) -> Result<Wasm, String> {
     Wasm::load(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The median fuel of `REQUESTS` requests, each answered with `reply` when it calls out.
-fn median(wasm: &Wasm, reply: Option<&str>) -> Result<u64, String> {
-    // The no-op filter takes an empty configuration (it would call out with another).
-    let config = if reply.is_some() { CONFIG } else { "" };
-    let (mut host, accepted) = Host::boot(wasm, config).map_err(|e| e.to_string())?;
-    if !accepted {
-        return Err(format!(
-            "the filter refused the configuration:\n{}",
+/// A fresh host running `wasm` with `config`, which it must accept.
+fn boot(wasm: &Wasm, config: &str) -> Result<Host, String> {
+    let (host, accepted) = Host::boot(wasm, config).map_err(|e| e.to_string())?;
+    if accepted {
+        Ok(host)
+    } else {
+        Err(format!(
+            "the filter refused the configuration {config}:\n{}",
             host.log_text()
-        ));
+        ))
     }
-    let mut fuel = Vec::with_capacity(REQUESTS);
-    for _ in 0..REQUESTS {
-        fuel.push(one_request(&mut host, reply)?);
-    }
-    fuel.sort_unstable();
-    Ok(fuel[REQUESTS / 2])
+}
+
+/// The median fuel of `REQUESTS` requests, each answered with `reply` when it calls out;
+/// each response must show the limit (`X-RateLimit-Limit`) or not, as `shows_limit` says.
+fn median(
+    wasm: &Wasm,
+    config: &str,
+    reply: Option<&str>,
+    shows_limit: bool,
+) -> Result<u64, String> {
+    median_of(&mut boot(wasm, config)?, reply, shows_limit)
 }
 
 /// The median fuel of `REQUESTS` requests admitted from a lease: the first request checks,
 /// the second asks for the lease, the rest use it.
 fn leased(wasm: &Wasm) -> Result<u64, String> {
-    let (mut host, accepted) = Host::boot(wasm, LEASED_CONFIG).map_err(|e| e.to_string())?;
-    if !accepted {
-        return Err(format!(
-            "the lease configuration was refused:\n{}",
-            host.log_text()
-        ));
-    }
+    let mut host = boot(wasm, LEASED_CONFIG)?;
     one_request(&mut host, Some(ALLOWED))?;
     one_request(&mut host, Some(GRANTED))?;
+    median_of(&mut host, None, true)
+}
+
+fn median_of(host: &mut Host, reply: Option<&str>, shows_limit: bool) -> Result<u64, String> {
     let mut fuel = Vec::with_capacity(REQUESTS);
     for _ in 0..REQUESTS {
-        fuel.push(one_request(&mut host, None)?);
+        let (used, shown) = one_request(host, reply)?;
+        if shown != shows_limit {
+            return Err(format!(
+                "a response {} X-RateLimit-Limit:\n{}",
+                if shown { "shows" } else { "lacks" },
+                host.log_text()
+            ));
+        }
+        fuel.push(used);
     }
     fuel.sort_unstable();
     Ok(fuel[REQUESTS / 2])
@@ -135,13 +156,13 @@ fn leased(wasm: &Wasm) -> Result<u64, String> {
 /// few to warm up), one line each.
 fn breakdown(filter: &Path) -> Result<String, String> {
     let wasm = load(filter)?;
-    let (mut host, _) = Host::boot(&wasm, CONFIG).map_err(|e| e.to_string())?;
+    let mut host = boot(&wasm, CONFIG)?;
     for _ in 0..REQUESTS {
         one_request(&mut host, Some(ALLOWED))?;
     }
     let mut lines = vec!["allowed:".to_string()];
     lines.extend(callbacks(&mut host, Some(ALLOWED))?);
-    let (mut host, _) = Host::boot(&wasm, LEASED_CONFIG).map_err(|e| e.to_string())?;
+    let mut host = boot(&wasm, LEASED_CONFIG)?;
     one_request(&mut host, Some(ALLOWED))?;
     one_request(&mut host, Some(GRANTED))?;
     for _ in 0..REQUESTS {
@@ -161,8 +182,9 @@ fn callbacks(host: &mut Host, reply: Option<&str>) -> Result<Vec<String>, String
         .collect())
 }
 
-/// Fuel of every callback of one request, from its headers to the end of its stream.
-fn one_request(host: &mut Host, reply: Option<&str>) -> Result<u64, String> {
+/// Fuel of every callback of one request, from its headers to the end of its stream, and
+/// whether the client's response shows its limit.
+fn one_request(host: &mut Host, reply: Option<&str>) -> Result<(u64, bool), String> {
     let mark = host.fuel_mark();
     let headers = [("x-user-id", "alice")];
     // The filter's one stream; this request's check is its last message, if it sent one.
@@ -189,6 +211,11 @@ fn one_request(host: &mut Host, reply: Option<&str>) -> Result<u64, String> {
         host.response_headers(id, &[(":status", "200")], true)
             .map_err(|e| e.to_string())?;
     }
+    let stream = host.stream(id).map_err(|e| e.to_string())?;
+    let shown = match stream.local_reply() {
+        Some(reply) => reply.header(LIMIT).is_some(),
+        None => abi::first(&stream.response_headers, LIMIT).is_some(),
+    };
     host.finish_stream(id).map_err(|e| e.to_string())?;
-    Ok(host.fuel_since(mark))
+    Ok((host.fuel_since(mark), shown))
 }

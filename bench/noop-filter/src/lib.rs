@@ -1,4 +1,5 @@
-//! A proxy-wasm HTTP filter that does nothing, or exactly one trivial callout per request.
+//! A proxy-wasm HTTP filter that does nothing, exactly one trivial callout per request, or
+//! exactly the host calls an allowed response of a rate limiter needs.
 //!
 //! The bench loads it in Envoy's V8 runtime as the baseline for "any wasm filter": the
 //! difference between it and ratelimit.wasm is the rate limiter's own cost, and the
@@ -10,10 +11,17 @@
 //! the **callout floor**, what any design making one callout per request pays at least.
 //! A callout that fails or comes back without a status is answered 503, so a broken floor
 //! shows up in the bench's statuses instead of passing for a fast one.
+//!
+//! With `{"headers": {"identity": "x-user-id"}}` it makes, per request, only the host calls
+//! that any filter admitting a client by header and telling it its limit must make: it reads
+//! the request's header map whole (one value of the identity header is not enough, a
+//! filter must see a repeated one), reads the clock, and adds `X-RateLimit-Limit`,
+//! `-Remaining` and `-Reset` to the response: the **headers floor**, which a rate limiter that
+//! admits without a callout (a lease, a local bucket) approaches but cannot go below.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
 use serde::Deserialize;
 use std::rc::Rc;
 use std::time::Duration;
@@ -32,6 +40,16 @@ const CALLOUT_TIMEOUT: Duration = Duration::from_secs(5);
 struct Config {
     /// Where each request's one callout goes; `None`: no callout at all.
     callout: Option<Callout>,
+    /// The headers floor's host calls; `None`: none.
+    headers: Option<Headers>,
+}
+
+/// The headers floor: which request header names the client.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Headers {
+    /// Looked up in the whole request header map, lowercase as Envoy hands it over.
+    identity: String,
 }
 
 /// One trivial request per request: `GET path` with `:authority` to `cluster`.
@@ -80,6 +98,7 @@ impl RootContext for NoopRoot {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Noop {
             config: Rc::clone(&self.config),
+            shown: None,
         }))
     }
 
@@ -91,6 +110,9 @@ impl RootContext for NoopRoot {
 /// One request's context: continues at once, or after its callout.
 struct Noop {
     config: Rc<Config>,
+    /// The headers floor's figures for the response: identity values seen, and the clock in
+    /// seconds; `None` until the request headers were read.
+    shown: Option<(usize, u64)>,
 }
 
 impl Context for Noop {
@@ -109,6 +131,19 @@ impl Context for Noop {
 
 impl HttpContext for Noop {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some(headers) = &self.config.headers {
+            let seen = hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
+                .map(|map| {
+                    let name = headers.identity.as_bytes();
+                    map.iter().filter(|(key, _)| key.as_bytes() == name).count()
+                })
+                .unwrap_or_default();
+            let now = hostcalls::get_current_time()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            self.shown = Some((seen, now));
+        }
         let Some(callout) = &self.config.callout else {
             return Action::Continue;
         };
@@ -125,5 +160,25 @@ impl HttpContext for Noop {
                 Action::Pause
             }
         }
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some((seen, now)) = self.shown {
+            for (name, value) in [
+                ("x-ratelimit-limit", 1_000_000_000),
+                (
+                    "x-ratelimit-remaining",
+                    999_999_999u64.saturating_sub(seen as u64),
+                ),
+                ("x-ratelimit-reset", now % 60),
+            ] {
+                if let Err(e) =
+                    hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value.to_string())
+                {
+                    log::warn!("could not add {name}: {e:?}");
+                }
+            }
+        }
+        Action::Continue
     }
 }
