@@ -196,9 +196,10 @@ def configurations(bench, workdir, conf):
 
 
 def between_noops(workdir, gateways, conf):
-    """The hot keys' configurations and the headers floor, each run right between two runs of the no-op filter
-    (no-op, it, no-op; then the next) at HOT_KEYS_LEVEL in flight, `hot_rounds` times: a
-    ratio per run, its req/s over the mean of its two neighbours'. In the rounds above a
+    """The hot keys' configurations and the headers floor, each run right between two runs
+    of the no-op filter (no-op, it, no-op; then the next) at HOT_KEYS_LEVEL in flight,
+    `hot_rounds` times: a ratio per run, its req/s over the mean of its two neighbours'.
+    In the rounds above a
     configuration runs up to a minute after the no-op, and the machine's speed drifts by
     more than these configurations differ from the no-op within that minute; neighbours a
     few seconds apart share its state, and a drift between them cancels out of the mean.
