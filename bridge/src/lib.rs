@@ -3,9 +3,11 @@
 
 pub mod access;
 pub mod admin;
+pub mod backend;
 pub mod batch;
 pub mod check;
 pub mod commands;
+pub mod commit;
 pub mod connect;
 pub mod grpc;
 pub mod health;
@@ -19,5 +21,7 @@ pub mod script;
 pub mod server;
 pub mod slot;
 pub mod store;
+pub mod tally;
+pub mod topology;
 pub mod usage;
 pub mod wire;
