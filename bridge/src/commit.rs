@@ -26,10 +26,11 @@ pub const MAX_KEYS_PER_CALL: usize = 1024;
 /// Most parts one call carries: with the keys, bounds the layout string the script
 /// unpacks (a byte per part and per rule).
 pub const MAX_PARTS_PER_CALL: usize = 1024;
-/// Calls of one lane in flight at once. Two hide the round trip (the node works on one
-/// while the other travels) and still leave the queue to fill while both are out; more
-/// would only make the calls smaller.
-pub const CALLS_IN_FLIGHT: usize = 2;
+/// Calls of one lane in flight at once, by default (`--calls-in-flight`). One makes the
+/// largest calls: everything that arrives during a round trip leaves in the next call.
+/// Two hide the round trip of a distant Redis (the node works on one while the other
+/// travels) at the price of calls half as large.
+pub const CALLS_IN_FLIGHT: usize = 1;
 /// Parts waiting in one lane, past which new ones fail at once rather than queue: a node
 /// this far behind would answer them after the gateways stopped waiting.
 pub const MAX_QUEUED_PARTS: usize = 64 * 1024;
@@ -146,15 +147,18 @@ struct Lane {
 /// Every lane, made on first use.
 pub struct Lanes<C> {
     caller: C,
+    /// Calls of one lane in flight at once (at least 1).
+    in_flight: usize,
     /// How long a part may wait in its queue; past it, it fails without being sent.
     max_wait: Duration,
     lanes: Mutex<HashMap<(Arc<str>, Mode), Lane>>,
 }
 
 impl<C: Caller> Lanes<C> {
-    pub fn new(caller: C, max_wait: Duration) -> Lanes<C> {
+    pub fn new(caller: C, max_wait: Duration, in_flight: usize) -> Lanes<C> {
         Lanes {
             caller,
+            in_flight: in_flight.max(1),
             max_wait,
             lanes: Mutex::default(),
         }
@@ -220,6 +224,7 @@ impl<C: Caller> Lanes<C> {
             jobs,
             lane.depth.clone(),
             self.max_wait,
+            self.in_flight,
         ));
         lanes.insert((node.clone(), mode), lane.clone());
         lane
@@ -239,8 +244,9 @@ async fn drive<C: Caller>(
     mut jobs: mpsc::UnboundedReceiver<Job>,
     depth: Arc<AtomicUsize>,
     max_wait: Duration,
+    in_flight: usize,
 ) {
-    let slots = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
+    let slots = Arc::new(Semaphore::new(in_flight));
     let mut next: Option<Job> = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {

@@ -71,7 +71,7 @@ async fn settle() {
 #[tokio::test]
 async fn checks_arriving_while_calls_are_out_leave_together_in_the_next_call() {
     let fake = Fake::default();
-    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_secs(60)));
+    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_secs(60), 2));
     let node: Arc<str> = Arc::from("n");
     let submit = |burst: u64| {
         let (lanes, node) = (lanes.clone(), node.clone());
@@ -108,7 +108,7 @@ async fn checks_arriving_while_calls_are_out_leave_together_in_the_next_call() {
 async fn an_idle_lane_sends_each_check_at_once() {
     let fake = Fake::default();
     fake.gate.add_permits(100);
-    let lanes = Lanes::new(fake.clone(), Duration::from_secs(60));
+    let lanes = Lanes::new(fake.clone(), Duration::from_secs(60), 2);
     let node: Arc<str> = Arc::from("n");
     for burst in 1..=3 {
         let replies = lanes
@@ -122,7 +122,7 @@ async fn an_idle_lane_sends_each_check_at_once() {
 #[tokio::test]
 async fn a_call_never_grows_past_its_bounds() {
     let fake = Fake::default();
-    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_secs(60)));
+    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_secs(60), 2));
     let node: Arc<str> = Arc::from("n");
     // Two calls in flight, then 600 jobs of two one-key parts each queue: 1,200 keys
     // and parts, over one call's 1,024.
@@ -150,7 +150,7 @@ async fn a_call_never_grows_past_its_bounds() {
 #[tokio::test]
 async fn a_check_that_waited_too_long_fails_without_being_sent() {
     let fake = Fake::default();
-    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_millis(50)));
+    let lanes = Arc::new(Lanes::new(fake.clone(), Duration::from_millis(50), 2));
     let node: Arc<str> = Arc::from("n");
     let mut waiting = Vec::new();
     for burst in 1..=3 {

@@ -65,6 +65,16 @@ struct Args {
     /// The plugin configuration (JSON) the gateways load, for `GET /admin/usage`.
     #[arg(long, env = "RATELIMIT_BRIDGE_CONFIG", value_name = "PLUGIN.json")]
     config: Option<PathBuf>,
+    /// Script calls in flight per Redis node (and mode) at once. Checks that arrive while
+    /// they are out join the next call, so fewer calls in flight make larger calls, and
+    /// Redis pays a call's fixed cost less often; more hide a long round trip to Redis.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_CALLS_IN_FLIGHT",
+        default_value_t = ratelimit_bridge::commit::CALLS_IN_FLIGHT as u64,
+        value_parser = clap::value_parser!(u64).range(1..=64)
+    )]
+    calls_in_flight: u64,
     /// Worker threads (0: one per core).
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
     threads: usize,
@@ -152,9 +162,13 @@ async fn serve(args: Args) -> Result<(), String> {
         None => None,
     };
     let redis = redact(&args.redis.redis);
-    let store = args.redis.store(options)?.with_keyspace(
-        Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?,
-    );
+    let store = args
+        .redis
+        .store(options)?
+        .with_calls_in_flight(args.calls_in_flight as usize)
+        .with_keyspace(
+            Keyspace::parse(&args.key_prefix).map_err(|e| format!("--key-prefix: {e}"))?,
+        );
     if let Some(plugin) = &plugin {
         if !store.keyspace().prefixes().any(|p| p == plugin.key_prefix) {
             return Err(format!(

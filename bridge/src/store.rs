@@ -11,7 +11,7 @@ pub use crate::backend::StoreOptions;
 use crate::backend::{did_not_run, Backend};
 use crate::batch::{self, Call, Placed};
 use crate::check::{Check, CheckOutcome};
-use crate::commit::{CallError, Lanes, PartReply};
+use crate::commit::{CallError, Lanes, PartReply, CALLS_IN_FLIGHT};
 use crate::keyspace::Keyspace;
 use crate::override_cache::OverrideCache;
 use crate::script::{part_rules, Mode, Part};
@@ -38,6 +38,8 @@ pub struct Store {
     backend: Backend,
     /// Where every exchange's calls meet, per node and mode.
     lanes: Arc<Lanes<Backend>>,
+    /// How long a check may wait in a lane.
+    max_wait: Duration,
     /// The slot map the calls are planned with; empty until a cluster is first reached.
     topology: Arc<RwLock<Arc<Topology>>>,
     /// When the slot map was last read: one read serves every call a move refused.
@@ -80,12 +82,26 @@ impl Store {
 
     fn over(backend: Backend, topology: Topology, options: StoreOptions) -> Store {
         Store {
-            lanes: Arc::new(Lanes::new(backend.clone(), options.response_timeout)),
+            lanes: Arc::new(Lanes::new(
+                backend.clone(),
+                options.response_timeout,
+                CALLS_IN_FLIGHT,
+            )),
+            max_wait: options.response_timeout,
             backend,
             topology: Arc::new(RwLock::new(Arc::new(topology))),
             read_at: Arc::default(),
             keyspace: Arc::default(),
             overrides: Arc::default(),
+        }
+    }
+
+    /// The same store with `n` script calls in flight per node and mode (default
+    /// `CALLS_IN_FLIGHT`); call before the first check.
+    pub fn with_calls_in_flight(self, n: usize) -> Store {
+        Store {
+            lanes: Arc::new(Lanes::new(self.backend.clone(), self.max_wait, n)),
+            ..self
         }
     }
 
