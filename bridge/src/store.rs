@@ -15,6 +15,7 @@
 use crate::batch::{self, Call, Tally};
 use crate::check::{Check, CheckOutcome};
 use crate::keyspace::Keyspace;
+use crate::metrics::{self, Metrics};
 use crate::override_cache::OverrideCache;
 use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
 use futures_util::future::join_all;
@@ -25,7 +26,7 @@ use redis::{
     ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation, ServerErrorKind,
 };
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
 /// How patiently the bridge talks to Redis.
@@ -86,6 +87,8 @@ pub struct Store {
     script: redis::Script,
     keyspace: Arc<Keyspace>,
     overrides: Arc<OverrideCache>,
+    /// What `GET /metrics` shows, recorded by the store and the server alike.
+    metrics: Arc<Metrics>,
 }
 
 impl Store {
@@ -114,6 +117,7 @@ impl Store {
             script: redis::Script::new(TOKEN_BUCKET_LUA),
             keyspace: Arc::default(),
             overrides: Arc::default(),
+            metrics: Arc::default(),
         })
     }
 
@@ -143,6 +147,7 @@ impl Store {
             script: redis::Script::new(TOKEN_BUCKET_LUA),
             keyspace: Arc::default(),
             overrides: Arc::default(),
+            metrics: Arc::default(),
         })
     }
 
@@ -162,6 +167,11 @@ impl Store {
     /// The overrides checks are rewritten with (`override_cache` keeps them fresh).
     pub fn overrides(&self) -> &OverrideCache {
         &self.overrides
+    }
+
+    /// The bridge's metrics (served on `/metrics`).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Runs a batch: one script call for all of it on a single server (a few for a very
@@ -301,14 +311,23 @@ impl Store {
     /// One script call over `call`'s parts of `checks` (one slot in a cluster).
     async fn call(&self, mode: Mode, checks: &[Check], call: &Call) -> batch::Reply {
         let invocation = script::invocation(&self.script, mode, checks, &call.parts)?;
-        let reply: Vec<i64> = match &self.backend {
+        let started = Instant::now();
+        let reply: RedisResult<Vec<i64>> = match &self.backend {
             Backend::Single(single) => invocation.invoke_async(&mut single.conn()).await,
             Backend::Cluster { .. } => {
                 on_cluster(&invocation, &mut self.cluster_conn().await?).await
             }
-        }
-        .map_err(|e| format!("redis: {e}"))?;
-        script::decode(&reply, call.rules())
+        };
+        // For the metrics; a cluster's node (the slot's owner) is not known here.
+        let node = match self.backend {
+            Backend::Single(_) => "single",
+            Backend::Cluster { .. } => "cluster",
+        };
+        let result = reply.as_ref().map(|_| ()).map_err(metrics::redis_failure);
+        let (parts, rules, elapsed) = (call.parts.len(), call.rules(), started.elapsed());
+        self.metrics
+            .script_call(node, mode.arg(), parts, rules, elapsed, result);
+        script::decode(&reply.map_err(|e| format!("redis: {e}"))?, rules)
     }
 
     async fn cluster_conn(&self) -> Result<ClusterConnection, String> {
