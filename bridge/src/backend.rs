@@ -11,6 +11,7 @@
 
 use crate::check::Check;
 use crate::commit::{CallError, Caller, PartReply};
+use crate::metrics::{self, Metrics};
 use crate::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 use crate::topology::Topology;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -20,7 +21,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::ServerErrorKind;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
 /// How patiently the bridge talks to Redis.
@@ -37,6 +38,8 @@ pub struct StoreOptions {
 pub struct Backend {
     conn: Conn,
     script: Arc<redis::Script>,
+    /// Every script call is counted here, per node.
+    metrics: Arc<Metrics>,
 }
 
 #[derive(Clone)]
@@ -121,7 +124,12 @@ impl Backend {
         Backend {
             conn,
             script: Arc::new(redis::Script::new(TOKEN_BUCKET_LUA)),
+            metrics: Arc::default(),
         }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -201,7 +209,14 @@ impl Backend {
 impl Caller for Backend {
     /// One script call over `parts`. In a cluster the keys may lie in several slots of the
     /// node: they travel as arguments, the first one declared to route the call.
-    async fn call(&self, _node: &Arc<str>, mode: Mode, parts: Vec<Check>) -> Vec<PartReply> {
+    async fn call(
+        &self,
+        node: &Arc<str>,
+        mode: Mode,
+        parts: Vec<Check>,
+        queued: usize,
+    ) -> Vec<PartReply> {
+        self.metrics.queue_depth(node, queued as i64);
         let rules: Vec<usize> = parts.iter().map(Vec::len).collect();
         let wholes: Vec<Part> = rules
             .iter()
@@ -229,7 +244,14 @@ impl Caller for Backend {
                 invocation.arg(arg);
             }
         }
-        let values: Vec<i64> = match self.invoke(&invocation).await {
+        let started = Instant::now();
+        let reply: RedisResult<Vec<i64>> = self.invoke(&invocation).await;
+        let result = reply.as_ref().map(|_| ()).map_err(metrics::redis_failure);
+        let (checks, keys) = (rules.len(), layout.keys.len());
+        let elapsed = started.elapsed();
+        self.metrics
+            .script_call(node, mode.arg(), checks, keys, elapsed, result);
+        let values = match reply {
             Ok(values) => values,
             Err(e) if did_not_run(&e) => return fail(CallError::NotRun(format!("redis: {e}"))),
             Err(e) => return fail(CallError::Failed(format!("redis: {e}"))),

@@ -58,13 +58,14 @@ pub type PartReply = Result<(u64, Vec<ScriptOutcome>), CallError>;
 
 /// Runs one script call on a node: the store, below this module.
 pub trait Caller: Clone + Send + Sync + 'static {
-    /// One call in `mode` over `parts` (each the rules of one part, in order); one reply
-    /// per part.
+    /// One call in `mode` over `parts` (each the rules of one part, in order), `queued`
+    /// parts still waiting behind it; one reply per part.
     fn call(
         &self,
         node: &Arc<str>,
         mode: Mode,
         parts: Vec<Check>,
+        queued: usize,
     ) -> impl Future<Output = Vec<PartReply>> + Send;
 }
 
@@ -281,15 +282,16 @@ async fn drive<C: Caller>(
             continue;
         }
         let (caller, node) = (caller.clone(), node.clone());
+        let queued = depth.load(Ordering::Relaxed);
         tokio::spawn(async move {
             let _slot = slot;
-            commit(&caller, &node, mode, call).await;
+            commit(&caller, &node, mode, call, queued).await;
         });
     }
 }
 
 /// Sends the jobs' parts as one call and hands each job its parts' replies.
-async fn commit<C: Caller>(caller: &C, node: &Arc<str>, mode: Mode, jobs: Vec<Job>) {
+async fn commit<C: Caller>(caller: &C, node: &Arc<str>, mode: Mode, jobs: Vec<Job>, queued: usize) {
     let mut parts = Vec::with_capacity(jobs.iter().map(|j| j.parts.len()).sum());
     let mut waiting = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -297,7 +299,7 @@ async fn commit<C: Caller>(caller: &C, node: &Arc<str>, mode: Mode, jobs: Vec<Jo
         parts.extend(job.parts);
     }
     let total = parts.len();
-    let mut replies = caller.call(node, mode, parts).await.into_iter();
+    let mut replies = caller.call(node, mode, parts, queued).await.into_iter();
     for (n, reply) in waiting {
         let mut mine: Vec<PartReply> = replies.by_ref().take(n).collect();
         if mine.len() < n {

@@ -10,7 +10,13 @@ struct Fake {
 }
 
 impl Caller for Fake {
-    async fn call(&self, _node: &Arc<str>, _mode: Mode, parts: Vec<Check>) -> Vec<PartReply> {
+    async fn call(
+        &self,
+        _node: &Arc<str>,
+        _mode: Mode,
+        parts: Vec<Check>,
+        _queued: usize,
+    ) -> Vec<PartReply> {
         self.calls.lock().unwrap().push(parts.len());
         let _pass = self.gate.acquire().await.unwrap();
         parts

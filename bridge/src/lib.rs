@@ -13,6 +13,7 @@ pub mod grpc;
 pub mod health;
 pub mod keyspace;
 pub mod limits;
+pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
 pub mod redis_tls;

@@ -20,9 +20,9 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Runs ratelimit.wasm's token-bucket checks on Redis or Valkey.
 ///
 /// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c), the gRPC stream,
-/// `GET /healthz` (200 when Redis answers, 503 when not) and, with --token-file, the admin
-/// endpoints under /admin/. Stops gracefully on SIGTERM or SIGINT. With a command
-/// (`override`, `usage`), runs it and exits instead.
+/// `GET /healthz` (200 when Redis answers, 503 when not), `GET /metrics` (Prometheus text)
+/// and, with --token-file, the admin endpoints under /admin/. Stops gracefully on SIGTERM
+/// or SIGINT. With a command (`override`, `usage`), runs it and exits instead.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {

@@ -13,6 +13,7 @@ use crate::batch::{self, Call, Placed};
 use crate::check::{Check, CheckOutcome};
 use crate::commit::{CallError, Lanes, PartReply, CALLS_IN_FLIGHT};
 use crate::keyspace::Keyspace;
+use crate::metrics::Metrics;
 use crate::override_cache::OverrideCache;
 use crate::script::{part_rules, Mode, Part};
 use crate::tally::Tally;
@@ -121,6 +122,12 @@ impl Store {
     /// The overrides checks are rewritten with (`override_cache` keeps them fresh).
     pub fn overrides(&self) -> &OverrideCache {
         &self.overrides
+    }
+
+    /// The bridge's metrics (served on `/metrics`), recorded by the store and the server
+    /// alike.
+    pub fn metrics(&self) -> &Metrics {
+        self.backend.metrics()
     }
 
     /// Runs a batch, each check all-or-nothing, in order where checks share a node; one

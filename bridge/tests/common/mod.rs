@@ -12,6 +12,7 @@ pub mod cutter;
 pub mod model;
 pub mod process;
 pub mod server;
+pub mod stream;
 
 pub use test_support::Valkey;
 
