@@ -1,7 +1,9 @@
 //! The load: a fixed number of workers, each sending one request at a time on its own
-//! keep-alive HTTP/1.1 connection (or on a shared h2c connection, where every worker is
-//! one in-flight stream), for a fixed duration, optionally paced to a fixed total rate.
+//! keep-alive HTTP/1.1 connection (or on shared h2c connections, where every worker is
+//! one in-flight stream, or on a gRPC stream of its own: `grpc`), for a fixed duration,
+//! optionally paced to a fixed total rate.
 
+use crate::grpc;
 use crate::stats::Record;
 use crate::template::Template;
 use bytes::Bytes;
@@ -55,34 +57,55 @@ pub struct Plan {
     pub method: Method,
     pub headers: Vec<(HeaderName, Template)>,
     pub body: Option<Template>,
+    /// With `grpc`: the body's lines, one check each, each rendered with its own number.
+    pub checks: Vec<Template>,
     /// Requests in flight at any time (one per worker).
     pub concurrency: usize,
-    /// Speak h2c, with every worker a stream on one connection per target.
+    /// Speak h2c, with every worker a stream on one of `connections` per target.
     pub h2: bool,
+    /// Every worker a gRPC stream to the bridge (h2c, `connections` per target).
+    pub grpc: bool,
+    /// h2c connections per target the workers' streams are spread over.
+    pub connections: usize,
     /// Requests per second across all workers; `None` sends as fast as answers come.
     pub rate: Option<f64>,
     /// Results before `measure_from` are discarded (warm-up); nothing is sent after `until`.
     pub measure_from: Instant,
     pub until: Instant,
-    /// The run-wide request number that templates render.
+    /// The run-wide request number that templates render (with `grpc`, check number).
     pub counter: AtomicU64,
+}
+
+/// What one exchange came back with.
+pub struct Answer {
+    /// The HTTP status (200 for an answered gRPC message).
+    pub status: u16,
+    /// Checks of a gRPC message the bridge answered, and those it failed or left out.
+    pub checks: u64,
+    pub failed_checks: u64,
 }
 
 /// One worker's way to send.
 pub enum Conn {
     H1(http1::SendRequest<Full<Bytes>>),
     H2(http2::SendRequest<Full<Bytes>>),
+    Grpc(Box<grpc::Stream>),
 }
 
-/// Opens a connection to `target` in the plan's protocol.
-pub async fn connect(target: &Target, h2: bool) -> Result<Conn, String> {
+/// A TCP connection to `target`, Nagle off.
+pub async fn dial(target: &Target) -> Result<TokioIo<TcpStream>, String> {
     let stream = TcpStream::connect(target.addr)
         .await
         .map_err(|e| format!("connect {}: {e}", target.addr))?;
     stream
         .set_nodelay(true)
         .map_err(|e| format!("nodelay: {e}"))?;
-    let io = TokioIo::new(stream);
+    Ok(TokioIo::new(stream))
+}
+
+/// Opens an HTTP/1.1 or h2c connection to `target`.
+pub async fn connect(target: &Target, h2: bool) -> Result<Conn, String> {
+    let io = dial(target).await?;
     if h2 {
         let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
             .await
@@ -118,13 +141,24 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
         if sent >= plan.until {
             break;
         }
-        let n = plan.counter.fetch_add(1, Ordering::Relaxed);
-        let outcome = send(&plan, target, &mut conn, n).await;
+        let outcome = match &mut conn {
+            Conn::Grpc(stream) => exchange(&plan, stream).await,
+            _ => {
+                let n = plan.counter.fetch_add(1, Ordering::Relaxed);
+                send(&plan, target, &mut conn, n).await
+            }
+        };
         let measured = sent >= plan.measure_from;
         match outcome {
-            Ok(status) if measured => {
-                record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
-                *record.statuses.entry(status).or_default() += 1;
+            Ok(answer) if measured => {
+                record.checks += answer.checks;
+                record.failed_checks += answer.failed_checks;
+                if answer.failed_checks > 0 {
+                    record.errors += 1;
+                } else {
+                    record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
+                    *record.statuses.entry(answer.status).or_default() += 1;
+                }
                 let at = sent.duration_since(plan.measure_from).as_secs_f64();
                 record.first_send.get_or_insert(at);
                 record.last_send = Some(at);
@@ -138,22 +172,46 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
                     eprintln!("loadgen: worker {index}: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                if let Conn::H1(_) = conn {
-                    if let Ok(fresh) = connect(target, false).await {
-                        conn = fresh;
+                match &mut conn {
+                    Conn::H1(_) => {
+                        if let Ok(fresh) = connect(target, false).await {
+                            conn = fresh;
+                        }
                     }
+                    Conn::Grpc(stream) => {
+                        if let Err(e) = stream.reopen().await {
+                            eprintln!("loadgen: worker {index}: reopening the stream: {e}");
+                        }
+                    }
+                    Conn::H2(_) => {}
                 }
             }
         }
     }
+    if let Conn::Grpc(stream) = conn {
+        stream.close().await;
+    }
     record
 }
 
-/// One request and its whole response; returns the status.
-async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u16, String> {
+/// One message on the worker's gRPC stream: the body's lines rendered with consecutive
+/// check numbers, so that the checks of one batch name different keys.
+async fn exchange(plan: &Plan, stream: &mut grpc::Stream) -> Result<Answer, String> {
+    let lines = plan.checks.len() as u64;
+    let first = plan.counter.fetch_add(lines, Ordering::Relaxed);
+    let mut batch = String::new();
+    for (n, line) in (first..).zip(&plan.checks) {
+        batch.push_str(&line.render(n));
+        batch.push('\n');
+    }
+    stream.exchange(&batch, lines).await
+}
+
+/// One request and its whole response.
+async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<Answer, String> {
     let uri = match conn {
-        Conn::H1(_) => target.path.clone(),
         Conn::H2(_) => format!("http://{}{}", target.authority, target.path),
+        _ => target.path.clone(),
     };
     let mut builder = Request::builder().method(plan.method.clone()).uri(uri);
     if let Conn::H1(_) = conn {
@@ -175,6 +233,7 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u
             sender.send_request(request).await
         }
         Conn::H2(sender) => sender.send_request(request).await,
+        Conn::Grpc(_) => return Err("a gRPC stream sends exchanges, not requests".into()),
     }
     .map_err(|e| format!("request: {e}"))?;
     let status = response.status().as_u16();
@@ -183,5 +242,9 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u
         .collect()
         .await
         .map_err(|e| format!("body: {e}"))?;
-    Ok(status)
+    Ok(Answer {
+        status,
+        checks: 0,
+        failed_checks: 0,
+    })
 }
