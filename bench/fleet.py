@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testbed import stack
 from testbed.cluster import ValkeyCluster
 
-from . import redis_cost
+from . import redis_cost, smoke
 from .diagnostics import SCRIPT_COMMANDS, Probe, add, derive
 from .envoys import Gateway
 from .measure import UNLIMITED, loadgen, plugin
@@ -118,7 +118,8 @@ class Backend:
 
     def snapshot(self):
         stats = [redis_cost.commandstats(c) for c in self.clients]
-        return {"script_calls": sum(s.get(cmd, (0, 0))[0] for s in stats for cmd in SCRIPT_COMMANDS),
+        calls = sum(s.get(cmd, (0, 0))[0] for s in stats for cmd in SCRIPT_COMMANDS)
+        return {"script_calls": calls,
                 "redis_cpu_s": sum(redis_cost.cpu_seconds(c.info("cpu")) for c in self.clients),
                 "bridge_cpu_s": process_cpu_seconds(self.stack.bridge.proc.pid),
                 "metrics": batch_metrics(self.stack.bridge_port)}
@@ -132,13 +133,21 @@ def costs(before, after, checks):
     """Per-check costs between two snapshots of a run that answered `checks` checks."""
     per = max(1, checks)
     calls = after["script_calls"] - before["script_calls"]
+    redis_us = (after["redis_cpu_s"] - before["redis_cpu_s"]) * 1e6
+    bridge_us = (after["bridge_cpu_s"] - before["bridge_cpu_s"]) * 1e6
     return {"checks": checks, "script_calls": calls, "script_calls_per_check": calls / per,
             "batch_size": checks / calls if calls else None,
-            "redis_cpu_us_per_check": (after["redis_cpu_s"] - before["redis_cpu_s"]) * 1e6 / per,
-            "redis_cpu_us_per_rule_check":
-                (after["redis_cpu_s"] - before["redis_cpu_s"]) * 1e6 / (per * RULES),
-            "bridge_cpu_us_per_check": (after["bridge_cpu_s"] - before["bridge_cpu_s"]) * 1e6 / per,
+            "redis_cpu_us_per_check": redis_us / per,
+            "redis_cpu_us_per_rule_check": redis_us / (per * RULES),
+            "bridge_cpu_us_per_check": bridge_us / per,
             "bridge_batches": histograms(before["metrics"], after["metrics"])}
+
+
+def show(what, row):
+    print(f"  {what}: {row['checks_per_s']:7.0f} checks/s, "
+          f"{row['script_calls_per_check']:.2f} script calls, Redis "
+          f"{row['redis_cpu_us_per_check']:.0f} us, bridge {row['bridge_cpu_us_per_check']:.0f} us "
+          f"per check, p99 {row['p99'] / 1000:.2f} ms, {row['errors']} errors", flush=True)
 
 
 def stream_run(backend, workdir, conf, name, checks_per_exchange, rate=None):
@@ -148,16 +157,13 @@ def stream_run(backend, workdir, conf, name, checks_per_exchange, rate=None):
     r = loadgen(workdir, name, [backend.url], conf["fleet_duration"], concurrency=STREAMS,
                 body="\n".join([CHECK] * checks_per_exchange), rate=rate, grpc=True,
                 connections=CONNECTIONS)
-    row = {"redis": backend.label, "load": "closed loop" if rate is None else f"open loop, {rate:.0f}/s",
-           "checks_per_exchange": checks_per_exchange, "rate": rate,
-           "exchanges_per_s": r["rps"], "checks_per_s": r["grpc"]["checks_per_s"],
+    load = "closed loop" if rate is None else f"open loop, {rate:.0f}/s"
+    row = {"redis": backend.label, "load": load, "checks_per_exchange": checks_per_exchange,
+           "rate": rate, "exchanges_per_s": r["rps"], "checks_per_s": r["grpc"]["checks_per_s"],
            "failed_checks": r["grpc"]["failed_checks"], "errors": r["errors"],
            "p50": r["latency_us"]["p50"], "p99": r["latency_us"]["p99"],
            **costs(before, backend.snapshot(), r["grpc"]["checks"])}
-    print(f"  {backend.label}, {row['load']}, {checks_per_exchange} per exchange: "
-          f"{row['checks_per_s']:7.0f} checks/s, {row['script_calls_per_check']:.2f} calls/check, "
-          f"Redis {row['redis_cpu_us_per_check']:.0f} us, bridge {row['bridge_cpu_us_per_check']:.0f} "
-          f"us per check, p99 {row['p99'] / 1000:.2f} ms, {row['errors']} errors", flush=True)
+    show(f"{backend.label}, {load}, {checks_per_exchange} per exchange", row)
     return row
 
 
@@ -169,7 +175,7 @@ def stream_runs(backend, workdir, conf):
             connections=CONNECTIONS)
     rows = [stream_run(backend, workdir, conf, f"fleet-{tag}-closed-{k}", k) for k in EXCHANGES]
     rate = OPEN_LOOP_SHARE * rows[0]["exchanges_per_s"]
-    rows.append(stream_run(backend, workdir, conf, f"fleet-{tag}-open-1", 1, rate=max(1.0, rate)))
+    rows.append(stream_run(backend, workdir, conf, f"fleet-{tag}-open-1", 1, max(1.0, rate)))
     return rows
 
 
@@ -204,9 +210,7 @@ def through_envoy(backend, workdir, conf):
            "filter": derive(delta, r["responses"], RULES), **costs(before, after, ok)}
     d = row["filter"]
     row["checks_per_exchange"] = d["checks_per_exchange"]
-    print(f"  through Envoy: {r['rps']:7.0f} req/s, {row['script_calls_per_check']:.2f} calls/request, "
-          f"Redis {row['redis_cpu_us_per_check']:.0f} us, bridge {row['bridge_cpu_us_per_check']:.0f} us "
-          f"per request, {r['status']}", flush=True)
+    show(f"through Envoy (a check per request), {r['status']}", row)
     return row
 
 
@@ -222,7 +226,8 @@ def measure(workdir, conf):
     def bridge(label, name, ports=None, on=None):
         """A bridge (`--threads 1`, as the bench's) on a Valkey of its own or on `on`."""
         (workdir / name).mkdir(exist_ok=True)
-        stacks.append(stack.Stack(plugin={}, gateways=0, workdir=str(workdir / name), cluster=on))
+        stacks.append(stack.Stack(plugin={}, gateways=0, workdir=str(workdir / name),
+                                  cluster=on))
         stacks[-1].start()
         backends.append(Backend(label, stacks[-1], ports or [stacks[-1].redis_port]))
         return backends[-1]
@@ -261,7 +266,7 @@ def table(fleet):
         means = ", ".join(f"{name}: {num(h['mean'], '.2f')}" for name, h in hist.items()) \
             if hist else "not served"
         rows.append(
-            f"| {num(r['checks_per_exchange'], '.2f' if r.get('filter') else 'd')} | {r['redis']} | "
+            f"| {num(r['checks_per_exchange'], '.2f' if 'filter' in r else 'd')} | {r['redis']} | "
             f"{r['load']} | {r['checks_per_s']:.0f} | {num(r['script_calls_per_check'], '.3f')} | "
             f"{r['redis_cpu_us_per_check']:.1f} | {r['redis_cpu_us_per_rule_check']:.1f} | "
             f"{r['bridge_cpu_us_per_check']:.1f} | {num(r['batch_size'], '.2f')} | "
@@ -272,28 +277,31 @@ def table(fleet):
 
 def section(fleet):
     """The "Fleet" section of REPORT.md."""
+    f = fleet
     return f"""## Fleet: many gateway workers, one check per exchange
 
-`loadgen --grpc` plays a fleet's gateway workers: {fleet['streams']} long-lived gRPC streams
-(`/ratelimit.v1.Bridge/Check`) over {fleet['connections']} h2c connections to one bridge
-(`--threads 1`), each sending one exchange at a time; a check has {fleet['rules_per_check']}
-rules (a user of {fleet['users']:,}, an IP of {fleet['ips']:,}; every check allowed).
-{fleet['duration_s']:g} s per run after a warm-up. Closed loops with exchanges of 1 check (a
-fleet's normal case: only the bridge can batch them) and of 8; an open loop at
-{OPEN_LOOP_SHARE:g}× the closed loop's rate of 1-check exchanges, for the latency; and the
-same rules through the real filter (Envoy `--concurrency {ENVOY_WORKERS}`, group commit per
-worker, the IP from `X-Forwarded-For`), where a check is a request and "checks per
-exchange" is the filter's `checks_sent` per stream message.
+`loadgen --grpc` plays the workers of a fleet of gateways: {f['streams']} long-lived gRPC
+streams (`/ratelimit.v1.Bridge/Check`) over {f['connections']} h2c connections to one bridge
+(`--threads 1`), each stream one exchange at a time. A check has {f['rules_per_check']} rules,
+a user of {f['users']:,} and an IP of {f['ips']:,}, and is always allowed. Per Redis: a
+warm-up, then {f['duration_s']:g} s closed loops with exchanges of 1 check (a fleet's normal
+case, which only the bridge can batch) and of 8, then an open loop of 1-check exchanges at
+{OPEN_LOOP_SHARE:g}× the closed loop's rate, for the latency. Last row: the same two rules
+through the real filter (Envoy `--concurrency {ENVOY_WORKERS}`, a stream and group commit
+per worker, the IP from `X-Forwarded-For`), a check per request; its "checks per exchange"
+is the filter's `checks_sent` per stream message.
 
 {table(fleet)}
 
-Script calls: `INFO commandstats` (`EVALSHA`, `EVAL`, `FCALL`) summed over the primaries
-after `CONFIG RESETSTAT`; the batch size is checks per script call. Redis CPU:
-`used_cpu_sys + used_cpu_user` summed over the primaries; bridge CPU: `utime + stime` of
-the bridge process; both as deltas over the run per answered check (per rule-check: over
-{fleet['rules_per_check']} rules). The bridge's batch histogram comes from its `/metrics`
-when it serves one. Latency is per exchange (per request through Envoy). All of it shares
-this machine's two cores with the load generator.
+- **script calls per check**: `INFO commandstats` (`EVALSHA`, `EVAL`, `FCALL`) summed over
+  the primaries after `CONFIG RESETSTAT`, per answered check; **batch size** is its
+  inverse, the checks per script call the bridge formed. **bridge batch histogram**: the
+  mean of each histogram about batches on the bridge's `/metrics`, when it serves one.
+- **Redis CPU**: `used_cpu_sys + used_cpu_user` summed over the primaries; **bridge
+  CPU**: `utime + stime` of the bridge process; deltas over the run per answered check
+  (per rule-check: divided by {f['rules_per_check']} more).
+- **p50 / p99**: per exchange (per request through Envoy). Everything shares this
+  machine's two cores with the load generator.
 """
 
 
@@ -311,7 +319,6 @@ def main():
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n")
         if args.smoke:
-            from . import smoke
             smoke.check_fleet(fleet)
             print("smoke: ok")
         ok = True

@@ -135,10 +135,13 @@ def check(results, out):
     fuel = results["wasm"]["fuel"]
     expect(fuel is None or fuel["denied"] > fuel["noop"] > 0 and fuel["allowed"] > fuel["noop"]
            and fuel["headers_floor"] > fuel["noop"], f"wasm fuel: {fuel}")
+    expect("fleet" in results, "no fleet section")
+    if "fleet" in results:
+        check_fleet(results["fleet"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
-           and "Acceptance (hot keys issue):" in report,
+           and "Acceptance (hot keys issue):" in report and "## Fleet" in report,
            "REPORT.md incomplete")
     expect(ET.parse(Path(out) / "latency.svg").getroot().tag.endswith("svg"), "latency.svg")
     if problems:
