@@ -4,52 +4,18 @@
 //! optionally paced to a fixed total rate.
 
 use crate::grpc;
-use crate::stats::Record;
+use crate::stats::{Answer, Record};
+use crate::target::{dial, Target};
 use crate::template::Template;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper::header::{HeaderName, HOST};
-use hyper::{Method, Request, Uri};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::net::SocketAddr;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
-
-/// Where requests go: loopback only, by house rule.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub addr: SocketAddr,
-    /// `host:port`, for the Host header and the h2 `:authority`.
-    pub authority: String,
-    pub path: String,
-}
-
-impl Target {
-    /// Parses `http://127.0.0.1:PORT/path`; any other host is refused.
-    pub fn parse(url: &str) -> Result<Target, String> {
-        let uri: Uri = url.parse().map_err(|e| format!("--url {url}: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("--url {url}: only http:// is supported"));
-        }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| format!("--url {url}: no host"))?;
-        if authority.host() != "127.0.0.1" {
-            return Err(format!("--url {url}: only 127.0.0.1 may be targeted"));
-        }
-        let port = authority
-            .port_u16()
-            .ok_or_else(|| format!("--url {url}: no port"))?;
-        Ok(Target {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            authority: authority.to_string(),
-            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
-        })
-    }
-}
 
 /// Everything the workers share.
 pub struct Plan {
@@ -76,31 +42,11 @@ pub struct Plan {
     pub counter: AtomicU64,
 }
 
-/// What one exchange came back with.
-pub struct Answer {
-    /// The HTTP status (200 for an answered gRPC message).
-    pub status: u16,
-    /// Checks of a gRPC message the bridge answered, and those it failed or left out.
-    pub checks: u64,
-    pub failed_checks: u64,
-}
-
 /// One worker's way to send.
 pub enum Conn {
     H1(http1::SendRequest<Full<Bytes>>),
     H2(http2::SendRequest<Full<Bytes>>),
     Grpc(Box<grpc::Stream>),
-}
-
-/// A TCP connection to `target`, Nagle off.
-pub async fn dial(target: &Target) -> Result<TokioIo<TcpStream>, String> {
-    let stream = TcpStream::connect(target.addr)
-        .await
-        .map_err(|e| format!("connect {}: {e}", target.addr))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| format!("nodelay: {e}"))?;
-    Ok(TokioIo::new(stream))
 }
 
 /// Opens an HTTP/1.1 or h2c connection to `target`.
@@ -155,6 +101,10 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
                 record.failed_checks += answer.failed_checks;
                 if answer.failed_checks > 0 {
                     record.errors += 1;
+                    if record.errors <= 3 {
+                        let why = answer.failure.as_deref().unwrap_or("a check unanswered");
+                        eprintln!("loadgen: worker {index}: failed check: {why}");
+                    }
                 } else {
                     record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
                     *record.statuses.entry(answer.status).or_default() += 1;
@@ -246,5 +196,6 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<A
         status,
         checks: 0,
         failed_checks: 0,
+        failure: None,
     })
 }

@@ -7,7 +7,8 @@
 //! trailers), as the bridge does. The bench talks to the bridge over the wire only, so it
 //! frames messages itself rather than link the bridge's server code.
 
-use crate::client::{dial, Answer, Target};
+use crate::stats::Answer;
+use crate::target::{dial, Target};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -228,10 +229,13 @@ fn ended(trailers: Option<hyper::HeaderMap>) -> String {
 /// `!` (the bridge could not run the check) or `?` (it would not) is a failed check, and
 /// so is a check the reply has no line for.
 fn tally(reply: &[u8], checks: u64) -> Result<Answer, String> {
-    let (mut answered, mut failed) = (0u64, 0u64);
+    let (mut answered, mut failed, mut failure) = (0u64, 0u64, None);
     for line in reply.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         match line[0] {
-            b'!' | b'?' => failed += 1,
+            b'!' | b'?' => {
+                failed += 1;
+                failure.get_or_insert_with(|| String::from_utf8_lossy(line).into_owned());
+            }
             _ => answered += 1,
         }
     }
@@ -245,6 +249,7 @@ fn tally(reply: &[u8], checks: u64) -> Result<Answer, String> {
         status: 200,
         checks: answered,
         failed_checks: checks - answered,
+        failure,
     })
 }
 
@@ -273,6 +278,7 @@ mod tests {
         assert_eq!((ok.checks, ok.failed_checks), (1, 0));
         let mixed = tally(b"1 1,1,1,0\n! redis unavailable\n? key outside\n", 3).unwrap();
         assert_eq!((mixed.checks, mixed.failed_checks), (1, 2));
+        assert_eq!(mixed.failure.as_deref(), Some("! redis unavailable"));
         let short = tally(b"1 1,1,1,0\n", 2).unwrap();
         assert_eq!((short.checks, short.failed_checks), (1, 1));
         assert!(tally(b"1 1,1,1,0\n1 1,1,1,0\n", 1).is_err());

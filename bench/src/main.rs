@@ -15,10 +15,11 @@
 mod client;
 mod grpc;
 mod stats;
+mod target;
 mod template;
 
 use clap::Parser;
-use client::{Conn, Plan, Target};
+use client::{Conn, Plan};
 use hyper::header::HeaderName;
 use hyper::Method;
 use serde_json::json;
@@ -27,6 +28,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use target::Target;
 use template::Template;
 
 /// HTTP load generator for the ratelimit.wasm bench (loopback targets only).

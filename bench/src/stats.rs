@@ -1,9 +1,20 @@
-//! What a run measured: every latency, the status codes, the errors, and the JSON summary
-//! the bench orchestration (`bench/run.py`) reads.
+//! What a run measured: what each exchange came back with, every latency, the status
+//! codes, the errors, and the JSON summary the bench orchestration (`bench/run.py`) reads.
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// What one exchange came back with.
+pub struct Answer {
+    /// The HTTP status (200 for an answered gRPC message).
+    pub status: u16,
+    /// Checks of a gRPC message the bridge answered, and those it failed or left out.
+    pub checks: u64,
+    pub failed_checks: u64,
+    /// The first failed line of the reply, to tell why.
+    pub failure: Option<String>,
+}
 
 /// The results of one worker, merged into one after the run.
 #[derive(Debug, Default)]
