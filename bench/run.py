@@ -30,10 +30,10 @@ def settings(args):
     if args.smoke:
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
-                    hot_rounds=1, hot_duration=1.0, **fleet.settings(smoke=True))
+                    hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
-                hot_rounds=8, hot_duration=3.0, **fleet.settings(smoke=False))
+                hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False))
 
 
 def main():
