@@ -147,7 +147,8 @@ struct Lane {
 
 /// Every lane, made on first use.
 pub struct Lanes<C> {
-    caller: C,
+    /// Shared by every lane's calls (a clone per call must cost no more than a count).
+    caller: Arc<C>,
     /// Calls of one lane in flight at once (at least 1).
     in_flight: usize,
     /// How long a part may wait in its queue; past it, it fails without being sent.
@@ -158,7 +159,7 @@ pub struct Lanes<C> {
 impl<C: Caller> Lanes<C> {
     pub fn new(caller: C, max_wait: Duration, in_flight: usize) -> Lanes<C> {
         Lanes {
-            caller,
+            caller: Arc::new(caller),
             in_flight: in_flight.max(1),
             max_wait,
             lanes: Mutex::default(),
@@ -239,7 +240,7 @@ fn failed(parts: usize, reason: String) -> Vec<PartReply> {
 /// A lane's loop: waits for a free call slot, then for work, takes every job that fits
 /// one call, and sends it.
 async fn drive<C: Caller>(
-    caller: C,
+    caller: Arc<C>,
     node: Arc<str>,
     mode: Mode,
     mut jobs: mpsc::UnboundedReceiver<Job>,
@@ -285,7 +286,7 @@ async fn drive<C: Caller>(
         let queued = depth.load(Ordering::Relaxed);
         tokio::spawn(async move {
             let _slot = slot;
-            commit(&caller, &node, mode, call, queued).await;
+            commit(&*caller, &node, mode, call, queued).await;
         });
     }
 }

@@ -17,6 +17,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs ratelimit.wasm's token-bucket checks on Redis or Valkey.
 ///
 /// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c), the gRPC stream,
