@@ -380,11 +380,11 @@ talks to it), 10,000 keys, the bridge on one worker thread.
 ## One Valkey vs a 3-primary Valkey Cluster
 
 The bridge (one thread) answering 16 in-flight callouts of one check with **two** rules
-(`rl:cl:a:*`, `rl:cl:b:*`, 10,000 users): on one server a check is one script call;
-in the cluster its two buckets usually hash to different slots, so it costs a peek on
-each of the two primaries, in parallel, then a take on each (four script calls; a check
-denied by a peek takes nothing anywhere, and a refund follows only a race between peek
-and take). All three primaries share this machine's two cores with everything else.
+(`rl:cl:a:*`, `rl:cl:b:*`, 10,000 users): the bridge merges the checks waiting for a
+node into one script call, on one server and in the cluster alike, where a check whose
+two buckets live on two primaries is taken on both at once (both are the client's own:
+a denial gives back only what the other took). All three primaries share this machine's
+two cores with everything else.
 
 {cluster_table(results.get('cluster', []))}
 

@@ -27,8 +27,8 @@ use std::time::Duration;
 /// reads it).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Bounds of `redis_call_seconds`: from 100 µs (a loopback call) to 1 s (the default
-/// `--redis-timeout-ms`).
+/// Bounds of `redis_call_seconds` and `exchange_seconds`: from 100 µs (a loopback call) to
+/// 1 s (the default `--redis-timeout-ms`).
 const CALL_SECONDS: [f64; 13] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
@@ -192,6 +192,9 @@ pub struct Metrics {
     queue_depth: Family<NodeLabel, Gauge>,
     /// Checks per script call: how much the coalescing saves Redis.
     batch_checks: Histogram,
+    /// Time an exchange spent in the bridge, read to answered, Redis included: the latency
+    /// the bridge adds to a gateway's check, queueing for a call included.
+    exchange_seconds: Histogram,
     /// Rules (keys) per script call: what one call costs Redis.
     batch_rules: Histogram,
     /// Client connections open (each holds a `--max-connections` slot).
@@ -228,6 +231,7 @@ impl Metrics {
             call_seconds: Family::new_with_constructor(call_seconds),
             queue_depth: Family::default(),
             batch_checks: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            exchange_seconds: call_seconds(),
             batch_rules: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             connections: Gauge::default(),
             grpc_streams: Gauge::default(),
@@ -254,6 +258,12 @@ impl Metrics {
             "batch_checks",
             "Checks carried per script call",
             m.batch_checks.clone(),
+        );
+        r.register_with_unit(
+            "exchange",
+            "Time an exchange spent in the bridge, read to answered, Redis included",
+            Unit::Seconds,
+            m.exchange_seconds.clone(),
         );
         r.register(
             "batch_rules",
@@ -297,6 +307,11 @@ impl Metrics {
         if let Some(counter) = self.checks.get(outcome as usize) {
             counter.inc();
         }
+    }
+
+    /// An exchange answered `elapsed` after it was read.
+    pub fn exchange_answered(&self, elapsed: Duration) {
+        self.exchange_seconds.observe(elapsed.as_secs_f64());
     }
 
     /// One exchange received (its checks are counted by `check`).

@@ -6,6 +6,7 @@ use crate::metrics::{Failure, Outcome, Transport};
 use crate::store::Store;
 pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line};
+use std::time::Instant;
 
 /// Where a line of the batch went.
 enum Place {
@@ -28,6 +29,7 @@ pub async fn answer(
     body: &[u8],
     out: &mut String,
 ) -> Result<(), BadBatch> {
+    let read_at = Instant::now();
     let metrics = store.metrics();
     metrics.exchange(transport);
     let lines = parse_batch(body).inspect_err(|_| metrics.failure(Failure::BadBatch))?;
@@ -80,6 +82,7 @@ pub async fn answer(
         })
         .collect();
     render_reply(out, &results);
+    metrics.exchange_answered(read_at.elapsed());
     Ok(())
 }
 

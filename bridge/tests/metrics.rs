@@ -237,6 +237,9 @@ async fn metrics_count_checks_exchanges_and_script_calls_over_http_and_the_strea
     assert_eq!(after.at("redis_call_seconds_bucket", &inf), 2.0);
     let seconds = after.at("redis_call_seconds_sum", &single);
     assert!(seconds > 0.0 && seconds < 4.0, "{seconds}");
+    // The two exchanges answered (the one that is no batch is not), each timed whole.
+    assert_eq!(after.at("exchange_seconds_count", &[]), 2.0, "{after:?}");
+    assert!(after.at("exchange_seconds_sum", &[]) >= seconds);
 }
 
 #[tokio::test]
