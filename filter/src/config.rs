@@ -17,12 +17,14 @@ use crate::matcher::RawMatch;
 use crate::scope::{RawScope, Scope, MAX_SCOPES};
 use crate::source::RawIdentity;
 pub use crate::source::{Address, Forwarded, Identity, Source};
+use ratelimit_protocol::key;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+/// Longest name (a key prefix, rule, identity or tier): the keys' grammar's.
+pub use ratelimit_protocol::key::MAX_NAME_LEN;
 /// Upper bound on rules per request: what one check of the wire format may carry.
 pub use ratelimit_protocol::MAX_RULES;
-pub const MAX_NAME_LEN: usize = 64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -224,10 +226,7 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return err(field, format!("must be 1 to {MAX_NAME_LEN} characters"));
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    {
+    if !name.bytes().all(key::is_name_byte) {
         return err(
             field,
             format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),

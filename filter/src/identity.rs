@@ -8,12 +8,13 @@ use crate::digest;
 use crate::host::{RequestView, Sole};
 use crate::jwt;
 use crate::source::{Address, Forwarded, Source};
+use ratelimit_protocol::key;
 use std::borrow::Cow;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// Longest escaped value kept verbatim in a key; longer ones become a digest.
-pub const MAX_VALUE_LEN: usize = 128;
+pub use ratelimit_protocol::key::MAX_VALUE_LEN;
 /// Longest raw header we look at for a JWT (a bearer token or a forwarded payload).
 const MAX_JWT_LEN: usize = 8192;
 
@@ -79,9 +80,9 @@ fn key_safe(bytes: &[u8]) -> Option<Cow<'_, str>> {
     }
 }
 
-/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]`.
+/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]` (the keys' grammar, `key`).
 fn is_key_safe(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"._@+=!~-".contains(&b)
+    key::is_safe_byte(b)
 }
 
 fn parse_ip(text: &[u8]) -> Option<IpAddr> {
@@ -133,7 +134,7 @@ fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> 
 
 /// Percent-escapes everything but `[A-Za-z0-9._@+=!~-]`; values longer than
 /// `MAX_VALUE_LEN` once escaped become `#` and the SHA-256 of the raw bytes in hex (`#` is
-/// itself escaped, so a digest never equals a verbatim value).
+/// itself escaped, so a digest never equals a verbatim value): a value of `key`'s grammar.
 pub fn escape(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
     for &b in raw {
@@ -143,7 +144,7 @@ pub fn escape(raw: &[u8]) -> String {
             let _ = write!(out, "%{b:02X}");
         }
         if out.len() > MAX_VALUE_LEN {
-            return format!("#{}", digest::sha256_hex(raw));
+            return format!("{}{}", key::DIGEST_MARK, digest::sha256_hex(raw));
         }
     }
     out

@@ -8,6 +8,7 @@ use crate::identity::{self, Repeated};
 use crate::limit::Limit;
 use crate::path;
 use crate::scope;
+use ratelimit_protocol::key::{DIGEST_MARK, SEPARATOR};
 use ratelimit_protocol::MAX_KEY_LEN;
 use std::borrow::Cow;
 
@@ -99,7 +100,8 @@ fn resolve<'r>(
 /// The Redis key of the bucket of rule `rule` (under `prefix`) for a client whose identity
 /// values, escaped as `identity` makes them, are `values` (one per identity of the rule's
 /// key, in order): `prefix:rule[:value...]`. The one place keys are made: the filter's
-/// planning, and the bridge's `usage` and overrides, which must name the same buckets.
+/// planning, and the bridge's `usage` and overrides, which must name the same buckets. Its
+/// keys are those of the grammar the bridge holds every check to (`ratelimit_protocol::key`).
 ///
 /// Bounded by construction: past `MAX_KEY_LEN`, the values are replaced by `#` and the
 /// SHA-256 of them all. Values are escaped and never hold `:` or `#`, so the joined values
@@ -113,10 +115,10 @@ pub fn bucket_key(
     let head = prefix.len() + 1 + rule.len();
     let mut key = String::with_capacity(head + 64);
     key.push_str(prefix);
-    key.push(':');
+    key.push(SEPARATOR);
     key.push_str(rule);
     for value in values {
-        key.push(':');
+        key.push(SEPARATOR);
         key.push_str(value.as_ref());
     }
     if key.len() <= MAX_KEY_LEN {
@@ -124,7 +126,8 @@ pub fn bucket_key(
     }
     let hex = digest::sha256_hex(key.as_bytes().get(head + 1..).unwrap_or_default());
     key.truncate(head);
-    key.push_str(":#");
+    key.push(SEPARATOR);
+    key.push(DIGEST_MARK);
     key.push_str(&hex);
     key
 }
