@@ -71,12 +71,21 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
 
 def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0):
     """One HTTP/1.1 request on its own connection; `source` binds the client address
-    (any 127.x.y.z works on loopback). Returns (status, lower-case headers, body)."""
+    (any 127.x.y.z works on loopback). `headers` is a dict, or a list of (name, value)
+    pairs to send a header more than once. Returns (status, lower-case headers, body)."""
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=timeout,
         source_address=(source, 0) if source else None)
     try:
-        conn.request(method, path, headers=headers or {})
+        pairs = list(headers.items() if isinstance(headers, dict) else headers or [])
+        names = {name.lower() for name, _ in pairs}
+        conn.putrequest(method, path, skip_host="host" in names,
+                        skip_accept_encoding="accept-encoding" in names)
+        if method in ("POST", "PUT", "PATCH") and "content-length" not in names:
+            pairs.append(("content-length", "0"))  # as http.client's request() sends
+        for name, value in pairs:
+            conn.putheader(name, value)
+        conn.endheaders()
         resp = conn.getresponse()
         body = resp.read().decode(errors="replace")
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body

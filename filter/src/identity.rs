@@ -121,13 +121,18 @@ fn client_address(req: &impl RequestView, address: &Address) -> Option<String> {
 /// (`gateway_appends`; Envoy appends the peer, or its own address when the peer is
 /// loopback, so the entry cannot be recognized by its value). Entries further left were
 /// written by the client and are never trusted.
+///
+/// The header is a list: its copies, however the host delivers them (apart, or joined with
+/// commas as Envoy does), are read as one list in order, so a proxy that adds a copy rather
+/// than appending to the client's is read right.
 fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> {
-    let xff = req.header("x-forwarded-for")?;
+    let copies = req.header_list("x-forwarded-for");
     let hops = usize::try_from(forwarded.hops).ok()?;
     let skip = usize::from(forwarded.gateway_appends);
-    let entry = xff
-        .split(|&b| b == b',')
+    let entry = copies
+        .iter()
         .rev()
+        .flat_map(|copy| copy.split(|&b| b == b',').rev())
         .nth(hops.checked_sub(1)? + skip)?;
     parse_ip(entry)
 }

@@ -189,6 +189,34 @@ fn jwt_claims_are_read_and_malformed_tokens_are_missing() {
 }
 
 #[test]
+fn forwarded_for_reads_the_same_whether_its_copies_come_apart_or_joined() {
+    // A balancer that adds its own copy rather than appending to the client's: read as
+    // the one list Envoy makes of them ("6.6.6.6, 10.9.9.9,198.51.100.9,192.0.2.2").
+    let apart = FakeRequest::default()
+        .peer_at("127.0.0.1:1000")
+        .with("x-forwarded-for", "6.6.6.6, 10.9.9.9")
+        .also("x-forwarded-for", "198.51.100.9")
+        .also("x-forwarded-for", "192.0.2.2");
+    let joined = FakeRequest::default().peer_at("127.0.0.1:1000").with(
+        "x-forwarded-for",
+        "6.6.6.6, 10.9.9.9,198.51.100.9,192.0.2.2",
+    );
+    for hops in 1..=4 {
+        let src = xff(hops, true);
+        assert_eq!(resolve(&src, &apart), resolve(&src, &joined), "{hops} hops");
+    }
+    assert_eq!(
+        resolve(&xff(1, true), &apart).as_deref(),
+        Some("198.51.100.9")
+    );
+    assert_eq!(
+        resolve(&xff(2, false), &apart).as_deref(),
+        Some("198.51.100.9")
+    );
+    assert_eq!(resolve(&xff(3, true), &apart).as_deref(), Some("6.6.6.6"));
+}
+
+#[test]
 fn ipv6_clients_are_keyed_on_their_prefix_and_mapped_ipv4_as_ipv4() {
     let on = |prefix| {
         Source::Address(Address {
