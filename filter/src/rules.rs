@@ -4,7 +4,7 @@ use crate::block::Block;
 use crate::config::{Config, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::host::RequestView;
-use crate::identity::{self, Repeated};
+use crate::identity::{self, BadIdentity};
 use crate::limit::Limit;
 use crate::path;
 use crate::scope;
@@ -37,8 +37,8 @@ pub struct PlannedRule {
 }
 
 /// Every rule that applies to the request and whose identities it carries, in config order;
-/// or the identity header the request repeats, which refuses the request.
-pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, Repeated> {
+/// or the identity the request carries but that cannot be told, which refuses the request.
+pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, BadIdentity> {
     // Reading :method and :path costs a scan of the headers and a normalization (with an
     // allocation): only when some rule matches on them.
     let (method, path) = match config.matches_requests {
@@ -87,7 +87,7 @@ fn resolve<'r>(
     req: &'r impl RequestView,
     values: &mut [Option<Option<Cow<'r, str>>>],
     ids: &[usize],
-) -> Result<(), Repeated> {
+) -> Result<(), BadIdentity> {
     for &id in ids {
         if let (Some(slot @ None), Some(identity)) = (values.get_mut(id), config.identities.get(id))
         {

@@ -17,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Config::parse(json) else {
         return;
     };
-    // A repeated identity header refuses the request: nothing to plan.
+    // An identity that cannot be told (repeated, unreadable) refuses the request: nothing
+    // to plan.
     let Ok(planned) = plan(
         &config,
         &Request::from_lines(parts.next().unwrap_or_default()),
