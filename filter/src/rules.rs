@@ -6,6 +6,7 @@ use crate::digest;
 use crate::host::RequestView;
 use crate::identity::{self, BadIdentity};
 use crate::limit::Limit;
+use crate::matcher::Methods;
 use crate::path;
 use crate::scope;
 use ratelimit_protocol::key::{DIGEST_MARK, SEPARATOR};
@@ -39,14 +40,21 @@ pub struct PlannedRule {
 /// Every rule that applies to the request and whose identities it carries, in config order;
 /// or the identity the request carries but that cannot be told, which refuses the request.
 pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, BadIdentity> {
-    // Reading :method and :path costs a scan of the headers and a normalization (with an
-    // allocation): only when some rule matches on them.
-    let (method, path) = match config.matches_requests {
+    // Reading :method (and the method overrides) and :path costs scans of the headers and a
+    // normalization (with an allocation): only when some rule matches on them.
+    let (methods, path) = match config.matches_requests {
         true => {
             let read = |name| req.header(name).unwrap_or_default();
-            (read(":method"), path::normalize(read(":path")))
+            let mut methods = Methods {
+                own: read(":method"),
+                overrides: Vec::new(),
+            };
+            for name in &config.method_override {
+                methods.overrides.extend(req.header_list(name));
+            }
+            (methods, path::normalize(read(":path")))
         }
-        false => (&b""[..], Vec::new()),
+        false => (Methods::default(), Vec::new()),
     };
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
@@ -56,7 +64,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
     };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if rule.scope != scope || !rule.matcher.matches(method, &path) {
+        if rule.scope != scope || !rule.matcher.matches(&methods, &path) {
             continue;
         }
         resolve(config, req, &mut values, &rule.key)?;
