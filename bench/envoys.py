@@ -121,10 +121,10 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
 
 
 class Gateway:
-    """One Envoy (`--concurrency 1`) of the bench, as a stack.Process."""
+    """One Envoy (`--concurrency 1` unless told) of the bench, as a stack.Process."""
 
     def __init__(self, name, kind, workdir, bridge_port, plugin=None, local=(10**6, 10**6),
-                 base="proxy"):
+                 base="proxy", concurrency=1):
         self.name, self.kind, self.base = name, kind, base
         self.port, self.admin = stack.free_port(), stack.free_port()
         path = Path(workdir) / f"{name}.json"
@@ -132,8 +132,8 @@ class Gateway:
             kind, self.port, self.admin, bridge_port, plugin, local, base,
             upstream_port=stack.free_port(), responder_port=stack.free_port())))
         self.process = stack.Process(name, [
-            stack.ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-            "--log-level", "warn"], workdir)
+            stack.ENVOY, "-c", str(path), "--concurrency", str(concurrency),
+            "--disable-hot-restart", "--log-level", "warn"], workdir)
 
     def start(self):
         self.process.start()

@@ -103,8 +103,9 @@ CONFIGS = [
 
 
 def loadgen(workdir, name, urls, duration, concurrency=16, warmup=0.0, headers=(),
-            body=None, method="GET", rate=None, h2=False):
-    """Runs bench's loadgen to completion; returns its JSON summary."""
+            body=None, method="GET", rate=None, h2=False, grpc=False, connections=1):
+    """Runs bench's loadgen to completion; returns its JSON summary. `grpc`: every worker
+    a gRPC stream to the bridge at `urls`, over `connections` h2c connections per URL."""
     out = Path(workdir) / f"{name}.json"
     argv = [str(LOADGEN), "--concurrency", str(concurrency), "--duration", str(duration),
             "--warmup", str(warmup), "--method", method, "--out", str(out)]
@@ -118,6 +119,10 @@ def loadgen(workdir, name, urls, duration, concurrency=16, warmup=0.0, headers=(
         argv += ["--rate", str(rate)]
     if h2:
         argv.append("--h2")
+    if grpc:
+        argv.append("--grpc")
+    if connections != 1:
+        argv += ["--connections", str(connections)]
     proc = stack.Process(name, argv, workdir).start()
     try:
         code = proc.proc.wait(timeout=warmup + duration + 60)

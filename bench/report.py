@@ -3,7 +3,7 @@ every section, the acceptance verdict of the throughput issue, and how to read t
 
 from pathlib import Path
 
-from . import plot
+from . import fleet, plot
 from .diagnostics import BATCH_BUCKETS
 from .measure import BETWEEN_NOOPS, HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
 
@@ -388,6 +388,7 @@ and take). All three primaries share this machine's two cores with everything el
 
 {cluster_table(results.get('cluster', []))}
 
+{fleet.section(results['fleet']) if 'fleet' in results else ''}
 ## Accuracy: one client at 2x its limit through two gateways
 
 {accuracy_table(results['accuracy'])}

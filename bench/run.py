@@ -3,8 +3,9 @@
 
 Starts Valkey and the bridge through testbed/stack.py, one Envoy (`--concurrency 1`) per
 configuration, drives each with bench's `loadgen` at 16 and 64 requests in flight, reads
-the filter's counters and Valkey around every run, measures Redis, the bridge and the
-accuracy of the limit, then writes REPORT.md, results.json and latency.svg to --out.
+the filter's counters and Valkey around every run, measures Redis, the bridge, the
+accuracy of the limit and a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
+and bridges of its own), then writes REPORT.md, results.json and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
 stack.Process, stopped in `finally` on success, failure, Ctrl-C or SIGTERM.
@@ -22,17 +23,17 @@ from pathlib import Path
 
 from testbed import stack
 
-from . import envoys, measure, report, smoke
+from . import envoys, fleet, measure, report, smoke
 
 
 def settings(args):
     if args.smoke:
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
-                    hot_rounds=1, hot_duration=1.0)
+                    hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
-                hot_rounds=8, hot_duration=3.0)
+                hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False))
 
 
 def main():
@@ -66,6 +67,8 @@ def main():
     try:
         bench_stack.start()
         results = measure.run_all(bench_stack, workdir, conf)
+        print("fleet: many streams, one check per exchange", flush=True)
+        results["fleet"] = fleet.measure(workdir, conf)
         results["bench_seconds"] = time.monotonic() - started
         results["machine"]["load"] = [load_before, os.getloadavg()[0]]
         results["settings"] = conf

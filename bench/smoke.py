@@ -42,6 +42,43 @@ def diagnostics(c, lv, at, expect):
     expect(share is None or abs(sum(share.values()) - 1) < 1e-6, f"{at}: batch shares {share}")
 
 
+def fleet_row(r, at, expect):
+    """One fleet run completed without errors, every figure present and positive (no
+    threshold: what the figures should be is the bridge's to change)."""
+    expect(r["checks"] > 0 and r["checks_per_s"] > 0, f"{at}: no checks answered")
+    expect(r["errors"] == 0 and r["failed_checks"] == 0,
+           f"{at}: {r['errors']} errors, {r['failed_checks']} failed checks")
+    for key in ("script_calls_per_check", "batch_size", "redis_cpu_us_per_check",
+                "redis_cpu_us_per_rule_check", "bridge_cpu_us_per_check"):
+        expect(r[key] is not None and r[key] > 0, f"{at}: {key} {r[key]}")
+    expect(0 < r["p50"] <= r["p99"], f"{at}: percentiles {r['p50']}, {r['p99']}")
+    for name, h in (r["bridge_batches"] or {}).items():
+        expect(h["count"] > 0 and h["mean"] > 0, f"{at}: bridge batch histogram {name}: {h}")
+
+
+def check_fleet(fleet, expect=None):
+    """The fleet section (bench/fleet.py): every run of both backends and the Envoy run."""
+    problems = []
+    expect = expect or (lambda ok, what: ok or problems.append(what))
+    runs = [(r["redis"], r["checks_per_exchange"], r["rate"] is None) for r in fleet["runs"]]
+    wanted = [(redis, k, closed) for redis in ("1 Valkey", "3-primary cluster")
+              for k, closed in ((1, True), (8, True), (1, False))]
+    expect(runs == wanted, f"fleet runs: {runs}")
+    for r in fleet["runs"]:
+        fleet_row(r, f"fleet {r['redis']}, {r['load']}, {r['checks_per_exchange']} per exchange",
+                  expect)
+    envoy = fleet.get("envoy")
+    expect(envoy is not None, "fleet: no run through Envoy")
+    if envoy:
+        fleet_row(envoy, "fleet through Envoy", expect)
+        expect(set(envoy["status"]) == {"200"}, f"fleet through Envoy: {envoy['status']}")
+        per_exchange = envoy["checks_per_exchange"]
+        expect(per_exchange is None or per_exchange >= 0.95,
+               f"fleet through Envoy: {per_exchange} checks per exchange")
+    if problems:
+        raise AssertionError("fleet smoke run failed:\n  " + "\n  ".join(problems))
+
+
 def check(results, out):
     problems = []
 
@@ -98,10 +135,13 @@ def check(results, out):
     fuel = results["wasm"]["fuel"]
     expect(fuel is None or fuel["denied"] > fuel["noop"] > 0 and fuel["allowed"] > fuel["noop"]
            and fuel["headers_floor"] > fuel["noop"], f"wasm fuel: {fuel}")
+    expect("fleet" in results, "no fleet section")
+    if "fleet" in results:
+        check_fleet(results["fleet"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
-           and "Acceptance (hot keys issue):" in report,
+           and "Acceptance (hot keys issue):" in report and "## Fleet" in report,
            "REPORT.md incomplete")
     expect(ET.parse(Path(out) / "latency.svg").getroot().tag.endswith("svg"), "latency.svg")
     if problems:

@@ -3,7 +3,10 @@
 -- denied by any of its rules takes no token at all. A key that appears in several checks
 -- of the batch is read once, and later checks see what earlier ones took.
 --
--- KEYS             the bucket of every rule of every check, in order
+-- KEYS             the bucket of every rule of every check, in order; or, with a mode
+--                  ending in '*' (Redis Cluster: one call per node), only the first of
+--                  them, which routes the call, while the keys follow the checks in ARGV
+--                  (see below)
 -- ARGV[1]          'check': each check takes `cost` from every bucket of its rules if all
 --                  of them hold it; 'refund': each check gives `cost` back to every bucket
 --                  (Redis Cluster: what a check that another slot denied took here);
@@ -25,6 +28,13 @@
 --                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
 --                  arguments: an argument costs the server an allocation to parse and a
 --                  Lua string to pass.
+-- ARGV[4+9S..]     with a mode ending in '*': the keys, as KEYS would hold them. A node of
+--                  a Redis Cluster refuses declared keys of several slots (CROSSSLOT) but
+--                  lets a script reach undeclared keys of every slot it serves, one
+--                  command per key (MGET and MSETEX of several slots are refused too).
+--                  A key the node does not serve (a slot moved, or migrating) fails the
+--                  call while it reads, before anything is written: the caller may send it
+--                  again elsewhere.
 -- Stored value     struct.pack('<Bddd', 3, units, ms, den): tag 3, then the bucket's level
 --                  in units at Redis time <ms> and the `den` of those units, as doubles
 --                  (exact below 2^53; one unpack call instead of string surgery). A missing
@@ -55,8 +65,8 @@
 
 -- Globals cost a table lookup per use: the loops use locals only. Tables are few and
 -- flat, as each one costs an allocation (noticeable per call at small batches).
-local KEYS, ARGV, call, tonumber, type = KEYS, ARGV, redis.call, tonumber, type
-local floor, byte = math.floor, string.byte
+local ARGV, call, pcall, tonumber, type = ARGV, redis.call, redis.pcall, tonumber, type
+local floor, byte, sub, find = math.floor, string.byte, string.sub, string.find
 local pack, unpack_bucket, match = struct.pack, struct.unpack, string.match
 
 -- A key must never vanish before its bucket is full: a missing key reads as full, so that
@@ -68,14 +78,31 @@ local EXPIRY_SLACK_MS = 1000
 
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+local mode = ARGV[1]
+local spread = byte(mode, -1) == 42
+if spread then mode = sub(mode, 1, -2) end
+local nshapes = tonumber(ARGV[2])
+local KEYS = spread and { unpack(ARGV, 4 + 9 * nshapes) } or KEYS
 local nkeys = #KEYS
-local stored = nkeys > 0 and call('MGET', unpack(KEYS)) or {}
 
 -- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
 -- the nil ones tells them apart (rarely needed past it), so no hash, list or set that
--- shares the prefix is ever replaced by a bucket.
-local alien
-do
+-- shares the prefix is ever replaced by a bucket. Spread over slots, GET tells them apart
+-- itself (WRONGTYPE).
+local stored, alien = {}, nil
+if spread then
+  for f = 1, nkeys do
+    local v = pcall('GET', KEYS[f])
+    if type(v) == 'table' then
+      if not find(v.err or '', 'WRONGTYPE', 1, true) then return v end
+      alien = alien or {}
+      alien[KEYS[f]] = true
+    else
+      stored[f] = v
+    end
+  end
+else
+  stored = nkeys > 0 and call('MGET', unpack(KEYS)) or stored
   local missing
   for f = 1, nkeys do
     if not stored[f] then
@@ -90,10 +117,9 @@ do
     end
   end
 end
-local refund, peek = ARGV[1] == 'refund', ARGV[1] == 'peek'
+local refund, peek = mode == 'refund', mode == 'peek'
 -- Shape s is sh[9s-8 .. 9s]: capacity in units, num, den, the cost in units, then after,
 -- within and for (0 0 0: the rule never blocks), the lease in tokens, and shadow (0 or 1).
-local nshapes = tonumber(ARGV[2])
 local sh = {}
 for s = 1, nshapes do
   local a, b, den = 9 * s - 6, 9 * s - 8, tonumber(ARGV[9 * s - 4])
@@ -266,7 +292,7 @@ end
 -- a command call costs about as much as all the rest of a rule's work.
 local shared
 local valkey, redis_version = redis.VALKEY_VERSION_NUM or 0, redis.REDIS_VERSION_NUM or 0
-if valkey >= 0x090100 or redis_version >= 0x080400 then
+if not spread and (valkey >= 0x090100 or redis_version >= 0x080400) then
   -- Expiry -> how many keys share it, then the MSETEX arguments being gathered.
   shared = {}
   for f = 1, nkeys do

@@ -104,6 +104,20 @@ class ValkeyCluster:
         port = self.slot_owners(live)[int(live.cmd("CLUSTER", "KEYSLOT", key))]
         return next(n for n in self.nodes if n.port == port)
 
+    def move_slot(self, slot, source, target, pause_s=0.0):
+        """Moves `slot` from primary `source` to `target` as `valkey-cli --cluster reshard`
+        does: the target IMPORTING, the source MIGRATING, its keys MIGRATEd a few at a
+        time, then SETSLOT NODE on every primary. `pause_s` holds the slot half-moved (its
+        keys on the target, the source still owning it) for that long."""
+        source_id, target_id = source.cmd("CLUSTER", "MYID"), target.cmd("CLUSTER", "MYID")
+        target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        while keys := source.cmd("CLUSTER", "GETKEYSINSLOT", slot, 10):
+            source.cmd("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(pause_s)
+        for node in [target, source] + [p for p in self.primaries if p not in (source, target)]:
+            node.cmd("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
     def close(self):
         for n in self.nodes:
             n.process.stop()

@@ -1,53 +1,21 @@
 //! The load: a fixed number of workers, each sending one request at a time on its own
-//! keep-alive HTTP/1.1 connection (or on a shared h2c connection, where every worker is
-//! one in-flight stream), for a fixed duration, optionally paced to a fixed total rate.
+//! keep-alive HTTP/1.1 connection (or on shared h2c connections, where every worker is
+//! one in-flight stream, or on a gRPC stream of its own: `grpc`), for a fixed duration,
+//! optionally paced to a fixed total rate.
 
-use crate::stats::Record;
+use crate::grpc;
+use crate::stats::{Answer, Record};
+use crate::target::{dial, Target};
 use crate::template::Template;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper::header::{HeaderName, HOST};
-use hyper::{Method, Request, Uri};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::net::SocketAddr;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
-
-/// Where requests go: loopback only, by house rule.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub addr: SocketAddr,
-    /// `host:port`, for the Host header and the h2 `:authority`.
-    pub authority: String,
-    pub path: String,
-}
-
-impl Target {
-    /// Parses `http://127.0.0.1:PORT/path`; any other host is refused.
-    pub fn parse(url: &str) -> Result<Target, String> {
-        let uri: Uri = url.parse().map_err(|e| format!("--url {url}: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("--url {url}: only http:// is supported"));
-        }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| format!("--url {url}: no host"))?;
-        if authority.host() != "127.0.0.1" {
-            return Err(format!("--url {url}: only 127.0.0.1 may be targeted"));
-        }
-        let port = authority
-            .port_u16()
-            .ok_or_else(|| format!("--url {url}: no port"))?;
-        Ok(Target {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            authority: authority.to_string(),
-            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
-        })
-    }
-}
 
 /// Everything the workers share.
 pub struct Plan {
@@ -55,16 +23,22 @@ pub struct Plan {
     pub method: Method,
     pub headers: Vec<(HeaderName, Template)>,
     pub body: Option<Template>,
+    /// With `grpc`: the body's lines, one check each, each rendered with its own number.
+    pub checks: Vec<Template>,
     /// Requests in flight at any time (one per worker).
     pub concurrency: usize,
-    /// Speak h2c, with every worker a stream on one connection per target.
+    /// Speak h2c, with every worker a stream on one of `connections` per target.
     pub h2: bool,
+    /// Every worker a gRPC stream to the bridge (h2c, `connections` per target).
+    pub grpc: bool,
+    /// h2c connections per target the workers' streams are spread over.
+    pub connections: usize,
     /// Requests per second across all workers; `None` sends as fast as answers come.
     pub rate: Option<f64>,
     /// Results before `measure_from` are discarded (warm-up); nothing is sent after `until`.
     pub measure_from: Instant,
     pub until: Instant,
-    /// The run-wide request number that templates render.
+    /// The run-wide request number that templates render (with `grpc`, check number).
     pub counter: AtomicU64,
 }
 
@@ -72,17 +46,12 @@ pub struct Plan {
 pub enum Conn {
     H1(http1::SendRequest<Full<Bytes>>),
     H2(http2::SendRequest<Full<Bytes>>),
+    Grpc(Box<grpc::Stream>),
 }
 
-/// Opens a connection to `target` in the plan's protocol.
+/// Opens an HTTP/1.1 or h2c connection to `target`.
 pub async fn connect(target: &Target, h2: bool) -> Result<Conn, String> {
-    let stream = TcpStream::connect(target.addr)
-        .await
-        .map_err(|e| format!("connect {}: {e}", target.addr))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| format!("nodelay: {e}"))?;
-    let io = TokioIo::new(stream);
+    let io = dial(target).await?;
     if h2 {
         let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
             .await
@@ -118,13 +87,28 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
         if sent >= plan.until {
             break;
         }
-        let n = plan.counter.fetch_add(1, Ordering::Relaxed);
-        let outcome = send(&plan, target, &mut conn, n).await;
+        let outcome = match &mut conn {
+            Conn::Grpc(stream) => exchange(&plan, stream).await,
+            _ => {
+                let n = plan.counter.fetch_add(1, Ordering::Relaxed);
+                send(&plan, target, &mut conn, n).await
+            }
+        };
         let measured = sent >= plan.measure_from;
         match outcome {
-            Ok(status) if measured => {
-                record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
-                *record.statuses.entry(status).or_default() += 1;
+            Ok(answer) if measured => {
+                record.checks += answer.checks;
+                record.failed_checks += answer.failed_checks;
+                if answer.failed_checks > 0 {
+                    record.errors += 1;
+                    if record.errors <= 3 {
+                        let why = answer.failure.as_deref().unwrap_or("a check unanswered");
+                        eprintln!("loadgen: worker {index}: failed check: {why}");
+                    }
+                } else {
+                    record.latencies_ns.push(sent.elapsed().as_nanos() as u64);
+                    *record.statuses.entry(answer.status).or_default() += 1;
+                }
                 let at = sent.duration_since(plan.measure_from).as_secs_f64();
                 record.first_send.get_or_insert(at);
                 record.last_send = Some(at);
@@ -138,22 +122,46 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
                     eprintln!("loadgen: worker {index}: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                if let Conn::H1(_) = conn {
-                    if let Ok(fresh) = connect(target, false).await {
-                        conn = fresh;
+                match &mut conn {
+                    Conn::H1(_) => {
+                        if let Ok(fresh) = connect(target, false).await {
+                            conn = fresh;
+                        }
                     }
+                    Conn::Grpc(stream) => {
+                        if let Err(e) = stream.reopen().await {
+                            eprintln!("loadgen: worker {index}: reopening the stream: {e}");
+                        }
+                    }
+                    Conn::H2(_) => {}
                 }
             }
         }
     }
+    if let Conn::Grpc(stream) = conn {
+        stream.close().await;
+    }
     record
 }
 
-/// One request and its whole response; returns the status.
-async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u16, String> {
+/// One message on the worker's gRPC stream: the body's lines rendered with consecutive
+/// check numbers, so that the checks of one batch name different keys.
+async fn exchange(plan: &Plan, stream: &mut grpc::Stream) -> Result<Answer, String> {
+    let lines = plan.checks.len() as u64;
+    let first = plan.counter.fetch_add(lines, Ordering::Relaxed);
+    let mut batch = String::new();
+    for (n, line) in (first..).zip(&plan.checks) {
+        batch.push_str(&line.render(n));
+        batch.push('\n');
+    }
+    stream.exchange(&batch, lines).await
+}
+
+/// One request and its whole response.
+async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<Answer, String> {
     let uri = match conn {
-        Conn::H1(_) => target.path.clone(),
         Conn::H2(_) => format!("http://{}{}", target.authority, target.path),
+        _ => target.path.clone(),
     };
     let mut builder = Request::builder().method(plan.method.clone()).uri(uri);
     if let Conn::H1(_) = conn {
@@ -175,6 +183,7 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u
             sender.send_request(request).await
         }
         Conn::H2(sender) => sender.send_request(request).await,
+        Conn::Grpc(_) => return Err("a gRPC stream sends exchanges, not requests".into()),
     }
     .map_err(|e| format!("request: {e}"))?;
     let status = response.status().as_u16();
@@ -183,5 +192,10 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<u
         .collect()
         .await
         .map_err(|e| format!("body: {e}"))?;
-    Ok(status)
+    Ok(Answer {
+        status,
+        checks: 0,
+        failed_checks: 0,
+        failure: None,
+    })
 }

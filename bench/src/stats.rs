@@ -1,9 +1,20 @@
-//! What a run measured: every latency, the status codes, the errors, and the JSON summary
-//! the bench orchestration (`bench/run.py`) reads.
+//! What a run measured: what each exchange came back with, every latency, the status
+//! codes, the errors, and the JSON summary the bench orchestration (`bench/run.py`) reads.
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// What one exchange came back with.
+pub struct Answer {
+    /// The HTTP status (200 for an answered gRPC message).
+    pub status: u16,
+    /// Checks of a gRPC message the bridge answered, and those it failed or left out.
+    pub checks: u64,
+    pub failed_checks: u64,
+    /// The first failed line of the reply, to tell why.
+    pub failure: Option<String>,
+}
 
 /// The results of one worker, merged into one after the run.
 #[derive(Debug, Default)]
@@ -13,8 +24,12 @@ pub struct Record {
     pub latencies_ns: Vec<u64>,
     /// Responses by HTTP status.
     pub statuses: BTreeMap<u16, u64>,
-    /// Requests that got no response (connection refused or reset, protocol error).
+    /// Requests that got no response (connection refused or reset, protocol error), and
+    /// gRPC exchanges with a failed check.
     pub errors: u64,
+    /// gRPC mode: checks the bridge answered, and checks it failed (`!`, `?`) or left out.
+    pub checks: u64,
+    pub failed_checks: u64,
     /// Seconds from the start of the measured window to the first and the last send.
     pub first_send: Option<f64>,
     pub last_send: Option<f64>,
@@ -28,12 +43,15 @@ impl Record {
             *self.statuses.entry(status).or_default() += count;
         }
         self.errors += other.errors;
+        self.checks += other.checks;
+        self.failed_checks += other.failed_checks;
         self.first_send = min_opt(self.first_send, other.first_send);
         self.last_send = max_opt(self.last_send, other.last_send);
     }
 
-    /// The summary: throughput over `elapsed`, percentiles in microseconds.
-    pub fn summary(mut self, elapsed: Duration, settings: Value) -> Value {
+    /// The summary: throughput over `elapsed`, percentiles in microseconds; with `grpc`,
+    /// the checks too (`responses` and `rps` count exchanges).
+    pub fn summary(mut self, elapsed: Duration, settings: Value, grpc: bool) -> Value {
         self.latencies_ns.sort_unstable();
         let responses = self.latencies_ns.len();
         let secs = elapsed.as_secs_f64().max(1e-9);
@@ -52,7 +70,7 @@ impl Record {
             (Some(a), Some(b)) => b - a,
             _ => 0.0,
         };
-        json!({
+        let mut summary = json!({
             "settings": settings,
             "elapsed_s": secs,
             "send_window_s": window,
@@ -68,7 +86,15 @@ impl Record {
                 "p999": us(0.999),
                 "max": us(1.0),
             },
-        })
+        });
+        if grpc {
+            summary["grpc"] = json!({
+                "checks": self.checks,
+                "failed_checks": self.failed_checks,
+                "checks_per_s": self.checks as f64 / secs,
+            });
+        }
+        summary
     }
 }
 
@@ -120,14 +146,15 @@ mod tests {
         a.merge(Record {
             statuses: BTreeMap::from([(200, 1), (429, 4)]),
             errors: 1,
+            checks: 8,
             first_send: Some(0.5),
             last_send: Some(1.5),
             ..Record::default()
         });
         assert_eq!(a.statuses, BTreeMap::from([(200, 3), (429, 4)]));
         assert_eq!(
-            (a.errors, a.first_send, a.last_send),
-            (1, Some(0.5), Some(2.0))
+            (a.errors, a.checks, a.first_send, a.last_send),
+            (1, 8, Some(0.5), Some(2.0))
         );
     }
 }

@@ -97,6 +97,12 @@ mod tests {
     }
 
     #[test]
+    fn several_placeholders_render_in_one_template() {
+        let t = Template::parse("rl:u:u{n % 100},9 rl:ip:10.0.{n % 129}.{n % 256},9").unwrap();
+        assert_eq!(t.render(300), "rl:u:u0,9 rl:ip:10.0.42.44,9");
+    }
+
+    #[test]
     fn doubled_braces_are_literal() {
         assert_eq!(Template::parse("{{x}} {n%2}").unwrap().render(3), "{x} 1");
     }

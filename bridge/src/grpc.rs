@@ -12,6 +12,7 @@
 //! begun must be complete within the body timeout: a gateway sends each one at once, so a
 //! message that trickles in is a stalled or hostile peer holding the stream's buffer.
 
+use crate::metrics::{Failure, Transport};
 use crate::store::Store;
 use crate::wire;
 use bytes::{Buf, Bytes, BytesMut};
@@ -103,6 +104,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     message_timeout: Duration,
 ) {
+    let _open = store.metrics().stream_opened();
     let mut deframer = Deframer::default();
     let mut answering = JoinSet::new();
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_MESSAGES));
@@ -166,6 +168,11 @@ pub async fn serve(
     // Every message read is answered before the stream ends.
     while answering.join_next().await.is_some() {}
     match status {
+        INVALID_ARGUMENT => store.metrics().failure(Failure::BadMessage),
+        DEADLINE_EXCEEDED => store.metrics().failure(Failure::MessageTimeout),
+        _ => {}
+    }
+    match status {
         OK => {}
         // The gateway went away (restart, scale-in): nothing to act on.
         UNAVAILABLE => log::info!("gRPC stream ended: {why}"),
@@ -179,7 +186,7 @@ pub async fn serve(
 async fn answer(store: &Store, id: u32, message: &[u8]) -> String {
     let body = split_message(message).map_or(&[][..], |(_, body)| body);
     let mut reply = String::new();
-    if let Err(bad) = wire::answer(store, body, &mut reply).await {
+    if let Err(bad) = wire::answer(store, Transport::Grpc, body, &mut reply).await {
         log::warn!("exchange {id} refused: {bad}");
         reply = format!("! {bad}\n");
     }

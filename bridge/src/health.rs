@@ -20,6 +20,10 @@ pub async fn watch(store: Store) {
     let mut healthy = true;
     loop {
         let now = store.ping().await;
+        if now {
+            // A failover or a resharding moves slots without a check noticing at once.
+            store.read_topology().await;
+        }
         if now != healthy {
             if now {
                 log::info!("redis answers again");

@@ -3,14 +3,17 @@
 
 pub mod access;
 pub mod admin;
+pub mod backend;
 pub mod batch;
 pub mod check;
 pub mod commands;
+pub mod commit;
 pub mod connect;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
 pub mod limits;
+pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
 pub mod redis_tls;
@@ -19,5 +22,7 @@ pub mod script;
 pub mod server;
 pub mod slot;
 pub mod store;
+pub mod tally;
+pub mod topology;
 pub mod usage;
 pub mod wire;

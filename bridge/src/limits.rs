@@ -15,6 +15,7 @@
 //! So every slot an attacker holds is free again within `header_timeout` (plus
 //! `body_timeout` once headers are in), and a gateway gets one back within seconds.
 
+use crate::metrics::{Failure, Metrics, Open};
 use hyper_util::server::graceful::GracefulConnection;
 use std::fmt::Display;
 use std::pin::pin;
@@ -65,10 +66,12 @@ impl Slots {
         }
     }
 
-    /// A slot for a new connection, held until the permit is dropped; `None` at the cap.
-    pub fn take(&mut self) -> Option<OwnedSemaphorePermit> {
+    /// A slot for a new connection, held (and counted open in `metrics`) until it is
+    /// dropped; `None` at the cap.
+    pub fn take(&mut self, metrics: &Metrics) -> Option<Slot> {
         let slot = Arc::clone(&self.free).try_acquire_owned().ok();
         if slot.is_none() {
+            metrics.failure(Failure::OverCapacity);
             self.refused += 1;
             let now = Instant::now();
             if self
@@ -83,7 +86,10 @@ impl Slots {
                 (self.refused, self.warned_at) = (0, Some(now));
             }
         }
-        slot
+        slot.map(|permit| Slot {
+            _permit: permit,
+            _open: metrics.connection_opened(),
+        })
     }
 
     /// Waits until every connection has ended, at most `timeout`.
@@ -92,6 +98,14 @@ impl Slots {
             .await
             .is_ok()
     }
+}
+
+/// One connection's place under the cap, and in the `connections` gauge.
+pub struct Slot {
+    /// Given back to `Slots` when the connection ends.
+    _permit: OwnedSemaphorePermit,
+    /// Counts the connection open while it lives.
+    _open: Open,
 }
 
 /// Requests in progress on one connection, watched by the connection's idle deadline.
@@ -148,7 +162,7 @@ pub async fn drive<C>(
     activity: Activity,
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
-    slot: OwnedSemaphorePermit,
+    slot: Slot,
 ) where
     C: GracefulConnection,
     C::Error: Display,

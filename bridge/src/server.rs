@@ -1,12 +1,13 @@
 //! The network side: `POST /v1/check` (HTTP/1.1 and h2c), the gRPC stream
-//! `/ratelimit.v1.Bridge/Check` (h2c) and `GET /healthz`, all on one port, with graceful
-//! shutdown (in-flight checks finish, streams end with UNAVAILABLE so gateways reconnect
-//! elsewhere, new connections are refused). What a connection may hold is `limits`'s; who
-//! may check is `access`'s.
+//! `/ratelimit.v1.Bridge/Check` (h2c), `GET /healthz` and `GET /metrics`, all on one port,
+//! with graceful shutdown (in-flight checks finish, streams end with UNAVAILABLE so
+//! gateways reconnect elsewhere, new connections are refused). What a connection may hold
+//! is `limits`'s; who may check is `access`'s.
 
 use crate::access::Access;
 use crate::admin::{self, Admin};
 use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
+use crate::metrics::{self, Failure, Transport};
 use crate::store::Store;
 use crate::{grpc, health, registry, wire};
 use bytes::Bytes;
@@ -86,7 +87,7 @@ pub async fn run(
                     }
                 };
                 // Over the cap: closed at once (dropped), see `limits`.
-                let Some(slot) = slots.take() else { continue };
+                let Some(slot) = slots.take(store.metrics()) else { continue };
                 let _ = stream.set_nodelay(true);
                 let activity = Activity::default();
                 let (store, stop, requests) = (store.clone(), stop_seen.clone(), activity.clone());
@@ -166,6 +167,7 @@ async fn handle(
         path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD));
     if (stream || path == PATH) && !config.access.admits(req.headers()) {
         log::debug!("refused a request to {path} without the token");
+        store.metrics().failure(Failure::Unauthorized);
         let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
         refused
             .headers_mut()
@@ -205,7 +207,10 @@ async fn handle(
                 reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
             }
         }
-        (_, PATH | "/healthz") => reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        (&Method::GET, "/metrics") => scrape(&store),
+        (_, PATH | "/healthz" | "/metrics") => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
         _ => reply(StatusCode::NOT_FOUND, "not found\n"),
     })
 }
@@ -224,6 +229,7 @@ fn stream_checks(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"));
     if req.method() != Method::POST || req.version() != Version::HTTP_2 || !grpc {
+        store.metrics().failure(Failure::NotGrpc);
         return reply(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "gRPC (POST, HTTP/2, application/grpc) only\n",
@@ -248,11 +254,31 @@ fn stream_checks(
     response
 }
 
+/// `GET /metrics`: Prometheus scrapes it without the gateways' token, like `/healthz`.
+fn scrape(store: &Store) -> Reply {
+    match store.metrics().render() {
+        Ok(text) => {
+            let mut answer = reply(StatusCode::OK, text);
+            answer.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            answer
+        }
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the metrics: {e}\n"),
+        ),
+    }
+}
+
 /// One exchange over HTTP. A body announced larger than the bound is refused before it is
 /// read; one that takes longer than `body_timeout` to arrive is given up (408).
 async fn check(store: &Store, body_timeout: Duration, req: Request<Incoming>) -> Reply {
     let announced = req.body().size_hint().lower();
+    let metrics = store.metrics();
     if announced > MAX_BODY as u64 {
+        metrics.failure(Failure::TooLarge);
         return reply(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("a body of {announced} bytes exceeds {MAX_BODY}\n"),
@@ -264,21 +290,26 @@ async fn check(store: &Store, body_timeout: Duration, req: Request<Incoming>) ->
         // Past the bound is the client's size; anything else (a reset, a broken chunk)
         // is a bad request, not "too large".
         Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            metrics.failure(Failure::TooLarge);
             return reply(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the body exceeds {MAX_BODY} bytes\n"),
-            )
+            );
         }
-        Ok(Err(e)) => return reply(StatusCode::BAD_REQUEST, format!("unreadable body: {e}\n")),
+        Ok(Err(e)) => {
+            metrics.failure(Failure::Unreadable);
+            return reply(StatusCode::BAD_REQUEST, format!("unreadable body: {e}\n"));
+        }
         Err(_) => {
+            metrics.failure(Failure::BodyTimeout);
             return reply(
                 StatusCode::REQUEST_TIMEOUT,
                 format!("the body did not arrive within {body_timeout:?}\n"),
-            )
+            );
         }
     };
     let mut answer = String::new();
-    match wire::answer(store, &body, &mut answer).await {
+    match wire::answer(store, Transport::Http, &body, &mut answer).await {
         Ok(()) => reply(StatusCode::OK, answer),
         Err(bad) => reply(StatusCode::BAD_REQUEST, format!("{bad}\n")),
     }

@@ -1,149 +1,109 @@
-//! Redis (or Valkey) access: a multiplexed, self-reconnecting connection to one server or
-//! to a Redis Cluster, and the token bucket script, run with `EVALSHA` and reloaded when a
-//! server answers `NOSCRIPT` (in a cluster, `SCRIPT LOAD` goes to every primary).
+//! Redis (or Valkey) as the bridge uses it: batches of checks run as token bucket script
+//! calls, one per node, merged with every other exchange's calls to that node (`commit`),
+//! each check all-or-nothing (`batch` plans the calls, `tally` reads the answers), on a
+//! single server or a Redis Cluster whose slot map the store keeps (`topology`).
 //!
-//! A batch of checks costs one script call per server, or per hash slot in a cluster
-//! (`batch` plans the calls and keeps multi-slot checks all-or-nothing with refunds), so
-//! Redis pays a script call's fixed cost once per batch rather than once per check.
-//!
-//! A script call is never sent twice: it takes tokens, so one whose answer was lost may
-//! have run, and sending it again would take them twice. Neither client re-sends a command
-//! after an I/O error (see `new` and `cluster`); a call is sent again only after an answer
-//! that proves it did not run: `NOSCRIPT` (`redis::Script` loads the script first), and in
-//! a cluster no connection to send it on, or a node that does not serve its slot (yet).
+//! Calls a Cluster refused without running them (a slot that moved or is failing over)
+//! are sent again where the slot now lives, a few times; nothing else is ever sent twice
+//! (see `backend`).
 
-use crate::batch::{self, Call, Tally};
+pub use crate::backend::StoreOptions;
+use crate::backend::{did_not_run, Backend};
+use crate::batch::{self, Call, Placed};
 use crate::check::{Check, CheckOutcome};
+use crate::commit::{CallError, Lanes, PartReply, CALLS_IN_FLIGHT};
 use crate::keyspace::Keyspace;
+use crate::metrics::Metrics;
 use crate::override_cache::OverrideCache;
-use crate::script::{self, Mode, TOKEN_BUCKET_LUA};
+use crate::script::{part_rules, Mode, Part};
+use crate::tally::Tally;
+use crate::topology::Topology;
 use futures_util::future::join_all;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::cluster_async::ClusterConnection;
-use redis::{
-    ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation, ServerErrorKind,
-};
+use redis::cluster::ClusterClientBuilder;
+use redis::FromRedisValue;
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-use tokio::sync::OnceCell;
+use std::time::{Duration, Instant};
 
-/// How patiently the bridge talks to Redis.
-#[derive(Debug, Clone, Copy)]
-pub struct StoreOptions {
-    /// Bound on establishing a connection; past it the check fails and reconnects later.
-    pub connect_timeout: Duration,
-    /// Bound on one command; the filter's own timeout is usually shorter.
-    pub response_timeout: Duration,
-}
+/// Attempts at a call on a cluster, when the cluster refused it without running it.
+const CLUSTER_ATTEMPTS: u32 = 3;
+/// Pause before the next attempt, times the attempts made: time for a failover or a slot
+/// move to settle, and for the store to read the new slot map.
+const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
+/// The slot map is read again at most this often, however many calls a move refuses.
+const TOPOLOGY_GAP: Duration = Duration::from_millis(20);
 
-#[derive(Clone)]
-enum Backend {
-    /// Pipelines concurrent commands on one connection and reconnects by itself.
-    Single(Box<Single>),
-    /// Connected on first use (the bridge starts while the cluster is down); the connection
-    /// follows `MOVED`/`ASK` and refreshes the topology after a failover.
-    Cluster {
-        client: Box<ClusterClient>,
-        conn: Arc<OnceCell<ClusterConnection>>,
-    },
-}
-
-/// One server's connection. The manager reconnects by itself after I/O errors only: once
-/// Redis refused its credentials it would keep failing, even after the server accepts them
-/// (a password rotation done in the wrong order, then fixed), until the bridge restarts.
-/// So a refused login makes the health loop remake it from the client and config.
-#[derive(Clone)]
-struct Single {
-    conn: Arc<RwLock<ConnectionManager>>,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-}
-
-impl Single {
-    fn conn(&self) -> ConnectionManager {
-        match self.conn.read() {
-            Ok(conn) => conn.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    fn remake(&self) {
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
-            Ok(fresh) => match self.conn.write() {
-                Ok(mut conn) => *conn = fresh,
-                Err(poisoned) => *poisoned.into_inner() = fresh,
-            },
-            Err(e) => log::warn!("cannot remake the redis connection: {e}"),
-        }
-    }
-}
-
-/// The shared handle to Redis; cheap to clone (connections are multiplexed).
+/// The shared handle to Redis; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
-    script: redis::Script,
+    /// Where every exchange's calls meet, per node and mode.
+    lanes: Arc<Lanes<Backend>>,
+    /// How long a check may wait in a lane.
+    max_wait: Duration,
+    /// The slot map the calls are planned with; empty until a cluster is first reached.
+    topology: Arc<RwLock<Arc<Topology>>>,
+    /// When the slot map was last read: one read serves every call a move refused.
+    read_at: Arc<tokio::sync::Mutex<Option<Instant>>>,
     keyspace: Arc<Keyspace>,
     overrides: Arc<OverrideCache>,
 }
 
 impl Store {
-    /// One server. Prepares the connection without dialing: the bridge starts (and reports
-    /// unhealthy) even while Redis is down. The manager never re-sends a command: a failed
-    /// one only makes it reconnect in the background, and its "retries" are attempts to
-    /// connect (two, then the next command tries again; `health` makes sure one does).
+    /// One server at `url`; see `with_client`.
     pub fn new(url: &str, options: StoreOptions) -> redis::RedisResult<Store> {
         Store::with_client(redis::Client::open(url)?, options)
     }
 
     /// One server through `client`, which carries TLS and credentials (see `connect`).
     pub fn with_client(client: redis::Client, options: StoreOptions) -> redis::RedisResult<Store> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-        Ok(Store {
-            backend: Backend::Single(Box::new(Single {
-                conn: Arc::new(RwLock::new(conn)),
-                client,
-                config,
-            })),
-            script: redis::Script::new(TOKEN_BUCKET_LUA),
-            keyspace: Arc::default(),
-            overrides: Arc::default(),
-        })
+        Ok(Store::over(
+            Backend::single(client, options)?,
+            Topology::single(),
+            options,
+        ))
     }
 
-    /// A Redis Cluster reached through any of `seeds`. Without the client's retries: it
-    /// re-sends a command on an I/O error (a dropped connection, a response timeout) as
-    /// readily as on `MOVED`, so a script call that ran could run twice. `on_cluster`
-    /// re-sends only what provably did not run.
+    /// A Redis Cluster reached through any of `seeds`.
     pub fn cluster(seeds: &[String], options: StoreOptions) -> redis::RedisResult<Store> {
-        Store::with_cluster(ClusterClient::builder(seeds.to_vec()), options)
+        Store::with_cluster(ClusterClientBuilder::new(seeds.to_vec()), options)
     }
 
-    /// A Redis Cluster through `builder`, which carries TLS and credentials (see `connect`).
+    /// A Redis Cluster through `builder`, which carries TLS and credentials.
     pub fn with_cluster(
         builder: ClusterClientBuilder,
         options: StoreOptions,
     ) -> redis::RedisResult<Store> {
-        let client = builder
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.response_timeout)
-            .retries(0)
-            .build()?;
-        Ok(Store {
-            backend: Backend::Cluster {
-                client: Box::new(client),
-                conn: Arc::new(OnceCell::new()),
-            },
-            script: redis::Script::new(TOKEN_BUCKET_LUA),
+        Ok(Store::over(
+            Backend::cluster(builder, options)?,
+            Topology::unknown(),
+            options,
+        ))
+    }
+
+    fn over(backend: Backend, topology: Topology, options: StoreOptions) -> Store {
+        Store {
+            lanes: Arc::new(Lanes::new(
+                backend.clone(),
+                options.response_timeout,
+                CALLS_IN_FLIGHT,
+            )),
+            max_wait: options.response_timeout,
+            backend,
+            topology: Arc::new(RwLock::new(Arc::new(topology))),
+            read_at: Arc::default(),
             keyspace: Arc::default(),
             overrides: Arc::default(),
-        })
+        }
+    }
+
+    /// The same store with `n` script calls in flight per node and mode (default
+    /// `CALLS_IN_FLIGHT`); call before the first check.
+    pub fn with_calls_in_flight(self, n: usize) -> Store {
+        Store {
+            lanes: Arc::new(Lanes::new(self.backend.clone(), self.max_wait, n)),
+            ..self
+        }
     }
 
     /// The same store, touching only keys under `keyspace` (default: `rl:`).
@@ -164,78 +124,76 @@ impl Store {
         &self.overrides
     }
 
-    /// Runs a batch: one script call for all of it on a single server (a few for a very
-    /// large batch), one per hash slot in a cluster, all in parallel. Checks are applied in
-    /// order and each stays all-or-nothing; in a cluster, a check spanning slots peeks at
-    /// all of them first and takes only if all would admit (refunds cover the races). One
-    /// outcome per check, in order.
+    /// The bridge's metrics (served on `/metrics`), recorded by the store and the server
+    /// alike.
+    pub fn metrics(&self) -> &Metrics {
+        self.backend.metrics()
+    }
+
+    /// Runs a batch, each check all-or-nothing, in order where checks share a node; one
+    /// outcome per check, in order. See `batch` for a check spanning nodes.
     pub async fn check_all(&self, checks: &[Check]) -> Vec<CheckOutcome> {
-        let clustered = matches!(self.backend, Backend::Cluster { .. });
-        let mut calls = batch::plan(checks, clustered);
-        let mut tally = Tally::new(checks);
-        let spanning = batch::spanning(checks.len(), &calls);
-        // A check spanning slots takes no lease: a refund after a race between its slots
-        // could not know what a lease took.
+        if checks.is_empty() {
+            return Vec::new();
+        }
+        let topology = self.topology().await;
+        let plan = batch::plan(checks, &topology);
         let unleased: Vec<Check>;
-        let checks = if spanning.contains(&true) && checks.iter().flatten().any(|r| r.lease > 0) {
-            unleased = batch::without_leases(checks, &spanning);
+        let spanning = plan.spanning.contains(&true);
+        let checks = if spanning && checks.iter().flatten().any(|r| r.lease > 0) {
+            unleased = batch::without_leases(checks, &plan.spanning);
             &unleased[..]
         } else {
             checks
         };
-        if spanning.contains(&true) {
-            let peeks = batch::only(&calls, |c| spanning.get(c) == Some(&true));
-            let replies =
-                join_all(peeks.iter().map(|call| self.call(Mode::Peek, checks, call))).await;
-            for (call, reply) in peeks.iter().zip(replies) {
-                tally.peeked(call, reply);
-            }
-            calls = batch::only(&calls, |c| !tally.decided(c));
+        let mut tally = Tally::new(checks);
+        let calls = batch::group(checks, plan.first);
+        for (call, replies) in calls
+            .iter()
+            .zip(self.send(Mode::Check, checks, &topology, &calls).await)
+        {
+            tally.checked(call, replies);
         }
-        let replies = join_all(
-            calls
+        let shared: Vec<Placed> = plan
+            .shared
+            .into_iter()
+            .filter(|(_, p)| !tally.decided(p.check))
+            .collect();
+        if !shared.is_empty() {
+            let peek = |(_, p): &&Placed| plan.peek.get(p.check) == Some(&true);
+            let peeks = batch::group(checks, shared.iter().filter(peek).cloned().collect());
+            for (call, replies) in peeks
                 .iter()
-                .map(|call| self.call(Mode::Check, checks, call)),
-        )
-        .await;
-        for (call, reply) in calls.iter().zip(replies) {
-            tally.checked(call, reply);
-        }
-        let refunds = tally.refunds();
-        if !refunds.is_empty() {
-            let calls = batch::group(checks, refunds, clustered);
-            let replies = join_all(
-                calls
-                    .iter()
-                    .map(|call| self.call(Mode::Refund, checks, call)),
-            )
-            .await;
-            for (call, reply) in calls.iter().zip(replies) {
-                tally.refunded(call, reply);
+                .zip(self.send(Mode::Peek, checks, &topology, &peeks).await)
+            {
+                tally.peeked(call, replies);
             }
+            let takes: Vec<Placed> = shared
+                .into_iter()
+                .filter(|(_, p)| !tally.decided(p.check))
+                .collect();
+            let takes = batch::group(checks, takes);
+            for (call, replies) in takes
+                .iter()
+                .zip(self.send(Mode::Check, checks, &topology, &takes).await)
+            {
+                tally.checked(call, replies);
+            }
+        }
+        let refunds = batch::group(checks, tally.refunds());
+        for (call, replies) in refunds
+            .iter()
+            .zip(self.send(Mode::Refund, checks, &topology, &refunds).await)
+        {
+            tally.refunded(call, replies);
         }
         tally.finish()
     }
 
     /// Gives back each refund's cost to every bucket of its rules (the tokens a lease did
-    /// not use); one outcome per refund, in order: the buckets after the refund.
+    /// not use), node by node; one outcome per refund, in order: the buckets after it.
     pub async fn refund_all(&self, refunds: &[Check]) -> Vec<CheckOutcome> {
-        if refunds.is_empty() {
-            return Vec::new();
-        }
-        let clustered = matches!(self.backend, Backend::Cluster { .. });
-        let calls = batch::plan(refunds, clustered);
-        let replies = join_all(
-            calls
-                .iter()
-                .map(|call| self.call(Mode::Refund, refunds, call)),
-        )
-        .await;
-        let mut tally = Tally::new(refunds);
-        for (call, reply) in calls.iter().zip(replies) {
-            tally.checked(call, reply);
-        }
-        tally.finish()
+        self.each_node(Mode::Refund, refunds).await
     }
 
     /// Runs one check atomically (a batch of one).
@@ -247,23 +205,49 @@ impl Store {
             .unwrap_or_else(|| Err("no outcome for the check".into()))
     }
 
-    /// What `check` (one rule, or rules of one slot in a cluster) would get now, taking
-    /// nothing: the script's `peek` mode.
+    /// What `check` would get now, taking nothing: the script's `peek` mode.
     pub async fn peek(&self, check: &Check) -> CheckOutcome {
-        let call = Call {
-            parts: vec![script::Part {
-                check: 0,
-                rules: (0..check.len()).collect(),
-            }],
-        };
-        let (now, rules) = self
-            .call(Mode::Peek, std::slice::from_ref(check), &call)
-            .await?;
-        let rules: Option<Vec<_>> = rules.into_iter().collect();
-        Ok((
-            now,
-            rules.ok_or("a key holds a value the script did not write")?,
-        ))
+        self.each_node(Mode::Peek, std::slice::from_ref(check))
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err("no outcome for the peek".into()))
+    }
+
+    /// Runs `checks` in `mode`, each node's rules on their own (no check is atomic across
+    /// nodes: for giving back and peeking it need not be).
+    async fn each_node(&self, mode: Mode, checks: &[Check]) -> Vec<CheckOutcome> {
+        if checks.is_empty() {
+            return Vec::new();
+        }
+        let topology = self.topology().await;
+        let mut placed = Vec::new();
+        for (i, check) in checks.iter().enumerate() {
+            let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for (r, rule) in check.iter().enumerate() {
+                by_node
+                    .entry(topology.node_of(&rule.key))
+                    .or_default()
+                    .push(r);
+            }
+            if check.is_empty() {
+                by_node.insert(0, Vec::new());
+            }
+            placed.extend(
+                by_node
+                    .into_iter()
+                    .map(|(node, rules)| (node, Part { check: i, rules })),
+            );
+        }
+        let calls = batch::group(checks, placed);
+        let mut tally = Tally::new(checks);
+        for (call, replies) in calls
+            .iter()
+            .zip(self.send(mode, checks, &topology, &calls).await)
+        {
+            tally.checked(call, replies);
+        }
+        tally.finish()
     }
 
     /// Runs `script` (whose keys share one slot, in a cluster) with `keys` and `args`.
@@ -280,105 +264,149 @@ impl Store {
         for arg in args {
             invocation.arg(*arg);
         }
-        match &self.backend {
-            Backend::Single(single) => invocation.invoke_async(&mut single.conn()).await,
-            Backend::Cluster { .. } => {
-                on_cluster(&invocation, &mut self.cluster_conn().await?).await
+        let mut attempts = 1;
+        loop {
+            match self.backend.invoke(&invocation).await {
+                Err(e) if attempts < CLUSTER_ATTEMPTS && did_not_run(&e) => {
+                    tokio::time::sleep(CLUSTER_PAUSE * attempts).await;
+                    attempts += 1;
+                }
+                reply => return reply.map_err(|e| format!("redis: {e}")),
             }
         }
-        .map_err(|e| format!("redis: {e}"))
     }
 
     /// Runs one read-only command (whose keys share one slot, in a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
-        match &self.backend {
-            Backend::Single(single) => cmd.query_async(&mut single.conn()).await,
-            Backend::Cluster { .. } => cmd.query_async(&mut self.cluster_conn().await?).await,
-        }
-        .map_err(|e| format!("redis: {e}"))
-    }
-
-    /// One script call over `call`'s parts of `checks` (one slot in a cluster).
-    async fn call(&self, mode: Mode, checks: &[Check], call: &Call) -> batch::Reply {
-        let invocation = script::invocation(&self.script, mode, checks, &call.parts)?;
-        let reply: Vec<i64> = match &self.backend {
-            Backend::Single(single) => invocation.invoke_async(&mut single.conn()).await,
-            Backend::Cluster { .. } => {
-                on_cluster(&invocation, &mut self.cluster_conn().await?).await
-            }
-        }
-        .map_err(|e| format!("redis: {e}"))?;
-        script::decode(&reply, call.rules())
-    }
-
-    async fn cluster_conn(&self) -> Result<ClusterConnection, String> {
-        let Backend::Cluster { client, conn } = &self.backend else {
-            return Err("not a cluster".into());
-        };
-        conn.get_or_try_init(|| client.get_async_connection())
+        self.backend
+            .query(cmd)
             .await
-            .cloned()
-            .map_err(|e| format!("redis cluster: {e}"))
+            .map_err(|e| format!("redis: {e}"))
     }
 
-    /// Whether Redis answers a `PING` now (in a cluster: every primary).
+    /// Whether Redis answers a `PING` now (in a cluster: a node).
     pub async fn ping(&self) -> bool {
-        let cmd = redis::cmd("PING");
-        match &self.backend {
-            Backend::Single(single) => match single.conn().req_packed_command(&cmd).await {
-                Ok(_) => true,
-                Err(e) => {
-                    if e.kind() == ErrorKind::AuthenticationFailed {
-                        single.remake();
-                    }
-                    false
+        self.backend.ping().await
+    }
+
+    /// Checks waiting in the lanes of `node` (`single`, or a cluster node's `host:port`).
+    pub fn queued(&self, node: &str) -> usize {
+        self.lanes.depth(node)
+    }
+
+    /// The slot map, read now if none was yet.
+    async fn topology(&self) -> Arc<Topology> {
+        let current = self.current_topology();
+        if !current.is_empty() {
+            return current;
+        }
+        self.read_topology().await
+    }
+
+    fn current_topology(&self) -> Arc<Topology> {
+        match self.topology.read() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Reads the slot map again (a cluster only), unless it was read a moment ago.
+    pub async fn read_topology(&self) -> Arc<Topology> {
+        if !self.backend.is_cluster() {
+            return self.current_topology();
+        }
+        let mut read_at = self.read_at.lock().await;
+        if read_at.is_some_and(|at| at.elapsed() < TOPOLOGY_GAP) {
+            return self.current_topology();
+        }
+        match self.backend.topology().await {
+            Ok(fresh) => {
+                *read_at = Some(Instant::now());
+                let fresh = Arc::new(fresh);
+                match self.topology.write() {
+                    Ok(mut t) => *t = fresh.clone(),
+                    Err(poisoned) => *poisoned.into_inner() = fresh.clone(),
                 }
-            },
-            Backend::Cluster { .. } => match self.cluster_conn().await {
-                Ok(mut conn) => conn.req_packed_command(&cmd).await.is_ok(),
-                Err(_) => false,
-            },
-        }
-    }
-}
-
-/// Attempts at a script call on a cluster, when the cluster refused it without running it.
-const CLUSTER_ATTEMPTS: u32 = 3;
-/// Pause before the next attempt, times the attempts made: time for the client to
-/// reconnect or to refresh its slot map, which the refusal set off.
-const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
-
-/// Runs `invocation` on the cluster, sending it again only when it provably did not run.
-async fn on_cluster<T: FromRedisValue>(
-    invocation: &ScriptInvocation<'_>,
-    conn: &mut ClusterConnection,
-) -> RedisResult<T> {
-    let mut attempts = 1;
-    loop {
-        match invocation.invoke_async(conn).await {
-            Err(e) if attempts < CLUSTER_ATTEMPTS && did_not_run(&e) => {
-                tokio::time::sleep(CLUSTER_PAUSE * attempts).await;
-                attempts += 1;
+                fresh
             }
-            reply => return reply,
+            Err(e) => {
+                log::debug!("cannot read the cluster's slot map: {e}");
+                self.current_topology()
+            }
         }
     }
-}
 
-/// Whether the cluster refused a command without running it: no connection to send it on,
-/// or a node that does not serve its slot (a redirect, a slot failing over, a node still
-/// loading). Never an I/O error: the command may have run. Not `ASK` either: sent again
-/// the same way, the call would only meet it again (it needs `ASKING` on the target).
-fn did_not_run(e: &RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::ClusterConnectionNotFound
-            | ErrorKind::Server(
-                ServerErrorKind::Moved
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-            )
-    )
+    /// Sends `calls` in `mode`, all at once; their parts' replies, call by call.
+    async fn send(
+        &self,
+        mode: Mode,
+        checks: &[Check],
+        topology: &Topology,
+        calls: &[Call],
+    ) -> Vec<Vec<PartReply>> {
+        join_all(
+            calls
+                .iter()
+                .map(|call| self.run_call(mode, checks, topology, call)),
+        )
+        .await
+    }
+
+    /// One call through its node's lane; in a cluster, the parts it refused without
+    /// running them go again where their slots now live. A part whose buckets no longer
+    /// share a node (a slot moved between them) fails: it would no longer be atomic.
+    async fn run_call(
+        &self,
+        mode: Mode,
+        checks: &[Check],
+        topology: &Topology,
+        call: &Call,
+    ) -> Vec<PartReply> {
+        let node = topology.name(call.node);
+        let mut replies = self
+            .lanes
+            .submit(&node, mode, batch::rules_of(checks, call))
+            .await;
+        for attempt in 1..CLUSTER_ATTEMPTS {
+            let mut again: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            let refused = |r: &PartReply| matches!(r, Err(CallError::NotRun(_)));
+            if !replies.iter().any(refused) {
+                break;
+            }
+            tokio::time::sleep(CLUSTER_PAUSE * attempt).await;
+            let fresh = self.read_topology().await;
+            for (i, part) in call.parts.iter().enumerate() {
+                if !replies.get(i).is_some_and(refused) {
+                    continue;
+                }
+                let mut nodes = part_rules(checks, part).map(|r| fresh.node_of(&r.key));
+                let first = nodes.next().unwrap_or(0);
+                if nodes.all(|n| n == first) {
+                    again.entry(first).or_default().push(i);
+                } else if let Some(reply) = replies.get_mut(i) {
+                    *reply = Err(CallError::Failed(
+                        "the check's buckets moved apart during a resharding".into(),
+                    ));
+                }
+            }
+            let resent = join_all(again.iter().map(|(&node, parts)| {
+                let rules = parts
+                    .iter()
+                    .filter_map(|&i| call.parts.get(i))
+                    .map(|p| part_rules(checks, p).cloned().collect())
+                    .collect();
+                let name = fresh.name(node);
+                async move { self.lanes.submit(&name, mode, rules).await }
+            }))
+            .await;
+            for (parts, answers) in again.values().zip(resent) {
+                for (&i, answer) in parts.iter().zip(answers) {
+                    if let Some(reply) = replies.get_mut(i) {
+                        *reply = answer;
+                    }
+                }
+            }
+        }
+        replies
+    }
 }

@@ -2,6 +2,7 @@
 //! its answer out, shared by the HTTP and the gRPC stream transports.
 
 use crate::check::{Check, CheckOutcome};
+use crate::metrics::{Failure, Outcome, Transport};
 use crate::store::Store;
 pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line};
@@ -19,13 +20,22 @@ enum Place {
 /// is refused alone (`?`, which the filter never holds against the backend). A rule with an
 /// active override is run under the override's limit instead of the one the gateway sent
 /// (a refund too: the bucket is in the override's units). The error is for a body that is
-/// no batch at all.
-pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), BadBatch> {
+/// no batch at all. The metrics count the exchange (by `transport`) and each check's
+/// outcome; a refused line counts as a refused check, whether it was a check or a refund.
+pub async fn answer(
+    store: &Store,
+    transport: Transport,
+    body: &[u8],
+    out: &mut String,
+) -> Result<(), BadBatch> {
+    let metrics = store.metrics();
+    metrics.exchange(transport);
+    let lines = parse_batch(body).inspect_err(|_| metrics.failure(Failure::BadBatch))?;
     let mut checks: Vec<Check> = Vec::new();
     let mut refunds: Vec<Check> = Vec::new();
     let mut places = Vec::new();
     let overrides = store.overrides().table();
-    for line in parse_batch(body)? {
+    for line in lines {
         let line = line.and_then(|mut line| match store.keyspace().refusal(&line.rules) {
             Some(reason) => Err(reason),
             None => {
@@ -56,23 +66,40 @@ pub async fn answer(store: &Store, body: &[u8], out: &mut String) -> Result<(), 
     let results: Vec<CheckResult> = places
         .into_iter()
         .map(|place| {
-            let outcome: Option<CheckOutcome> = match place {
+            let result = match place {
                 Place::Refused(reason) => {
                     log::debug!("check refused: {reason}");
-                    return CheckResult::Refused(reason);
+                    CheckResult::Refused(reason)
                 }
-                Place::Checked => checked.next(),
-                Place::Refunded => refunded.next(),
+                Place::Checked => ran(checked.next()),
+                // Not a check: `script_calls_total{mode="refund"}` counts refunds.
+                Place::Refunded => return ran(refunded.next()),
             };
-            match outcome.unwrap_or_else(|| Err("the store gave no answer".into())) {
-                Ok((now_ms, rules)) => CheckResult::Checked { now_ms, rules },
-                Err(reason) => {
-                    log::warn!("check failed: {reason}");
-                    CheckResult::Failed(reason)
-                }
-            }
+            metrics.check(counted_as(&result));
+            result
         })
         .collect();
     render_reply(out, &results);
     Ok(())
+}
+
+/// What the reply says of a line the store ran.
+fn ran(outcome: Option<CheckOutcome>) -> CheckResult {
+    match outcome.unwrap_or_else(|| Err("the store gave no answer".into())) {
+        Ok((now_ms, rules)) => CheckResult::Checked { now_ms, rules },
+        Err(reason) => {
+            log::warn!("check failed: {reason}");
+            CheckResult::Failed(reason)
+        }
+    }
+}
+
+/// How a check counts in the metrics.
+fn counted_as(result: &CheckResult) -> Outcome {
+    match result {
+        CheckResult::Checked { rules, .. } if rules.iter().all(|r| r.allowed) => Outcome::Allowed,
+        CheckResult::Checked { .. } => Outcome::Denied,
+        CheckResult::Failed(_) => Outcome::Failed,
+        CheckResult::Refused(_) => Outcome::Refused,
+    }
 }

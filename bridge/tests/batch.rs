@@ -9,7 +9,6 @@ mod common;
 use common::buckets::{batch, redis_now_ms, reset_stats, rule, run, script_calls, store, stored};
 use common::{Connect, Valkey};
 use ratelimit_bridge::check::Check;
-use ratelimit_bridge::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 
 #[tokio::test]
 async fn buckets_written_together_each_expire_a_second_after_full() {
@@ -143,19 +142,13 @@ async fn a_refund_gives_back_each_checks_cost_up_to_capacity() {
         run(&store, std::slice::from_ref(&r)).await.1[0].remaining,
         3
     );
-    // The script's refund mode, as the bridge uses it in a cluster: two checks on one key.
-    let checks = vec![vec![r.clone()], vec![r]];
-    let parts = [0, 1].map(|check| Part {
-        check,
-        rules: vec![0],
-    });
-    let lua = redis::Script::new(TOKEN_BUCKET_LUA);
-    let reply: Vec<i64> = script::invocation(&lua, Mode::Refund, &checks, &parts)
-        .unwrap()
-        .invoke(&mut valkey.connection())
-        .unwrap();
-    let (_, out) = script::decode(&reply, 2).unwrap();
-    let out: Vec<_> = out.into_iter().map(Option::unwrap).collect();
+    // Two give-backs of one key in one batch: each returns its cost, up to capacity.
+    let out: Vec<_> = store
+        .refund_all(&[vec![r.clone()], vec![r]])
+        .await
+        .into_iter()
+        .map(|o| o.unwrap().1.remove(0))
+        .collect();
     assert_eq!((out[0].remaining, out[1].remaining), (5, 5), "{out:?}");
     assert!(out.iter().all(|o| o.allowed && o.full_ms == 0));
     // Full again: stored as full for the 1 ms it has left, or gone already.
@@ -247,4 +240,40 @@ async fn values_the_script_did_not_write_are_never_overwritten() {
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut redis).unwrap();
         assert_eq!(ttl, -1, "{key} got an expiry");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_exchanges_share_script_calls_and_stay_exact() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let _ = run(&store, &[rule("warm-up", 1, 1, 1, 1)]).await;
+    reset_stats(&valkey);
+    // 400 exchanges of one check each, all at once, on one hot bucket of 150 tokens and a
+    // bucket of their own: the lane sends what queued behind the calls in flight together.
+    let exchanges: Vec<_> = (0..400)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let check = vec![
+                    rule("shared", 150, 1, 3_600_000, 1),
+                    rule(&format!("own{i}"), 5, 1, 3_600_000, 1),
+                ];
+                store.check(&check).await.unwrap()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for exchange in exchanges {
+        let (_, rules) = exchange.await.unwrap();
+        assert_eq!(rules.len(), 2);
+        if rules[0].allowed {
+            admitted += 1;
+            assert_eq!(rules[1].remaining, 4, "its own bucket, charged once");
+        } else {
+            assert_eq!(rules[1].remaining, 5, "all or nothing");
+        }
+    }
+    assert_eq!(admitted, 150, "exact across merged calls");
+    let calls = script_calls(&valkey);
+    assert!(calls <= 200, "{calls} script calls for 400 exchanges");
 }

@@ -1,14 +1,15 @@
-//! The store in Redis Cluster mode, on a one-node Valkey Cluster holding every slot: a
-//! batch costs one script call per slot, and a check spanning slots peeks at all of them
-//! before any takes, so one that a slot denies takes nothing elsewhere, even when other
-//! checks of the batch share its buckets. (Several nodes,
-//! failover and node routing are the testbed's `test_cluster.py`.)
+//! The store in Redis Cluster mode: a batch costs one script call per node whatever the
+//! slots of its keys (on a one-node cluster holding every slot, cheap, for that), and on
+//! three primaries a check spanning nodes stays all-or-nothing: its own buckets first, the
+//! shared ones only if those admitted (peeked at first when on several nodes), so a client
+//! over its own limit never touches a bucket it shares. (Failover and resharding under
+//! load are the testbed's `test_cluster.py`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::cluster::OneNodeCluster;
+use common::cluster::{Cluster, OneNodeCluster, RANGES};
 use ratelimit_bridge::check::{Check, RuleSpec};
 use ratelimit_bridge::slot::slot;
 use ratelimit_bridge::store::{Store, StoreOptions};
@@ -18,30 +19,55 @@ fn rule(key: &str, burst: u64) -> RuleSpec {
     RuleSpec::plain(key, burst, 1, 3_600_000, 1)
 }
 
-async fn store(node: &OneNodeCluster) -> Store {
-    let options = StoreOptions {
+fn options() -> StoreOptions {
+    StoreOptions {
         connect_timeout: Duration::from_secs(2),
         response_timeout: Duration::from_secs(5),
-    };
-    let store = Store::cluster(&[node.url()], options).unwrap();
-    let warm = store.check(&vec![rule("{a}warm-up", 1)]).await.unwrap();
-    assert!(warm.1[0].allowed, "the script is loaded");
-    let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
-    store
+    }
 }
 
-fn script_calls(node: &OneNodeCluster) -> String {
-    let info: String = node.cmd(redis::cmd("INFO").arg("commandstats"));
+/// Which of the three primaries serves `key`.
+fn node_of(key: &str) -> usize {
+    let s = slot(key.as_bytes());
+    RANGES
+        .iter()
+        .position(|&(a, b)| (a..=b).contains(&s))
+        .unwrap()
+}
+
+/// The `cmdstat_evalsha` line of `info` (`INFO commandstats`), or "".
+fn evalsha(info: &str) -> String {
     info.lines()
         .find(|l| l.contains("evalsha"))
         .unwrap_or("")
         .to_string()
 }
 
+/// A store on three primaries, the script loaded, statistics reset on every node.
+async fn three_nodes() -> (Cluster, Store) {
+    let cluster = Cluster::start(None, None);
+    let store = Store::cluster(&[cluster.seed()], options()).unwrap();
+    for tag in ["{b}", "{c}", "{a}"] {
+        let warm = store.check(&vec![rule(&format!("rl:warm:{tag}"), 1)]).await;
+        assert!(warm.unwrap().1[0].allowed, "the script is loaded");
+    }
+    for i in 0..3 {
+        let _: () = cluster.cmd(i, redis::cmd("CONFIG").arg("RESETSTAT"));
+    }
+    (cluster, store)
+}
+
+fn script_calls(cluster: &Cluster, i: usize) -> String {
+    evalsha(&cluster.cmd::<String>(i, redis::cmd("INFO").arg("commandstats")))
+}
+
 #[tokio::test]
-async fn a_check_denied_in_one_slot_takes_nothing_in_the_others_within_a_batch() {
+async fn a_batch_over_many_slots_of_one_node_is_one_call_each_check_atomic() {
     let node = OneNodeCluster::start();
-    let store = store(&node).await;
+    let store = Store::cluster(&[node.url()], options()).unwrap();
+    let warm = store.check(&vec![rule("{a}warm-up", 1)]).await.unwrap();
+    assert!(warm.1[0].allowed, "the script is loaded");
+    let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
     let (roomy, tight) = (rule("{a}user", 10), rule("{b}ip", 1));
     assert_ne!(slot(roomy.key.as_bytes()), slot(tight.key.as_bytes()));
 
@@ -56,63 +82,93 @@ async fn a_check_denied_in_one_slot_takes_nothing_in_the_others_within_a_batch()
         .iter()
         .map(|(_, o)| o.iter().map(|r| r.allowed).collect())
         .collect();
-    // The first check takes {b}'s only token, so the peek finds the second denied by
-    // {b}: it takes nothing from {a}, where the first and third took one each.
+    // The first check takes {b}'s only token; the second, denied by {b}, takes nothing
+    // from {a}, where the first and third took one each.
     assert_eq!(allowed, [vec![true, true], vec![true, false], vec![true]]);
     assert_eq!(out[2].1[0].remaining, 8);
     let value: Vec<u8> = node.cmd(redis::cmd("GET").arg("{a}user"));
     let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
     assert_eq!(units as u64 / 3_600_000, 8);
-    // A peek and a take per slot, no refund.
-    assert!(
-        script_calls(&node).contains("calls=4,"),
-        "{}",
-        script_calls(&node)
-    );
+    let info: String = node.cmd(redis::cmd("INFO").arg("commandstats"));
+    assert!(evalsha(&info).contains("calls=1,"), "{}", evalsha(&info));
 }
 
 #[tokio::test]
 async fn a_client_over_its_limit_never_touches_the_buckets_it_shares_elsewhere() {
-    let node = OneNodeCluster::start();
-    let store = store(&node).await;
-    // A global bucket on one slot, this client's own (empty) bucket on another.
-    let (global, own) = (rule("{g}global", 1000), rule("{u}alice", 1));
+    let (cluster, store) = three_nodes().await;
+    // A global bucket on one node, this client's own (empty) bucket on another.
+    let (global, own) = (rule("rl:global{b}", 1000), rule("rl:per-user:{c}alice", 1));
+    let (g, o) = (node_of(&global.key), node_of(&own.key));
+    assert_ne!(g, o);
     assert!(store.check(&vec![own.clone()]).await.unwrap().1[0].allowed);
-    let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
+    let _: () = cluster.cmd(o, redis::cmd("CONFIG").arg("RESETSTAT"));
     for _ in 0..5 {
         let (_, out) = store
             .check(&vec![global.clone(), own.clone()])
             .await
             .unwrap();
         assert_eq!((out[0].allowed, out[1].allowed), (true, false));
+        assert_eq!(out[0].remaining, 1000, "never reached: its capacity");
     }
-    // The global bucket was never written: not taken, not refunded.
-    let exists: i64 = node.cmd(redis::cmd("EXISTS").arg("{g}global"));
+    // The global bucket was never written, nor even called on: not taken, not refunded.
+    let exists: i64 = cluster.cmd(g, redis::cmd("EXISTS").arg(&global.key));
     assert_eq!(exists, 0);
+    assert_eq!(script_calls(&cluster, g), "");
     assert!(
-        script_calls(&node).contains("calls=10,"),
+        script_calls(&cluster, o).contains("calls=5,"),
         "{}",
-        script_calls(&node)
+        script_calls(&cluster, o)
     );
 }
 
 #[tokio::test]
-async fn a_peek_counts_denials_towards_a_block_without_keeping_what_it_took() {
-    let node = OneNodeCluster::start();
-    let store = store(&node).await;
-    let roomy = rule("{a}user", 10);
+async fn a_check_denied_on_one_node_gives_back_what_its_own_buckets_took_on_another() {
+    let (cluster, store) = three_nodes().await;
+    let (user, ip) = (
+        rule("rl:per-user:{b}alice", 10),
+        rule("rl:per-ip:{c}10.0.0.1", 1),
+    );
+    let (u, i) = (node_of(&user.key), node_of(&ip.key));
+    assert_ne!(u, i);
+    let both: Check = vec![user.clone(), ip];
+    // Both are taken in parallel: the IP's only token, then, for the second check, the
+    // user's token is given back when the IP's bucket denies.
+    let first = store.check(&both).await.unwrap();
+    assert!(first.1.iter().all(|r| r.allowed));
+    let second = store.check(&both).await.unwrap();
+    assert_eq!((second.1[0].allowed, second.1[1].allowed), (true, false));
+    let value: Vec<u8> = cluster.cmd(u, redis::cmd("GET").arg(&user.key));
+    let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
+    assert_eq!(
+        units as u64 / 3_600_000,
+        9,
+        "only the admitted check's token is gone"
+    );
+    let calls: Vec<String> = (0..3).map(|i| script_calls(&cluster, i)).collect();
+    assert!(
+        calls[u].contains("calls=3,"),
+        "take, take, give back: {calls:?}"
+    );
+    assert!(calls[i].contains("calls=2,"), "{calls:?}");
+}
+
+#[tokio::test]
+async fn shared_buckets_on_several_nodes_are_peeked_and_a_peek_counts_towards_a_block() {
+    let (cluster, store) = three_nodes().await;
+    let roomy = rule("rl:all{b}", 10);
     let tight = RuleSpec {
         block: Some(ratelimit_protocol::Block {
             after: 2,
             within_ms: 60_000,
             for_ms: 60_000,
         }),
-        ..rule("{b}ip", 1)
+        ..rule("rl:login{c}", 1)
     };
-    let both: Check = vec![roomy.clone(), tight];
-    // The peek finds the first check admitted and the next two denied by {b}, which
-    // blocks the client at once: the first check's take then meets the block, and gives
-    // back what it took in {a}.
+    assert_ne!(node_of(&roomy.key), node_of(&tight.key));
+    let both: Check = vec![roomy.clone(), tight.clone()];
+    // The peek finds the first check admitted and the next two denied by the tight
+    // bucket, which blocks at once: the first check's take then meets the block, and gives
+    // back what it took in the roomy one.
     let out = store.check_all(&[both.clone(), both.clone(), both]).await;
     let flags: Vec<(bool, bool)> = out
         .iter()
@@ -122,7 +178,7 @@ async fn a_peek_counts_denials_towards_a_block_without_keeping_what_it_took() {
         })
         .collect();
     assert_eq!(flags, [(false, true), (false, false), (false, true)]);
-    let value: Vec<u8> = node.cmd(redis::cmd("GET").arg("{b}ip"));
+    let value: Vec<u8> = cluster.cmd(node_of(&tight.key), redis::cmd("GET").arg(&tight.key));
     assert_eq!(
         (value.len(), value[0]),
         (49, 2),
@@ -131,8 +187,5 @@ async fn a_peek_counts_denials_towards_a_block_without_keeping_what_it_took() {
     let units = f64::from_le_bytes(value[1..9].try_into().unwrap());
     assert_eq!(units, 3_600_000.0, "no peek keeps what it took in memory");
     let a = store.check(&vec![roomy]).await.unwrap();
-    assert_eq!(
-        a.1[0].remaining, 9,
-        "{{a}} is whole again: nothing was admitted"
-    );
+    assert_eq!(a.1[0].remaining, 9, "whole again: nothing was admitted");
 }

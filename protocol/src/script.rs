@@ -25,7 +25,7 @@ pub const MAX_PART_RULES: usize = 255;
 pub const PER_RULE: usize = 3;
 
 /// What a script call does to its buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// Take each check's cost from all its buckets, or from none.
     Check,
@@ -44,6 +44,16 @@ impl Mode {
             Mode::Check => "check",
             Mode::Refund => "refund",
             Mode::Peek => "peek",
+        }
+    }
+
+    /// The script's `ARGV[1]` for a call whose keys travel in `ARGV` (see
+    /// `Layout::spread_args`).
+    pub fn spread_arg(self) -> &'static str {
+        match self {
+            Mode::Check => "check*",
+            Mode::Refund => "refund*",
+            Mode::Peek => "peek*",
         }
     }
 }
@@ -109,8 +119,22 @@ impl Layout<'_> {
     /// The call's arguments in order: the mode, the number of shapes, each shape's
     /// numbers, the checks' byte string.
     pub fn args(&self, mode: Mode) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(3 + self.shapes.len() * 9);
-        args.push(mode.arg().as_bytes().to_vec());
+        self.args_with(mode.arg(), 0)
+    }
+
+    /// The arguments of a call whose keys lie in several hash slots of one Redis Cluster
+    /// node, which refuses such keys declared (`CROSSSLOT`) but lets the script reach
+    /// them: `args`, the mode marked, then the keys. The call declares only its first key
+    /// (`keys[0]`), which routes it to the node.
+    pub fn spread_args(&self, mode: Mode) -> Vec<Vec<u8>> {
+        let mut args = self.args_with(mode.spread_arg(), self.keys.len());
+        args.extend(self.keys.iter().map(|k| k.as_bytes().to_vec()));
+        args
+    }
+
+    fn args_with(&self, mode: &str, more: usize) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(3 + self.shapes.len() * 9 + more);
+        args.push(mode.as_bytes().to_vec());
         args.push(u64_string(self.shapes.len() as u64).into_bytes());
         for n in self.shapes.iter().flatten() {
             args.push(u64_string(*n).into_bytes());

@@ -66,6 +66,12 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(text[..3], [&b"refund"[..], b"2", b"10"]);
     assert_eq!(args.len(), 3 + 2 * 9);
     assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
+    // Spread over slots: the same arguments, the mode marked, the keys after them.
+    let spread = layout.spread_args(Mode::Check);
+    assert_eq!(spread[0], b"check*");
+    assert_eq!(spread[1..args.len()], args[1..]);
+    let keys: Vec<&[u8]> = spread[args.len()..].iter().map(Vec::as_slice).collect();
+    assert_eq!(keys, [&b"a"[..], b"b", b"c"]);
 }
 
 #[test]

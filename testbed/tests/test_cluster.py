@@ -1,6 +1,8 @@
 """The limiter on a Valkey Cluster: buckets spread over every primary, exact counts,
-all-or-nothing across nodes, and recovery from the loss of a primary."""
+all-or-nothing across nodes, a slot moved under load, and recovery from the loss of a
+primary."""
 
+import threading
 import time
 
 import pytest
@@ -87,3 +89,49 @@ def test_the_limiter_recovers_by_itself_when_a_primary_dies(cluster_of, stack_of
                and cluster.node_of(f"rl:per-key:k{n}").cmd("ROLE")[0] == "master")
     got = [stack.get(0, "/", {"x-api-key": key})[0] for _ in range(8)]
     assert got == [200] * 5 + [429] * 3
+
+
+def test_a_slot_moved_under_load_admits_exactly_the_limit(cluster_of, stack_of_cluster):
+    cluster = cluster_of(3)
+    limit = 300
+    breaker = {"failures": 1000, "open_ms": 100, "max_open_ms": 200}
+    stack = stack_of_cluster(plugin(rule("per-user", ["user"], limit, per="1d"), timeout_ms=1000,
+                                    circuit_breaker=breaker), cluster)
+    key = "rl:per-user:mover"
+    source = cluster.node_of(key)
+    target = next(p for p in cluster.primaries if p is not source)
+    slot = int(source.cmd("CLUSTER", "KEYSLOT", key))
+    statuses, window = [], {}
+    stop = threading.Event()
+
+    def load():
+        while not stop.is_set():
+            status = stack.get(0, "/", {"x-user-id": "mover"})[0]
+            statuses.append((time.monotonic(), status))
+
+    workers = [threading.Thread(target=load) for _ in range(4)]
+    for w in workers:
+        w.start()
+    try:
+        while len(statuses) < 100:
+            time.sleep(0.01)
+        window["start"] = time.monotonic()
+        # Half-moved for 0.3 s: the key on the target, the slot still the source's.
+        cluster.move_slot(slot, source, target, pause_s=0.3)
+        window["end"] = time.monotonic()
+        while len(statuses) < 2 * limit or time.monotonic() - window["end"] < 1.0:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert cluster.node_of(key) is target
+    counts = {s: sum(1 for _, x in statuses if x == s) for s in {x for _, x in statuses}}
+    print(f"{len(statuses)} requests while slot {slot} moved: {counts}")
+    assert set(counts) <= {200, 429, 503}, counts
+    # No check ran twice or was lost: exactly the limit admitted, and the bucket empty.
+    assert counts[200] == limit, counts
+    assert bucket_units(target.port, key) < 86_400_000 // limit
+    # Failures only while the slot moved (and the moment after, while the map is read).
+    late = [t for t, x in statuses if x == 503 and not window["start"] <= t <= window["end"] + 0.5]
+    assert not late, f"{len(late)} failures outside the move"

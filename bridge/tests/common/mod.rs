@@ -12,11 +12,13 @@ pub mod cutter;
 pub mod model;
 pub mod process;
 pub mod server;
+pub mod stream;
 
 pub use test_support::Valkey;
 
 /// What the bridge needs of an ACL user, and no more (as the README recommends): the
-/// script's commands on `rl:` keys, and PING for /healthz. A cluster adds `cluster|slots`.
+/// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots), and PING
+/// for /healthz. A cluster adds `cluster|slots`.
 pub const BRIDGE_ACL: &[&str] = &[
     "on",
     "resetkeys",
@@ -28,6 +30,7 @@ pub const BRIDGE_ACL: &[&str] = &[
     "+script|load",
     "+time",
     "+mget",
+    "+get",
     "+exists",
     "+type",
     "+set",

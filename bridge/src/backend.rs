@@ -1,0 +1,287 @@
+//! The connection to Redis (or Valkey): one multiplexed, self-reconnecting connection to a
+//! single server, or one to a Redis Cluster; and one script call on one node, which is what
+//! the store's lanes (`commit`) send.
+//!
+//! A script call is never sent twice: it takes tokens, so one whose answer was lost may
+//! have run, and sending it again would take them twice. Neither client re-sends a command
+//! after an I/O error (see `Backend::single` and `Backend::cluster`); a call is sent again
+//! only after an answer that proves it did not run: `NOSCRIPT` (`redis::Script` loads the
+//! script first), and in a cluster no connection to send it on, or a node that does not
+//! serve a key's slot (yet): the store sends those again where the slot now lives.
+
+use crate::check::Check;
+use crate::commit::{CallError, Caller, PartReply};
+use crate::metrics::{self, Metrics};
+use crate::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
+use crate::topology::Topology;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::ServerErrorKind;
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::OnceCell;
+
+/// How patiently the bridge talks to Redis.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// Bound on establishing a connection; past it the check fails and reconnects later.
+    pub connect_timeout: Duration,
+    /// Bound on one command; the filter's own timeout is usually shorter.
+    pub response_timeout: Duration,
+}
+
+/// Redis, and the token bucket script; cheap to clone (connections are multiplexed).
+#[derive(Clone)]
+pub struct Backend {
+    conn: Conn,
+    script: Arc<redis::Script>,
+    /// Every script call is counted here, per node.
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Clone)]
+enum Conn {
+    /// Pipelines concurrent commands on one connection and reconnects by itself.
+    Single(Box<Single>),
+    /// Connected on first use (the bridge starts while the cluster is down); the connection
+    /// refreshes its topology after a `MOVED` or a failover.
+    Cluster {
+        client: Box<ClusterClient>,
+        conn: Arc<OnceCell<ClusterConnection>>,
+    },
+}
+
+/// One server's connection. The manager reconnects by itself after I/O errors only: once
+/// Redis refused its credentials it would keep failing, even after the server accepts them
+/// (a password rotation done in the wrong order, then fixed), until the bridge restarts.
+/// So a refused login makes the health loop remake it from the client and config.
+#[derive(Clone)]
+struct Single {
+    conn: Arc<RwLock<ConnectionManager>>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl Single {
+    fn conn(&self) -> ConnectionManager {
+        match self.conn.read() {
+            Ok(conn) => conn.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn remake(&self) {
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(fresh) => match self.conn.write() {
+                Ok(mut conn) => *conn = fresh,
+                Err(poisoned) => *poisoned.into_inner() = fresh,
+            },
+            Err(e) => log::warn!("cannot remake the redis connection: {e}"),
+        }
+    }
+}
+
+impl Backend {
+    /// One server through `client`, which carries TLS and credentials (see `connect`).
+    /// Prepares the connection without dialing: the bridge starts (and reports unhealthy)
+    /// even while Redis is down. The manager never re-sends a command: a failed one only
+    /// makes it reconnect in the background, and its "retries" are attempts to connect
+    /// (two, then the next command tries again; `health` makes sure one does).
+    pub fn single(client: redis::Client, options: StoreOptions) -> RedisResult<Backend> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+        Ok(Backend::with(Conn::Single(Box::new(Single {
+            conn: Arc::new(RwLock::new(conn)),
+            client,
+            config,
+        }))))
+    }
+
+    /// A Redis Cluster through `builder`, which carries TLS and credentials. Without the
+    /// client's retries: it re-sends a command on an I/O error (a dropped connection, a
+    /// response timeout) as readily as on `MOVED`, so a script call that ran could run
+    /// twice.
+    pub fn cluster(builder: ClusterClientBuilder, options: StoreOptions) -> RedisResult<Backend> {
+        let client = builder
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.response_timeout)
+            .retries(0)
+            .build()?;
+        Ok(Backend::with(Conn::Cluster {
+            client: Box::new(client),
+            conn: Arc::new(OnceCell::new()),
+        }))
+    }
+
+    fn with(conn: Conn) -> Backend {
+        Backend {
+            conn,
+            script: Arc::new(redis::Script::new(TOKEN_BUCKET_LUA)),
+            metrics: Arc::default(),
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster { .. })
+    }
+
+    /// Runs `invocation` (whose keys share one slot, in a cluster).
+    pub async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        match &self.conn {
+            Conn::Single(single) => invocation.invoke_async(&mut single.conn()).await,
+            Conn::Cluster { .. } => {
+                invocation
+                    .invoke_async(&mut self.cluster_conn().await?)
+                    .await
+            }
+        }
+    }
+
+    /// Runs one command (whose keys share one slot, in a cluster).
+    pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        match &self.conn {
+            Conn::Single(single) => cmd.query_async(&mut single.conn()).await,
+            Conn::Cluster { .. } => cmd.query_async(&mut self.cluster_conn().await?).await,
+        }
+    }
+
+    /// Which node serves which slot now (one node on a single server).
+    pub async fn topology(&self) -> Result<Topology, String> {
+        if !self.is_cluster() {
+            return Ok(Topology::single());
+        }
+        let mut conn = self
+            .cluster_conn()
+            .await
+            .map_err(|e| format!("redis cluster: {e}"))?;
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+        let reply = conn
+            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), routing)
+            .await
+            .map_err(|e| format!("redis cluster: CLUSTER SLOTS: {e}"))?;
+        Topology::from_cluster_slots(&reply)
+    }
+
+    async fn cluster_conn(&self) -> RedisResult<ClusterConnection> {
+        let Conn::Cluster { client, conn } = &self.conn else {
+            return Err((ErrorKind::Client, "not a cluster").into());
+        };
+        conn.get_or_try_init(|| client.get_async_connection())
+            .await
+            .cloned()
+    }
+
+    /// Whether Redis answers a `PING` now (in a cluster: a node).
+    pub async fn ping(&self) -> bool {
+        let cmd = redis::cmd("PING");
+        match &self.conn {
+            Conn::Single(single) => match single.conn().req_packed_command(&cmd).await {
+                Ok(_) => true,
+                Err(e) => {
+                    if e.kind() == ErrorKind::AuthenticationFailed {
+                        single.remake();
+                    }
+                    false
+                }
+            },
+            Conn::Cluster { .. } => match self.cluster_conn().await {
+                Ok(mut conn) => conn.req_packed_command(&cmd).await.is_ok(),
+                Err(_) => false,
+            },
+        }
+    }
+}
+
+impl Caller for Backend {
+    /// One script call over `parts`. In a cluster the keys may lie in several slots of the
+    /// node: they travel as arguments, the first one declared to route the call.
+    async fn call(
+        &self,
+        node: &Arc<str>,
+        mode: Mode,
+        parts: Vec<Check>,
+        queued: usize,
+    ) -> Vec<PartReply> {
+        self.metrics.queue_depth(node, queued as i64);
+        let rules: Vec<usize> = parts.iter().map(Vec::len).collect();
+        let wholes: Vec<Part> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Part::whole(i, n))
+            .collect();
+        let fail = |e: CallError| vec![Err(e); rules.len()];
+        let layout = match script::layout(&parts, &wholes) {
+            Ok(layout) => layout,
+            Err(e) => return fail(CallError::Failed(e)),
+        };
+        let mut invocation = self.script.prepare_invoke();
+        if self.is_cluster() {
+            if let Some(first) = layout.keys.first() {
+                invocation.key(*first);
+            }
+            for arg in layout.spread_args(mode) {
+                invocation.arg(arg);
+            }
+        } else {
+            for key in &layout.keys {
+                invocation.key(*key);
+            }
+            for arg in layout.args(mode) {
+                invocation.arg(arg);
+            }
+        }
+        let started = Instant::now();
+        let reply: RedisResult<Vec<i64>> = self.invoke(&invocation).await;
+        let result = reply.as_ref().map(|_| ()).map_err(metrics::redis_failure);
+        let (checks, keys) = (rules.len(), layout.keys.len());
+        let elapsed = started.elapsed();
+        self.metrics
+            .script_call(node, mode.arg(), checks, keys, elapsed, result);
+        let values = match reply {
+            Ok(values) => values,
+            Err(e) if did_not_run(&e) => return fail(CallError::NotRun(format!("redis: {e}"))),
+            Err(e) => return fail(CallError::Failed(format!("redis: {e}"))),
+        };
+        let (now, outcomes) = match script::decode(&values, rules.iter().sum()) {
+            Ok(decoded) => decoded,
+            Err(e) => return fail(CallError::Failed(e)),
+        };
+        let mut outcomes = outcomes.into_iter();
+        rules
+            .iter()
+            .map(|&n| Ok((now, outcomes.by_ref().take(n).collect())))
+            .collect()
+    }
+}
+
+/// Whether the cluster refused a command without running it: no connection to send it on,
+/// or a node that does not serve a key's slot (a redirect, a slot failing over or
+/// migrating, a node still loading). Never an I/O error: the command may have run.
+pub fn did_not_run(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+            )
+    ) || e.to_string().contains("non local key")
+}
