@@ -71,12 +71,21 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
 
 def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0):
     """One HTTP/1.1 request on its own connection; `source` binds the client address
-    (any 127.x.y.z works on loopback). Returns (status, lower-case headers, body)."""
+    (any 127.x.y.z works on loopback). `headers` is a dict, or a list of (name, value)
+    pairs to send a header more than once. Returns (status, lower-case headers, body)."""
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=timeout,
         source_address=(source, 0) if source else None)
     try:
-        conn.request(method, path, headers=headers or {})
+        pairs = list(headers.items() if isinstance(headers, dict) else headers or [])
+        names = {name.lower() for name, _ in pairs}
+        conn.putrequest(method, path, skip_host="host" in names,
+                        skip_accept_encoding="accept-encoding" in names)
+        if method in ("POST", "PUT", "PATCH") and "content-length" not in names:
+            pairs.append(("content-length", "0"))  # as http.client's request() sends
+        for name, value in pairs:
+            conn.putheader(name, value)
+        conn.endheaders()
         resp = conn.getresponse()
         body = resp.read().decode(errors="replace")
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
@@ -146,10 +155,12 @@ def filter_resource(wasm_filter):
                            "name": FILTER_NAME, "typed_config": wasm_filter["typed_config"]}]}
 
 
-def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False):
+def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
+                 filters_before=()):
     """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
     `raw_paths` turns Envoy's own path normalization off (`normalize_path`,
-    `merge_slashes`), so that the filter sees `:path` exactly as the client sent it."""
+    `merge_slashes`), so that the filter sees `:path` exactly as the client sent it.
+    `filters_before` are HTTP filters run before the wasm filter (e.g. `jwt_authn`)."""
     config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
     config = copy.deepcopy(config)
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
@@ -162,6 +173,7 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False):
     if raw_paths:
         hcm["normalize_path"] = False
         hcm["merge_slashes"] = False
+    hcm["http_filters"][:0] = copy.deepcopy(list(filters_before))
     for cluster in config["static_resources"]["clusters"]:
         if cluster["name"] == "ratelimit_bridge":
             endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
@@ -205,10 +217,10 @@ def load_error(plugin):
 
 class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
-    `raw_paths` as in `envoy_config`."""
+    `raw_paths` and `filters_before` as in `envoy_config` (not with `reloadable`)."""
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
-                 bridge_args=(), reloadable=False):
+                 bridge_args=(), reloadable=False, filters_before=()):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -237,7 +249,8 @@ class Stack:
         for i in range(gateways):
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
-            config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths)
+            config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths,
+                                  filters_before)
             if reloadable:
                 filters = config["static_resources"]["listeners"][0]["filter_chains"][0][
                     "filters"][0]["typed_config"]["http_filters"]

@@ -1,35 +1,29 @@
-//! Which Redis keys the bridge may touch: only those under its configured prefixes
-//! (`--key-prefix`, default `rl`). Whoever reaches the bridge can name any key in a check;
-//! without this bound a caller could overwrite or expire any key of a shared Redis
-//! (sessions, queues), not only rate-limit buckets.
+//! Which Redis keys the bridge may touch: only keys a gateway makes (the keys' grammar,
+//! `ratelimit_protocol::key`: `prefix:rule[:value...]`, values escaped as the filter
+//! escapes them), under its configured prefixes (`--key-prefix`, default `rl`). Whoever
+//! reaches the bridge can name any key in a check; without this bound a caller could
+//! overwrite or expire any key of a shared Redis (sessions, queues), or the bridge's own
+//! records under a prefix (`{overrides}`, which no rule name can spell), not only buckets.
 
 use crate::check::Check;
+pub use ratelimit_protocol::key::is_name;
+use ratelimit_protocol::key::parse_key;
 
 /// The default prefix, the filter's default `key_prefix`.
 pub const DEFAULT_PREFIX: &str = "rl";
 
-/// The prefixes whose keys (`prefix:...`) the bridge may read and write.
+/// The prefixes whose bucket keys (`prefix:rule[:value...]`) the bridge may read and write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyspace {
-    /// Each prefix with its `:` separator.
     prefixes: Vec<String>,
 }
 
 impl Default for Keyspace {
     fn default() -> Keyspace {
         Keyspace {
-            prefixes: vec![format!("{DEFAULT_PREFIX}:")],
+            prefixes: vec![DEFAULT_PREFIX.into()],
         }
     }
-}
-
-/// Whether `name` is 1 to 64 of `[A-Za-z0-9._-]`: what the filter allows in its
-/// `key_prefix` and rule names.
-pub fn is_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 impl Keyspace {
@@ -38,36 +32,35 @@ impl Keyspace {
     pub fn parse(list: &str) -> Result<Keyspace, String> {
         let mut prefixes = Vec::new();
         for prefix in list.split(',').map(str::trim) {
-            let valid = is_name(prefix);
-            if !valid {
+            if !is_name(prefix) {
                 return Err(format!(
                     "{prefix:?} is not a key prefix (1 to 64 letters, digits, '.', '_' or '-')"
                 ));
             }
-            prefixes.push(format!("{prefix}:"));
+            prefixes.push(prefix.to_string());
         }
         Ok(Keyspace { prefixes })
     }
 
-    /// The prefixes, without their `:`.
+    /// The prefixes.
     pub fn prefixes(&self) -> impl Iterator<Item = &str> {
-        self.prefixes
-            .iter()
-            .map(|p| p.strip_suffix(':').unwrap_or(p))
+        self.prefixes.iter().map(String::as_str)
     }
 
-    /// Why `check` may not run, if one of its keys lies outside every prefix.
+    /// Why `check` may not run, if one of its keys is no key a gateway makes or lies outside
+    /// every prefix.
     pub fn refusal(&self, check: &Check) -> Option<String> {
-        let outside = check.iter().find(|rule| {
-            !self
-                .prefixes
-                .iter()
-                .any(|p| rule.key.starts_with(p.as_str()))
-        })?;
-        Some(format!(
-            "key {:?} is outside the bridge's key prefixes",
-            outside.key.chars().take(64).collect::<String>()
-        ))
+        check.iter().find_map(|rule| {
+            let why = match parse_key(&rule.key) {
+                Err(why) => format!("is no key a gateway makes ({why})"),
+                Ok(key) if !self.prefixes.iter().any(|p| p == key.prefix) => {
+                    "is outside the bridge's key prefixes".into()
+                }
+                Ok(_) => return None,
+            };
+            let shown: String = rule.key.chars().take(64).collect();
+            Some(format!("key {shown:?} {why}"))
+        })
     }
 }
 
@@ -91,6 +84,23 @@ mod tests {
             assert!(refusal.is_some_and(|r| r.contains(bad)), "{bad}");
         }
         assert_eq!(Keyspace::default(), Keyspace::parse("rl").unwrap());
+    }
+
+    #[test]
+    fn keys_no_gateway_makes_are_refused_under_a_prefix_too() {
+        let keys = Keyspace::default();
+        for bad in [
+            "rl:{overrides}",
+            "rl:{overrides}:r:bob",
+            "rl:r:a b",
+            "rl:r:",
+        ] {
+            let refusal = keys.refusal(&check(&["rl:ok", bad])).unwrap_or_default();
+            assert!(
+                refusal.contains("is no key a gateway makes"),
+                "{bad}: {refusal}"
+            );
+        }
     }
 
     #[test]

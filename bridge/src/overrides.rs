@@ -18,10 +18,10 @@ use ratelimit_filter::rules::bucket_key;
 use std::collections::HashMap;
 
 /// The segment after `<prefix>:` that every override record starts with. Bucket keys are
-/// `<prefix>:<rule>[:<value>...]`, where a rule name holds only `[A-Za-z0-9._-]` and a
-/// value only `[A-Za-z0-9._@+=!~%-]` (or `#` and hex digits), so no bucket key can have a
-/// `{` after its prefix: no record can ever be read or overwritten as a bucket, and no
-/// client can name one. The braces are also a Redis Cluster hash tag: every record of
+/// `<prefix>:<rule>[:<value>...]` (`ratelimit_protocol::key`), where a rule name holds only
+/// `[A-Za-z0-9._-]` and a value only `[A-Za-z0-9._@+=!~%-]` (or `#` and hex digits), so no
+/// bucket key can have a `{` after its prefix: no record can ever be read or overwritten as
+/// a bucket, and no caller of the bridge can name one (`keyspace` refuses such checks). The braces are also a Redis Cluster hash tag: every record of
 /// every prefix hashes to one slot, so a record and the index are written together by one
 /// script call and listed with one `ZRANGE` and one `MGET`, on a Cluster too.
 const NAMESPACE: &str = "{overrides}";
@@ -246,6 +246,14 @@ mod tests {
         // Whatever the client sends, its value is escaped: no bucket holds a brace.
         let hostile = Target::new("rl", "r", &["{overrides}".into()]).unwrap();
         assert_eq!(hostile.key, "rl:r:%7Boverrides%7D");
+        // And no key of the namespace is one a check may name (`keyspace`).
+        for key in [
+            index_key("rl"),
+            record_key("rl", "r"),
+            record_key("rl", "r:bob"),
+        ] {
+            assert!(ratelimit_protocol::key::parse_key(&key).is_err(), "{key}");
+        }
         assert!(Target::new("rl", "{overrides}", &[]).is_err());
         assert!(Target::new("r:l", "r", &[]).is_err());
         assert!(Target::new("rl", "r", &[" ".into()]).is_err());

@@ -9,7 +9,6 @@ use crate::config::{Config, FailureMode};
 use crate::counters::{Counter, RuleCounts};
 use crate::deny_cache::DenyCache;
 use crate::host::Proxy;
-use crate::identity::Repeated;
 use crate::lease::Leases;
 use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
@@ -128,9 +127,9 @@ impl Admission {
     pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         self.planned = match rules::plan(config, host) {
             Ok(planned) => planned,
-            Err(Repeated(header)) => {
+            Err(bad) => {
                 self.outcome = Some(Outcome::Rejected);
-                return Start::Decided(Verdict::Reply(response::repeated_header(&header)));
+                return Start::Decided(Verdict::Reply(response::bad_identity(&bad)));
             }
         };
         if self.planned.is_empty() {

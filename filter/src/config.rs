@@ -13,16 +13,18 @@ use crate::deny_cache;
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
 pub use crate::matcher::Matcher;
-use crate::matcher::RawMatch;
+use crate::matcher::{method_overrides, RawMatch};
 use crate::scope::{RawScope, Scope, MAX_SCOPES};
 use crate::source::RawIdentity;
 pub use crate::source::{Address, Forwarded, Identity, Source};
+use ratelimit_protocol::key;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+/// Longest name (a key prefix, rule, identity or tier): the keys' grammar's.
+pub use ratelimit_protocol::key::MAX_NAME_LEN;
 /// Upper bound on rules per request: what one check of the wire format may carry.
 pub use ratelimit_protocol::MAX_RULES;
-pub const MAX_NAME_LEN: usize = 64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +51,8 @@ struct RawConfig {
     deny_cache_entries: u64,
     #[serde(default)]
     mode: Mode,
+    #[serde(default)]
+    method_override: Vec<String>,
 }
 
 fn default_deny_cache_entries() -> u64 {
@@ -191,6 +195,9 @@ pub struct Config {
     pub deny_cache_entries: u64,
     /// The whole plugin is in shadow mode: every rule is.
     pub shadow: bool,
+    /// Headers that name the method the upstream serves a request as, such as
+    /// `x-http-method-override` (lower case): a rule on methods matches those too.
+    pub method_override: Vec<String>,
 }
 
 impl Config {
@@ -224,10 +231,7 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return err(field, format!("must be 1 to {MAX_NAME_LEN} characters"));
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    {
+    if !name.bytes().all(key::is_name_byte) {
         return err(
             field,
             format!("{name:?} may only hold letters, digits, '-', '_' and '.'"),
@@ -283,6 +287,7 @@ impl RawConfig {
                 format!("must be at most {}", deny_cache::MAX_ENTRIES),
             );
         }
+        let method_override = method_overrides(self.method_override)?;
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
@@ -305,6 +310,7 @@ impl RawConfig {
             circuit_breaker: breaker,
             deny_cache_entries: self.deny_cache_entries,
             shadow: self.mode == Mode::Shadow,
+            method_override,
         };
         if self.rules.is_empty() && self.scopes.is_empty() {
             return err("rules", "at least one rule is needed");

@@ -4,7 +4,7 @@
 
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The configuration the README documents (`filter/example-config.json`).
 pub const EXAMPLE: &str = include_str!("../example-config.json");
@@ -15,46 +15,65 @@ pub const ROUTE_READ: &str = "(route name)";
 /// A request made of raw header bytes and a peer address.
 #[derive(Default)]
 pub struct FakeRequest {
-    pub headers: HashMap<String, Vec<u8>>,
+    /// Every header line in order; a name may come more than once.
+    pub headers: Vec<(String, Vec<u8>)>,
     pub peer: Option<Vec<u8>>,
     /// Every header the filter asked for, in order, and `ROUTE_READ` for each read of the
     /// route's name (each is a host call in a real proxy).
     pub reads: RefCell<Vec<String>>,
-    /// Headers the request carries more than once (`headers` holds the first value).
-    pub repeated: HashSet<String>,
     /// The route's name.
     pub route: Option<Vec<u8>>,
 }
 
 impl FakeRequest {
+    /// The request with header `name` set to `value` (replacing any copies of it).
     pub fn with(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
-        self.headers.insert(name.into(), value.as_ref().to_vec());
+        self.headers.retain(|(n, _)| n != name);
+        self.also(name, value)
+    }
+
+    /// The request with one more copy of header `name`, after those it has.
+    pub fn also(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
+        self.headers.push((name.into(), value.as_ref().to_vec()));
         self
     }
 
     /// The request carries `name` a second time (with another value).
-    pub fn twice(mut self, name: &str) -> Self {
-        self.repeated.insert(name.into());
-        self
+    pub fn twice(self, name: &str) -> Self {
+        self.also(name, "(a second copy)")
     }
 
     pub fn peer_at(mut self, addr: &str) -> Self {
         self.peer = Some(addr.as_bytes().to_vec());
         self
     }
+
+    fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a [u8]> + use<'a> {
+        self.reads.borrow_mut().push(name.to_string());
+        let name = name.to_string();
+        self.headers
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v.as_slice())
+    }
 }
 
 impl RequestView for FakeRequest {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.reads.borrow_mut().push(name.to_string());
-        self.headers.get(name).map(Vec::as_slice)
+        self.values(name).next()
     }
 
     fn sole_header(&self, name: &str) -> Sole<'_> {
-        if self.repeated.contains(name) {
-            return Sole::Repeated;
+        let mut values = self.values(name);
+        match (values.next(), values.next()) {
+            (None, _) => Sole::Absent,
+            (Some(value), None) => Sole::Once(value),
+            (Some(_), Some(_)) => Sole::Repeated,
         }
-        self.header(name).map_or(Sole::Absent, Sole::Once)
+    }
+
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.values(name).collect()
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {
@@ -101,6 +120,10 @@ impl RequestView for FakeProxy {
 
     fn sole_header(&self, name: &str) -> Sole<'_> {
         self.req.sole_header(name)
+    }
+
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.req.header_list(name)
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

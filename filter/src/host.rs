@@ -10,6 +10,10 @@ pub trait RequestView {
     /// A header the request must not repeat (an identity's): read in one pass, since a
     /// repeat can only be told by reading them all.
     fn sole_header(&self, name: &str) -> Sole<'_>;
+    /// Every copy of a list header (`X-Forwarded-For`, a method override), in order: a host
+    /// may deliver a repeated header as separate copies or join them into one value with
+    /// commas (Envoy does for some), and the list must read the same either way.
+    fn header_list(&self, name: &str) -> Vec<&[u8]>;
     /// The host's `source.address` property, e.g. `10.0.0.1:5678` or `[::1]:5678`.
     fn source_address(&self) -> Option<Vec<u8>>;
     /// The host's `route_name` property: the name of the route the request took.

@@ -2,38 +2,57 @@
 //!
 //! Every value that leaves this module is escaped to a small alphabet (so it can never
 //! forge a key separator or a Redis Cluster hash tag) and bounded in length (oversized
-//! values are replaced by a digest), before it becomes part of a Redis key.
+//! values are replaced by a digest), before it becomes part of a Redis key. An identity a
+//! request carries but that cannot be told (repeated, an unreadable JWT) refuses the
+//! request: it never exempts it from its rules.
 
 use crate::digest;
 use crate::host::{RequestView, Sole};
-use crate::jwt;
+use crate::jwt::{self, Reading};
 use crate::source::{Address, Forwarded, Source};
+use ratelimit_protocol::key;
 use std::borrow::Cow;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// Longest escaped value kept verbatim in a key; longer ones become a digest.
-pub const MAX_VALUE_LEN: usize = 128;
-/// Longest raw header we look at for a JWT (a bearer token or a forwarded payload).
-const MAX_JWT_LEN: usize = 8192;
+pub use ratelimit_protocol::key::MAX_VALUE_LEN;
 
-/// An identity header that came more than once: which value is the client's cannot be
-/// told (a filter before this one may have appended the real one after a forged one), and
-/// ignoring the identity would let the client slip out of its rules by repeating a header.
-/// The request is refused instead.
+/// An identity a request carries but whose value cannot be told. Such a request is refused
+/// (`400`), never let through: ignoring the identity would exempt it from every rule keyed
+/// on it, and the client chose to send it that way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repeated(pub String);
+pub struct BadIdentity {
+    /// The header at fault.
+    pub header: String,
+    pub problem: Problem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// The header came more than once: which value is the client's cannot be told (a
+    /// filter before this one may have appended the real one after a forged one). For a
+    /// JWT, a comma counts as a repeat: no token holds one, and a proxy that joins the
+    /// copies of a header (Envoy does for `authorization`) separates them with one.
+    Repeated,
+    /// A JWT header holds a token, or a payload, that cannot be read.
+    Unreadable,
+}
 
 /// Resolves one identity for the current request; `Ok(None)` when the request lacks it.
 /// A header value already key-safe is borrowed from the request, not copied.
 pub fn resolve<'r>(
     source: &Source,
     req: &'r impl RequestView,
-) -> Result<Option<Cow<'r, str>>, Repeated> {
+) -> Result<Option<Cow<'r, str>>, BadIdentity> {
+    let bad = |name: &String, problem| BadIdentity {
+        header: name.clone(),
+        problem,
+    };
     let single = |name: &String| match req.sole_header(name) {
         Sole::Absent => Ok(None),
         Sole::Once(value) => Ok(Some(value)),
-        Sole::Repeated => Err(Repeated(name.clone())),
+        Sole::Repeated => Err(bad(name, Problem::Repeated)),
     };
     Ok(match source {
         Source::Header(name) => single(name)?.and_then(|v| key_safe(trimmed(v))),
@@ -41,19 +60,32 @@ pub fn resolve<'r>(
             header,
             claim,
             unverified,
-        } => single(header)?
-            .and_then(|raw| jwt_value(raw, claim, *unverified))
-            .map(Cow::Owned),
+        } => match single(header)? {
+            Some(raw) => jwt_value(trimmed(raw), claim, *unverified)
+                .map_err(|problem| bad(header, problem))?
+                .map(Cow::Owned),
+            None => None,
+        },
         Source::Address(address) => client_address(req, address).map(Cow::Owned),
     })
 }
 
-fn jwt_value(raw: &[u8], claim: &str, unverified: bool) -> Option<String> {
-    if raw.len() > MAX_JWT_LEN {
-        return None;
+/// The claim of the JWT in `raw` (trimmed) as a key value: `None` when the header is empty,
+/// holds no token or a token without the claim; a payload too long to decode is keyed on
+/// its digest.
+fn jwt_value(raw: &[u8], claim: &str, unverified: bool) -> Result<Option<String>, Problem> {
+    if raw.is_empty() {
+        return Ok(None);
     }
-    let value = jwt::claim(trimmed(raw), claim, unverified)?;
-    key_safe(value.trim().as_bytes()).map(Cow::into_owned)
+    if raw.contains(&b',') {
+        return Err(Problem::Repeated);
+    }
+    match jwt::read(raw, claim, unverified) {
+        Reading::NoToken | Reading::Claim(None) => Ok(None),
+        Reading::Unreadable => Err(Problem::Unreadable),
+        Reading::TooLong(payload) => Ok(Some(escape(payload))),
+        Reading::Claim(Some(value)) => Ok(key_safe(value.trim().as_bytes()).map(Cow::into_owned)),
+    }
 }
 
 fn trimmed(bytes: &[u8]) -> &[u8] {
@@ -79,9 +111,9 @@ fn key_safe(bytes: &[u8]) -> Option<Cow<'_, str>> {
     }
 }
 
-/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]`.
+/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]` (the keys' grammar, `key`).
 fn is_key_safe(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"._@+=!~-".contains(&b)
+    key::is_safe_byte(b)
 }
 
 fn parse_ip(text: &[u8]) -> Option<IpAddr> {
@@ -120,20 +152,25 @@ fn client_address(req: &impl RequestView, address: &Address) -> Option<String> {
 /// (`gateway_appends`; Envoy appends the peer, or its own address when the peer is
 /// loopback, so the entry cannot be recognized by its value). Entries further left were
 /// written by the client and are never trusted.
+///
+/// The header is a list: its copies, however the host delivers them (apart, or joined with
+/// commas as Envoy does), are read as one list in order, so a proxy that adds a copy rather
+/// than appending to the client's is read right.
 fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> {
-    let xff = req.header("x-forwarded-for")?;
+    let copies = req.header_list("x-forwarded-for");
     let hops = usize::try_from(forwarded.hops).ok()?;
     let skip = usize::from(forwarded.gateway_appends);
-    let entry = xff
-        .split(|&b| b == b',')
+    let entry = copies
+        .iter()
         .rev()
+        .flat_map(|copy| copy.split(|&b| b == b',').rev())
         .nth(hops.checked_sub(1)? + skip)?;
     parse_ip(entry)
 }
 
 /// Percent-escapes everything but `[A-Za-z0-9._@+=!~-]`; values longer than
 /// `MAX_VALUE_LEN` once escaped become `#` and the SHA-256 of the raw bytes in hex (`#` is
-/// itself escaped, so a digest never equals a verbatim value).
+/// itself escaped, so a digest never equals a verbatim value): a value of `key`'s grammar.
 pub fn escape(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
     for &b in raw {
@@ -143,7 +180,7 @@ pub fn escape(raw: &[u8]) -> String {
             let _ = write!(out, "%{b:02X}");
         }
         if out.len() > MAX_VALUE_LEN {
-            return format!("#{}", digest::sha256_hex(raw));
+            return format!("{}{}", key::DIGEST_MARK, digest::sha256_hex(raw));
         }
     }
     out
@@ -152,3 +189,7 @@ pub fn escape(raw: &[u8]) -> String {
 #[cfg(test)]
 #[path = "identity_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "identity_jwt_tests.rs"]
+mod jwt_tests;

@@ -1,8 +1,11 @@
 //! Which requests a rule applies to (`"match"`): path prefix, exact path, methods. Paths
 //! are compared in normal form (`path::normalize`), so a pattern must be written in it.
+//! Methods are compared as the upstream may serve the request: `HEAD` as the `GET` it is,
+//! in any case, and as any method its override headers name (`method_override`).
 
 use crate::config_error::{err, ConfigError};
 use crate::path;
+use crate::source::check_header_name;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -24,15 +27,63 @@ pub struct Matcher {
     pub methods: Vec<String>,
 }
 
+/// The methods a request may be served as: its own, and each one its method-override
+/// headers name (which of them the upstream honours is not known: any of them counts).
+#[derive(Debug, Default)]
+pub struct Methods<'r> {
+    /// `:method`.
+    pub own: &'r [u8],
+    /// Every copy of each override header, each a comma-separated list of methods.
+    pub overrides: Vec<&'r [u8]>,
+}
+
+impl Methods<'_> {
+    /// Whether the request may be served as `method` (upper case): named so in any case,
+    /// or `HEAD` for `GET` (RFC 9110 9.3.2: a GET whose content is not sent).
+    fn include(&self, method: &str) -> bool {
+        let named = |m: &[u8]| {
+            let m = m.trim_ascii();
+            m.eq_ignore_ascii_case(method.as_bytes())
+                || (method == "GET" && m.eq_ignore_ascii_case(b"HEAD"))
+        };
+        named(self.own)
+            || (self.overrides.iter()).any(|value| value.split(|&b| b == b',').any(named))
+    }
+}
+
 impl Matcher {
     /// `path` is the request path in normal form (`path::normalize`), as the patterns are.
-    pub fn matches(&self, method: &[u8], path: &[u8]) -> bool {
+    pub fn matches(&self, methods: &Methods<'_>, path: &[u8]) -> bool {
         self.path_prefix
             .as_ref()
             .is_none_or(|p| path.starts_with(p.as_bytes()))
             && self.path.as_ref().is_none_or(|p| path == p.as_bytes())
-            && (self.methods.is_empty() || self.methods.iter().any(|m| m.as_bytes() == method))
+            && (self.methods.is_empty() || self.methods.iter().any(|m| methods.include(m)))
     }
+}
+
+/// Most method-override headers (`method_override`).
+pub const MAX_METHOD_OVERRIDES: usize = 8;
+
+/// The `method_override` headers: valid names (lower-cased, as hosts deliver them), each
+/// once, at most `MAX_METHOD_OVERRIDES`.
+pub(crate) fn method_overrides(names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    if names.len() > MAX_METHOD_OVERRIDES {
+        return err(
+            "method_override",
+            format!("at most {MAX_METHOD_OVERRIDES} headers"),
+        );
+    }
+    let mut headers: Vec<String> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let field = format!("method_override[{i}]");
+        let header = check_header_name(&field, name)?;
+        if headers.contains(&header) {
+            return err(field, format!("{name:?} is listed twice"));
+        }
+        headers.push(header);
+    }
+    Ok(headers)
 }
 
 impl RawMatch {
@@ -72,3 +123,7 @@ impl RawMatch {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "matcher_tests.rs"]
+mod tests;

@@ -1,6 +1,7 @@
 //! What the client sees: rate-limit headers, the 429 reply, the failure-mode 503.
 
 use crate::config::Config;
+use crate::identity::{self, BadIdentity};
 use crate::ietf;
 pub use crate::shown::Shown;
 use ratelimit_protocol::u64_digits;
@@ -161,15 +162,21 @@ pub fn unavailable() -> LocalReply {
     }
 }
 
-/// The 400 for a request whose identity cannot be told: `header` came more than once.
-pub fn repeated_header(header: &str) -> LocalReply {
+/// The 400 for a request whose identity cannot be told: its `header` came more than once,
+/// or holds no readable JWT.
+pub fn bad_identity(bad: &BadIdentity) -> LocalReply {
     // Header names are validated at load ([A-Za-z0-9-_!#$%&'*+.^`|~]): no JSON escaping
     // needed beyond what that alphabet already rules out.
+    let problem = match bad.problem {
+        identity::Problem::Repeated => "appears more than once",
+        identity::Problem::Unreadable => "holds no readable JWT",
+    };
     LocalReply {
         status: 400,
         headers: vec![("content-type", "application/json".into())],
         body: format!(
-            "{{\"error\": \"Bad request\", \"message\": \"The {header} header appears more than once.\"}}"
+            "{{\"error\": \"Bad request\", \"message\": \"The {} header {problem}.\"}}",
+            bad.header
         ),
     }
 }

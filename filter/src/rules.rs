@@ -4,10 +4,12 @@ use crate::block::Block;
 use crate::config::{Config, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::host::RequestView;
-use crate::identity::{self, Repeated};
+use crate::identity::{self, BadIdentity};
 use crate::limit::Limit;
+use crate::matcher::Methods;
 use crate::path;
 use crate::scope;
+use ratelimit_protocol::key::{DIGEST_MARK, SEPARATOR};
 use ratelimit_protocol::MAX_KEY_LEN;
 use std::borrow::Cow;
 
@@ -36,16 +38,23 @@ pub struct PlannedRule {
 }
 
 /// Every rule that applies to the request and whose identities it carries, in config order;
-/// or the identity header the request repeats, which refuses the request.
-pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, Repeated> {
-    // Reading :method and :path costs a scan of the headers and a normalization (with an
-    // allocation): only when some rule matches on them.
-    let (method, path) = match config.matches_requests {
+/// or the identity the request carries but that cannot be told, which refuses the request.
+pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, BadIdentity> {
+    // Reading :method (and the method overrides) and :path costs scans of the headers and a
+    // normalization (with an allocation): only when some rule matches on them.
+    let (methods, path) = match config.matches_requests {
         true => {
             let read = |name| req.header(name).unwrap_or_default();
-            (read(":method"), path::normalize(read(":path")))
+            let mut methods = Methods {
+                own: read(":method"),
+                overrides: Vec::new(),
+            };
+            for name in &config.method_override {
+                methods.overrides.extend(req.header_list(name));
+            }
+            (methods, path::normalize(read(":path")))
         }
-        false => (&b""[..], Vec::new()),
+        false => (Methods::default(), Vec::new()),
     };
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
@@ -55,7 +64,7 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
     };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if rule.scope != scope || !rule.matcher.matches(method, &path) {
+        if rule.scope != scope || !rule.matcher.matches(&methods, &path) {
             continue;
         }
         resolve(config, req, &mut values, &rule.key)?;
@@ -86,7 +95,7 @@ fn resolve<'r>(
     req: &'r impl RequestView,
     values: &mut [Option<Option<Cow<'r, str>>>],
     ids: &[usize],
-) -> Result<(), Repeated> {
+) -> Result<(), BadIdentity> {
     for &id in ids {
         if let (Some(slot @ None), Some(identity)) = (values.get_mut(id), config.identities.get(id))
         {
@@ -99,7 +108,8 @@ fn resolve<'r>(
 /// The Redis key of the bucket of rule `rule` (under `prefix`) for a client whose identity
 /// values, escaped as `identity` makes them, are `values` (one per identity of the rule's
 /// key, in order): `prefix:rule[:value...]`. The one place keys are made: the filter's
-/// planning, and the bridge's `usage` and overrides, which must name the same buckets.
+/// planning, and the bridge's `usage` and overrides, which must name the same buckets. Its
+/// keys are those of the grammar the bridge holds every check to (`ratelimit_protocol::key`).
 ///
 /// Bounded by construction: past `MAX_KEY_LEN`, the values are replaced by `#` and the
 /// SHA-256 of them all. Values are escaped and never hold `:` or `#`, so the joined values
@@ -113,10 +123,10 @@ pub fn bucket_key(
     let head = prefix.len() + 1 + rule.len();
     let mut key = String::with_capacity(head + 64);
     key.push_str(prefix);
-    key.push(':');
+    key.push(SEPARATOR);
     key.push_str(rule);
     for value in values {
-        key.push(':');
+        key.push(SEPARATOR);
         key.push_str(value.as_ref());
     }
     if key.len() <= MAX_KEY_LEN {
@@ -124,7 +134,8 @@ pub fn bucket_key(
     }
     let hex = digest::sha256_hex(key.as_bytes().get(head + 1..).unwrap_or_default());
     key.truncate(head);
-    key.push_str(":#");
+    key.push(SEPARATOR);
+    key.push(DIGEST_MARK);
     key.push_str(&hex);
     key
 }

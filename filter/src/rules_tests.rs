@@ -1,7 +1,7 @@
 use super::*;
 use crate::fakes::{FakeRequest, EXAMPLE};
 use crate::identity::MAX_VALUE_LEN;
-use crate::matcher::Matcher;
+use crate::matcher::{Matcher, Methods};
 
 fn example() -> Config {
     Config::parse(EXAMPLE.as_bytes()).unwrap()
@@ -96,8 +96,12 @@ fn exact_path_matches_only_that_path() {
         path: Some("/login".into()),
         ..Matcher::default()
     };
-    assert!(m.matches(b"POST", b"/login"));
-    assert!(!m.matches(b"POST", b"/login/x"));
+    let post = Methods {
+        own: b"POST",
+        overrides: Vec::new(),
+    };
+    assert!(m.matches(&post, b"/login"));
+    assert!(!m.matches(&post, b"/login/x"));
 }
 
 #[test]

@@ -189,7 +189,9 @@ fn forwarded(
     })
 }
 
-fn check_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
+/// A header name as the configuration names one (`identity`, `method_override`): a valid
+/// token, lower-cased.
+pub(crate) fn check_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
     let valid = !name.is_empty()
         && name
             .bytes()

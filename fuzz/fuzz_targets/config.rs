@@ -1,5 +1,6 @@
 //! Holds `Config::parse` to refusing any bad input without panicking, and every
-//! configuration it accepts to planning, for any request, a check the bridge accepts as is.
+//! configuration it accepts to planning, for any request, a check the bridge accepts as is
+//! (its keys in the keys' grammar, which the bridge holds every check to).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -7,7 +8,7 @@ use ratelimit_filter::config::Config;
 use ratelimit_filter::protocol::encode_check;
 use ratelimit_filter::rules::plan;
 use ratelimit_fuzz::Request;
-use ratelimit_protocol::{parse_batch, Line, RuleSpec};
+use ratelimit_protocol::{key, parse_batch, Line, RuleSpec};
 
 fuzz_target!(|data: &[u8]| {
     // The configuration, then after a NUL (which JSON never holds) the request.
@@ -16,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Config::parse(json) else {
         return;
     };
-    // A repeated identity header refuses the request: nothing to plan.
+    // An identity that cannot be told (repeated, unreadable) refuses the request: nothing
+    // to plan.
     let Ok(planned) = plan(
         &config,
         &Request::from_lines(parts.next().unwrap_or_default()),
@@ -24,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(planned.windows(2).all(|w| w[0].rule < w[1].rule));
+    for p in &planned {
+        assert!(key::parse_key(&p.key).is_ok(), "{}", p.key);
+    }
     if planned.is_empty() {
         return;
     }

@@ -7,7 +7,8 @@ use ratelimit_filter::host::{RequestView, Sole};
 /// A request whose every header name is answered by one of `headers`, picked by a hash of
 /// the name: whatever headers a configuration reads, the fuzzer controls their values
 /// without having to guess the names. An empty value is an absent header; a value that
-/// starts with byte 1 stands for a header the request carries twice.
+/// starts with byte 1 stands for a header the request carries twice (and, for a list
+/// header, byte 1 separates its copies).
 pub struct Request {
     pub peer: Option<Vec<u8>>,
     pub headers: Vec<Vec<u8>>,
@@ -45,6 +46,13 @@ impl RequestView for Request {
             Some(v) if v.first() == Some(&1) => Sole::Repeated,
             Some(v) => Sole::Once(v),
         }
+    }
+
+    /// Byte 1 separates copies.
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.value(name)
+            .map(|v| v.split(|&b| b == 1).collect())
+            .unwrap_or_default()
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

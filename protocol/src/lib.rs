@@ -37,10 +37,14 @@
 //! A check is all-or-nothing: either every rule was allowed and charged, or none was.
 //! Plain ASCII keeps encoding and decoding cheap in wasm, where it runs on every request.
 //!
+//! `key` is the grammar of the keys themselves: what the filter writes and the bridge
+//! accepts (`prefix:rule[:value...]`).
+//!
 //! `script` is the other interface written once: how the token bucket script is called on
 //! Redis and its reply read, by the bridge and by the filter's redis-call build alike.
 
 mod bucket;
+pub mod key;
 mod limits;
 mod number;
 mod reply;

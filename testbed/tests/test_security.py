@@ -83,23 +83,22 @@ def test_a_repeated_identity_header_is_refused_not_ignored(stack_of):
     assert stack.get(0, "/", {"x-user-id": "attacker"})[0] == 200
     assert stack.get(0, "/", {"x-user-id": "attacker"})[0] == 429
 
-    def twice(first, second):
-        conn = http.client.HTTPConnection("127.0.0.1", stack.ports[0], timeout=10)
-        try:
-            conn.putrequest("GET", "/")
-            conn.putheader("x-user-id", first)
-            conn.putheader("x-user-id", second)
-            conn.endheaders()
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode()
-        finally:
-            conn.close()
-
     # Neither slips out of its bucket nor spends the victim's.
-    status, body = twice("victim", "attacker")
+    status, _, body = stack.get(0, "/", [("x-user-id", "victim"), ("x-user-id", "attacker")])
     assert status == 400 and "x-user-id header appears more than once" in body
     assert stack.get(0, "/", {"x-user-id": "victim"})[0] == 200
     assert stack.stats().get("rejected") == 1
+
+
+def test_forwarded_for_sent_twice_reads_as_the_one_list_it_is(stack_of):
+    ident = {"client": {"source": "xff", "trusted_hops": 1}}
+    stack = stack_of(plugin(rule("per-client", ["client"], 1), identity=ident))
+    # Envoy joins the copies ("6.6.6.6,198.51.100.7") and appends its own entry: the client
+    # is still the entry the trusted proxy wrote, the last copy's.
+    twice = [("x-forwarded-for", "6.6.6.6"), ("x-forwarded-for", "198.51.100.7")]
+    assert stack.get(0, "/", twice)[0] == 200
+    assert stack.get(0, "/", {"x-forwarded-for": "198.51.100.7"})[0] == 429
+    assert stack.redis("KEYS", "rl:per-client:*") == ["rl:per-client:198.51.100.7"]
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])

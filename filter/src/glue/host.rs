@@ -41,6 +41,10 @@ impl RequestView for ProxyHost {
         }
     }
 
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.headers().values(name).collect()
+    }
+
     fn source_address(&self) -> Option<Vec<u8>> {
         abi::property(&["source", "address"])
     }

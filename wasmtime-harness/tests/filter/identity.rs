@@ -5,16 +5,29 @@ use crate::common::{boot, one_rule};
 use wasmtime_harness::{pairs, Action, Host};
 
 /// The callout body for one request carrying `headers`, or `None` if the filter let it
-/// through without a check (the identity was missing).
+/// through without a check (the identity was missing). A request the filter refused is
+/// `refused`'s.
 fn body_for(host: &mut Host, headers: Vec<wasmtime_harness::Pair>) -> Option<String> {
+    match sent(host, headers) {
+        Ok(body) => body,
+        Err(status) => panic!("refused with {status}"),
+    }
+}
+
+/// What the filter did with one request carrying `headers`: `Ok` with the callout body
+/// (none: let through unchecked), or `Err` with the status of its local reply.
+fn sent(host: &mut Host, headers: Vec<wasmtime_harness::Pair>) -> Result<Option<String>, u32> {
     let id = host.new_stream().unwrap();
     let mut all = pairs(&[(":method", "GET"), (":path", "/x"), (":authority", "a")]);
     all.extend(headers);
     match host.request_headers_raw(id, all, true).unwrap() {
-        Action::Pause => Some(host.callout_of(id).unwrap().body_text()),
+        Action::Pause => match host.callout_of(id) {
+            Some(callout) => Ok(Some(callout.body_text())),
+            None => Err(host.stream(id).unwrap().local_reply().unwrap().status),
+        },
         Action::Continue => {
             assert!(host.callout_of(id).is_none());
-            None
+            Ok(None)
         }
     }
 }
@@ -73,22 +86,38 @@ fn verified_jwt_payload_claim() {
         key_of(&body_for(&mut host, header("x-jwt-payload", numeric.as_bytes())).unwrap()),
         "rl:r:42"
     );
+    // Other types are keyed on their JSON text; an absent claim is an absent identity.
+    let listed = b64(br#"{"sub":["a"]}"#);
+    assert_eq!(
+        key_of(&body_for(&mut host, header("x-jwt-payload", listed.as_bytes())).unwrap()),
+        "rl:r:%5B%22a%22%5D"
+    );
+    let no_sub = b64(br#"{"iss":"no sub"}"#);
+    assert_eq!(
+        body_for(&mut host, header("x-jwt-payload", no_sub.as_bytes())),
+        None
+    );
+    assert_eq!(body_for(&mut host, Vec::new()), None);
+    // A payload present but unreadable refuses the request: it never exempts it.
     for bad in [
-        b64(br#"{"iss":"no sub"}"#).into_bytes(),
-        b64(br#"{"sub":["a"]}"#).into_bytes(),
         b64(b"{not json").into_bytes(),
         b"!!!not base64!!!".to_vec(),
         b"\xff\xfe\xfd".to_vec(),
-        vec![b'A'; 9000],
     ] {
         assert_eq!(
-            body_for(&mut host, header("x-jwt-payload", &bad)),
-            None,
+            sent(&mut host, header("x-jwt-payload", &bad)),
+            Err(400),
             "{:?}",
             String::from_utf8_lossy(&bad)
         );
     }
-    assert_eq!(body_for(&mut host, Vec::new()), None);
+    // One too long to decode is keyed on its digest.
+    let key =
+        key_of(&body_for(&mut host, header("x-jwt-payload", &[b'A'; 20_000])).unwrap()).to_string();
+    assert!(
+        key.starts_with("rl:r:#") && key.len() == "rl:r:#".len() + 64,
+        "{key}"
+    );
 }
 
 #[test]
@@ -107,16 +136,26 @@ fn unverified_bearer_token_claim() {
         key_of(&body_for(&mut host, header("authorization", hostile_claim.as_bytes())).unwrap()),
         "rl:r:x%3Ay%7D%7B"
     );
-    for bad in [
-        "Bearer",
-        "Bearer abc",
-        "Bearer a.b.c.d",
-        "Basic dXNlcjpwYXNz",
-        "Bearer a..c",
-    ] {
+    // Padding around the token, of any length, is not read.
+    let padded = format!("Bearer{}{}=", " ".repeat(9000), &token[7..]);
+    assert_eq!(
+        key_of(&body_for(&mut host, header("authorization", padded.as_bytes())).unwrap()),
+        "rl:r:dave"
+    );
+    // No token at all (another scheme) is no identity; a token that cannot be read, or
+    // two of them joined, refuses the request.
+    for none in ["Bearer", "Bearer abc", "Basic dXNlcjpwYXNz"] {
         assert_eq!(
-            body_for(&mut host, header("authorization", bad.as_bytes())),
+            body_for(&mut host, header("authorization", none.as_bytes())),
             None,
+            "{none}"
+        );
+    }
+    let joined = format!("{token},{token}");
+    for bad in ["Bearer a.b.c.d", "Bearer a..c", "Bearer a.b", &joined] {
+        assert_eq!(
+            sent(&mut host, header("authorization", bad.as_bytes())),
+            Err(400),
             "{bad}"
         );
     }

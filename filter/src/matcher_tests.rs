@@ -1,0 +1,124 @@
+//! Methods as the upstream serves them: `HEAD` is a `GET`, a method in any case is that
+//! method, and a method-override header the configuration names is honoured.
+
+use crate::config::Config;
+use crate::fakes::FakeRequest;
+use crate::rules::plan;
+
+/// One rule on `methods` (per IP), `extra` at the top level of the configuration.
+fn config(methods: &str, extra: &str) -> Config {
+    let json = format!(
+        r#"{{"backend": {{"cluster": "b"}}, "identity": {{"ip": {{"source": "peer"}}}}, {extra}
+            "rules": [{{"name": "search", "key": ["ip"], "limit": {{"requests": 1, "per": "1s"}},
+                        "match": {{"path_prefix": "/api/search", "methods": {methods}}}}}]}}"#
+    );
+    Config::parse(json.as_bytes()).unwrap()
+}
+
+fn request(method: &str) -> FakeRequest {
+    FakeRequest::default()
+        .with(":method", method)
+        .with(":path", "/api/search")
+        .peer_at("198.51.100.4:1")
+}
+
+fn limited(config: &Config, req: &FakeRequest) -> bool {
+    !plan(config, req).unwrap().is_empty()
+}
+
+#[test]
+fn a_get_rule_covers_head_and_every_spelling_of_get() {
+    let c = config(r#"["GET"]"#, "");
+    for method in ["GET", "HEAD", "get", "Head"] {
+        assert!(limited(&c, &request(method)), "{method}");
+    }
+    for method in ["POST", "OPTIONS", "GETS", ""] {
+        assert!(!limited(&c, &request(method)), "{method}");
+    }
+    // HEAD is a GET, not the other way round.
+    let head_only = config(r#"["HEAD"]"#, "");
+    assert!(limited(&head_only, &request("HEAD")));
+    assert!(!limited(&head_only, &request("GET")));
+}
+
+#[test]
+fn a_method_override_the_configuration_names_is_the_method() {
+    let c = config(
+        r#"["GET"]"#,
+        r#""method_override": ["X-HTTP-Method-Override", "x-method"],"#,
+    );
+    assert_eq!(c.method_override, ["x-http-method-override", "x-method"]);
+    let post = || request("POST");
+    let honoured = [
+        post().with("x-http-method-override", "GET"),
+        post().with("x-http-method-override", " get "),
+        post().with("x-method", "HEAD"),
+        post().with("x-method", "PUT, GET"),
+        post().with("x-method", "DELETE").also("x-method", "GET"),
+        post()
+            .with("x-method", "PUT")
+            .also("x-http-method-override", "GET"),
+    ];
+    for req in &honoured {
+        assert!(limited(&c, req), "{:?}", req.headers);
+    }
+    let not = [
+        post(),
+        post().with("x-method", "PUT"),
+        post().with("x-method", ",, ,"),
+        post().with("x-other-override", "GET"),
+    ];
+    for req in &not {
+        assert!(!limited(&c, req), "{:?}", req.headers);
+    }
+    // Unconfigured, an override header is a header like any other.
+    let plain = config(r#"["GET"]"#, "");
+    assert!(!limited(
+        &plain,
+        &post().with("x-http-method-override", "GET")
+    ));
+    // The request's own method still counts: the upstream may ignore the override.
+    let posts = config(
+        r#"["POST"]"#,
+        r#""method_override": ["x-http-method-override"],"#,
+    );
+    assert!(limited(
+        &posts,
+        &post().with("x-http-method-override", "GET")
+    ));
+}
+
+#[test]
+fn method_override_names_are_checked_at_load() {
+    let rule = r#""rules": [{"name": "r", "limit": {"requests": 1, "per": "1s"}}]"#;
+    let refused = |value: &str| {
+        let json =
+            format!(r#"{{"backend": {{"cluster": "b"}}, {rule}, "method_override": {value}}}"#);
+        Config::parse(json.as_bytes())
+            .err()
+            .map(|e| (e.field, e.problem))
+    };
+    let at = |value: &str| refused(value).map(|(field, _)| field);
+    assert_eq!(
+        at(r#"["x-a", "x b"]"#).as_deref(),
+        Some("method_override[1]")
+    );
+    assert_eq!(at(r#"[":method"]"#).as_deref(), Some("method_override[0]"));
+    assert_eq!(
+        at(r#"["X-A", "x-a"]"#).as_deref(),
+        Some("method_override[1]")
+    );
+    let nine = format!("[{}]", ["\"h\""; 9].join(","));
+    assert_eq!(at(&nine).as_deref(), Some("method_override"));
+    assert_eq!(
+        refused(r#"["x-a", "x-a"]"#)
+            .map(|(_, problem)| problem)
+            .as_deref(),
+        Some("\"x-a\" is listed twice")
+    );
+    assert_eq!(
+        refused(r#"["x y"]"#).map(|(_, problem)| problem).as_deref(),
+        Some("\"x y\" is not a valid header name")
+    );
+    assert_eq!(refused("[]"), None);
+}
