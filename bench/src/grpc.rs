@@ -9,13 +9,14 @@
 
 use crate::stats::Answer;
 use crate::target::{dial, Target};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http2;
 use hyper::header::{HeaderName, CONTENT_TYPE, TE};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioExecutor;
+use ratelimit_bridge::grpc::{prefixed, Deframer};
 use ratelimit_protocol::{split_message, stream_message, GRPC_METHOD, GRPC_SERVICE};
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -52,38 +53,6 @@ pub async fn connect(target: &Target) -> Result<Connection, String> {
         .map_err(|e| format!("h2 handshake {}: {e}", target.addr))?;
     tokio::spawn(conn);
     Ok(sender)
-}
-
-/// `message` with gRPC's length prefix (uncompressed).
-fn prefixed(message: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + message.len());
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    out.freeze()
-}
-
-/// Splits the reply bytes of a stream into gRPC messages.
-#[derive(Default)]
-struct Deframer {
-    buf: BytesMut,
-}
-
-impl Deframer {
-    fn next_message(&mut self) -> Result<Option<Bytes>, String> {
-        let Some(header) = self.buf.get(..5) else {
-            return Ok(None);
-        };
-        if header[0] != 0 {
-            return Err("compressed reply".into());
-        }
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-        if self.buf.len() < 5 + len {
-            return Ok(None);
-        }
-        self.buf.advance(5);
-        Ok(Some(self.buf.split_to(len).freeze()))
-    }
 }
 
 /// One worker's stream: open until an error or the end of the run.
@@ -184,7 +153,7 @@ impl Stream {
                 Some(Ok(frame)) => frame,
             };
             match frame.into_data() {
-                Ok(data) => self.deframer.buf.extend_from_slice(&data),
+                Ok(data) => self.deframer.push(&data),
                 Err(frame) => return Err(ended(frame.into_trailers().ok())),
             }
         }
@@ -256,21 +225,6 @@ fn tally(reply: &[u8], checks: u64) -> Result<Answer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn messages_are_framed_and_split_back() {
-        let mut d = Deframer::default();
-        let (a, b) = (prefixed(b"7\n1,2,3\n"), prefixed(b""));
-        d.buf.extend_from_slice(&a[..3]);
-        assert_eq!(d.next_message(), Ok(None));
-        d.buf.extend_from_slice(&a[3..]);
-        d.buf.extend_from_slice(&b);
-        assert_eq!(d.next_message().unwrap().unwrap(), &b"7\n1,2,3\n"[..]);
-        assert_eq!(d.next_message().unwrap().unwrap(), &b""[..]);
-        assert_eq!(d.next_message(), Ok(None));
-        d.buf.extend_from_slice(&[1, 0, 0, 0, 0]);
-        assert!(d.next_message().is_err());
-    }
 
     #[test]
     fn failed_and_missing_lines_are_failed_checks() {
