@@ -10,10 +10,13 @@ use serde::Deserialize;
 pub struct BreakerConfig {
     /// Consecutive failures that open the breaker; 0 turns it off.
     pub failures: u32,
-    /// First open interval; each failed probe doubles it.
+    /// First open interval; each failed probe doubles it, up to `max_open_ms`.
     pub open_ms: u64,
-    /// Ceiling of the doubling.
-    pub max_open_ms: u64,
+    /// Ceiling of the doubling; none (the default): `open_ms`, no doubling, so that a
+    /// worker probes every `open_ms` however long the outage and recovers within that of
+    /// the backend answering again (a doubling to 30 s kept gateways failing for 21 s
+    /// after Redis was back).
+    pub max_open_ms: Option<u64>,
 }
 
 impl Default for BreakerConfig {
@@ -21,7 +24,7 @@ impl Default for BreakerConfig {
         BreakerConfig {
             failures: 5,
             open_ms: 1_000,
-            max_open_ms: 30_000,
+            max_open_ms: None,
         }
     }
 }
@@ -145,7 +148,8 @@ impl Breaker {
                 Failure::Opened(self.config.open_ms),
             ),
             State::Probing { interval_ms, .. } if was_probe => {
-                let interval_ms = interval_ms.saturating_mul(2).min(self.config.max_open_ms);
+                let ceiling = self.config.max_open_ms.unwrap_or(self.config.open_ms);
+                let interval_ms = interval_ms.saturating_mul(2).min(ceiling);
                 (self.open(now_ms, interval_ms), Failure::Opened(interval_ms))
             }
             state @ (State::Open { .. } | State::Probing { .. }) => (state, Failure::Ignored),
@@ -176,7 +180,7 @@ mod tests {
             BreakerConfig {
                 failures: 3,
                 open_ms: 100,
-                max_open_ms: 350,
+                max_open_ms: Some(350),
             },
             25,
         )
@@ -260,6 +264,20 @@ mod tests {
             now += interval;
         }
         assert_eq!(b.allow(now), Permit::Probe);
+    }
+
+    #[test]
+    fn by_default_a_worker_probes_every_open_interval_however_long_the_outage() {
+        let mut b = Breaker::new(BreakerConfig::default(), 25);
+        for _ in 0..5 {
+            b.record_failure(0, false);
+        }
+        let mut now = 0;
+        for _ in 0..40 {
+            now += 1_000;
+            assert_eq!(b.allow(now), Permit::Probe, "a probe a second at {now} ms");
+            assert_eq!(b.record_failure(now, true), Failure::Opened(1_000));
+        }
     }
 
     #[test]

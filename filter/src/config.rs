@@ -275,7 +275,9 @@ impl RawConfig {
             (_, None) => DEFAULT_BUCKETS,
         };
         let breaker = self.circuit_breaker;
-        if breaker.failures > 0 && (breaker.open_ms == 0 || breaker.max_open_ms < breaker.open_ms) {
+        if breaker.failures > 0
+            && (breaker.open_ms == 0 || breaker.max_open_ms.is_some_and(|m| m < breaker.open_ms))
+        {
             return err(
                 "circuit_breaker",
                 "needs open_ms >= 1 and max_open_ms >= open_ms",

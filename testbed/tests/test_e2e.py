@@ -206,6 +206,28 @@ def test_local_failure_mode_keeps_each_gateway_within_its_share(stack_of):
     assert results.count(200) == 20
 
 
+def test_a_gateway_recovers_within_about_a_second_of_redis_answering_again(stack_of):
+    """The default breaker probes every open_ms (1 s) however long the outage: it used to
+    double the interval up to 30 s, and a gateway kept failing for 21 s after Redis was
+    back."""
+    stack = stack_of(plugin(rule("per-user", ["user"], 1000), timeout_ms=300))
+    user = {"x-user-id": "outage"}
+    assert stack.get(0, "/", user)[0] == 200
+    stack.valkey.stop()
+    down_until = time.monotonic() + 10
+    while time.monotonic() < down_until:
+        assert stack.get(0, "/", user)[0] == 503
+        time.sleep(0.05)
+    stack.start_valkey()
+    back = time.monotonic()
+    while stack.get(0, "/", user)[0] != 200:
+        assert time.monotonic() - back < 10, "never recovered"
+        time.sleep(0.02)
+    recovery = time.monotonic() - back
+    print(f"answered 200 again {recovery:.2f}s after Redis did")
+    assert recovery < 2.5
+
+
 def test_an_open_breaker_answers_at_once_without_calling_out(stack_of):
     breaker = {"failures": 3, "open_ms": 60000, "max_open_ms": 60000}
     stack = stack_of(plugin(rule("per-user", ["user"], 100), timeout_ms=1000, circuit_breaker=breaker))
