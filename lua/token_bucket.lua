@@ -82,8 +82,13 @@ local mode = ARGV[1]
 local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
 local nshapes = tonumber(ARGV[2])
+local nkeys = spread and #ARGV - 3 - 9 * nshapes or #KEYS
+-- The callers' bound (MAX_KEYS_PER_CALL in the protocol crate): past a few thousand keys
+-- the unpacks below overflow Lua's C stack, some of them after buckets were written.
+if nkeys > 1024 then
+  return redis.error_reply('token_bucket: ' .. nkeys .. ' keys in one call, at most 1024')
+end
 local KEYS = spread and { unpack(ARGV, 4 + 9 * nshapes) } or KEYS
-local nkeys = #KEYS
 
 -- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
 -- the nil ones tells them apart (rarely needed past it), so no hash, list or set that

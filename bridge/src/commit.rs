@@ -13,6 +13,7 @@
 
 use crate::check::{Check, RuleSpec};
 use crate::script::{self, Mode, ScriptOutcome, Shape, MAX_PART_RULES, MAX_SHAPES};
+pub use crate::script::{MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,12 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-/// Most keys one script call carries: bounds the script's `unpack` (Lua's C stack holds
-/// about 8000 values) and the time one call holds the server.
-pub const MAX_KEYS_PER_CALL: usize = 1024;
-/// Most parts one call carries: with the keys, bounds the layout string the script
-/// unpacks (a byte per part and per rule).
-pub const MAX_PARTS_PER_CALL: usize = 1024;
 /// Calls of one lane in flight at once, by default (`--calls-in-flight`). One makes the
 /// largest calls: everything that arrives during a round trip leaves in the next call.
 /// Two hide the round trip of a distant Redis (the node works on one while the other

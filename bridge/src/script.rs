@@ -4,5 +4,5 @@
 
 pub use ratelimit_protocol::script::{
     decode, layout, part_rules, shape, Mode, Part, ScriptOutcome, Shape, FOREIGN_VALUE,
-    MAX_PART_RULES, MAX_SHAPES, TOKEN_BUCKET_LUA,
+    MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL, MAX_PART_RULES, MAX_SHAPES, TOKEN_BUCKET_LUA,
 };

@@ -277,3 +277,28 @@ async fn concurrent_exchanges_share_script_calls_and_stay_exact() {
     let calls = script_calls(&valkey);
     assert!(calls <= 200, "{calls} script calls for 400 exchanges");
 }
+
+#[tokio::test]
+async fn the_script_refuses_more_keys_than_one_call_may_carry_and_writes_nothing() {
+    let valkey = Valkey::start();
+    // One check of 1,025 one-rule parts, laid out by hand as a caller past the bound would.
+    let keys: Vec<String> = (0..1025).map(|i| format!("over{i}")).collect();
+    let script = redis::Script::new(ratelimit_bridge::script::TOKEN_BUCKET_LUA);
+    let mut call = script.prepare_invoke();
+    for key in &keys {
+        call.key(key);
+    }
+    call.arg("check")
+        .arg(1)
+        .arg(&[10u64, 1, 1, 1, 0, 0, 0, 0, 0][..]);
+    call.arg([1u8, 1].repeat(keys.len()));
+    let err = call
+        .invoke::<Vec<i64>>(&mut valkey.connection())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("1025 keys in one call, at most 1024"), "{err}");
+    let written: i64 = redis::cmd("DBSIZE")
+        .query(&mut valkey.connection())
+        .unwrap();
+    assert_eq!(written, 0);
+}

@@ -7,6 +7,7 @@
 //! what came back with `complete`.
 
 use hashbrown::HashMap;
+use ratelimit_protocol::script::MAX_KEYS_PER_CALL;
 use ratelimit_protocol::{MAX_BODY, MAX_CHECKS, REFUND_MARK};
 use std::collections::VecDeque;
 
@@ -48,8 +49,9 @@ struct InFlight {
 #[derive(Debug, Default)]
 pub struct Exchanges {
     max_inflight: u32,
-    /// Checks and lease returns never share an exchange: the redis-call build runs one
-    /// exchange as one script call, which has one mode.
+    /// Checks and lease returns never share an exchange, and one carries at most
+    /// `MAX_KEYS_PER_CALL` keys: the redis-call build runs one exchange as one script call,
+    /// which has one mode and that bound.
     one_mode: bool,
     next_id: u32,
     inflight: HashMap<u32, InFlight>,
@@ -120,17 +122,20 @@ impl Exchanges {
         }
         let mut members = Vec::new();
         let mut body = String::new();
+        let mut keys = 0;
         let refund = self.queue.front().is_some_and(|w| w.refund);
         while let Some(next) = self.queue.front() {
             let full = members.len() == MAX_BATCH
                 || body.len() + next.line.len() > MAX_BODY
-                || (self.one_mode && next.refund != refund);
+                || (self.one_mode
+                    && (next.refund != refund || keys + next.member.rules > MAX_KEYS_PER_CALL));
             if full && !members.is_empty() {
                 break;
             }
             let Some(waiting) = self.queue.pop_front() else {
                 break;
             };
+            keys += waiting.member.rules;
             members.push(waiting.member);
             body.push_str(&waiting.line);
         }
@@ -296,6 +301,23 @@ mod tests {
             x.complete(id);
         }
         assert_eq!(bodies, ["a\n", "+ r\n+ s\n", "b\n"]);
+    }
+
+    #[test]
+    fn in_one_mode_an_exchange_carries_no_more_keys_than_one_script_call() {
+        // 256 requests of 32 rules: 8,192 keys, which one script call cannot take (the
+        // script's unpacks overflow from about 4,000), so the redis-call build splits them.
+        let mut x = Exchanges::new(1);
+        x.set_one_mode(true);
+        for ctx in 0..256 {
+            x.enqueue(ctx, 32, "k\n".into());
+        }
+        let mut sizes = Vec::new();
+        while let Some((id, _)) = x.take(0) {
+            let members = x.complete(id).unwrap();
+            sizes.push(members.iter().map(|m| m.rules).sum::<usize>());
+        }
+        assert_eq!(sizes, vec![MAX_KEYS_PER_CALL; 8]);
     }
 
     #[test]

@@ -16,6 +16,14 @@ use std::collections::BTreeMap;
 /// The token bucket script, the single source of truth for the algorithm.
 pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
 
+/// Most keys one script call carries, which the script refuses past (its `unpack`s hold
+/// about 8000 values in Lua's C stack; the bound also caps the time one call holds the
+/// server). Both callers keep it: the bridge splits its calls, the redis-call build its
+/// exchanges.
+pub const MAX_KEYS_PER_CALL: usize = 1024;
+/// Most parts one call carries: with the keys, bounds the layout string the script
+/// unpacks (a byte per part and per rule).
+pub const MAX_PARTS_PER_CALL: usize = 1024;
 /// Most shapes one call can name (a shape index is a byte).
 pub const MAX_SHAPES: usize = 255;
 /// Most rules of one part (its rule count is a byte).
