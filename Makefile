@@ -113,7 +113,7 @@ soak: setup build
 clean:
 	rm -rf dist target $(VENV) .rust-target
 
-## bench: the performance report (bench/REPORT.md + bench/latency.svg), ~15 minutes
+## bench: the performance report (bench/REPORT.md + bench/latency.svg), ~17 minutes
 ## bench-smoke: the bench scripts for ~1 s per configuration, asserting sane output
 bench-build: setup build
 	$(CARGO) build --release -p ratelimit-bench
