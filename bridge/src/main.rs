@@ -80,8 +80,6 @@ struct Args {
     calls_in_flight: u64,
     /// Worker threads (0: one per core). 1 runs a single-threaded scheduler, which costs
     /// the least CPU per check: run one bridge per core and spread the gateways over them.
-    /// Measured here (1-check exchanges on 256 gRPC streams): 10 µs of CPU per check with
-    /// 1 thread, 18 µs with 2 threads on 2 cores.
     #[arg(long, env = "RATELIMIT_BRIDGE_THREADS", default_value_t = 0)]
     threads: usize,
     /// A connection with no request in progress is closed unless its next request's
@@ -130,8 +128,7 @@ fn main() -> ExitCode {
     // woken, so the answers a script call sets free are all written before a connection
     // flushes, in one write per connection; the multi-threaded scheduler runs the last woken
     // task next (its LIFO slot), which flushed each answer in a write of its own: a fifth
-    // of the bridge's CPU per check went to those syscalls (perf); 13-15 -> 10 µs of CPU
-    // per check measured.
+    // of the bridge's CPU per check went to those syscalls (perf).
     let mut runtime = if args.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

@@ -289,11 +289,6 @@ impl Store {
         self.backend.ping().await
     }
 
-    /// Checks waiting in the lanes of `node` (`single`, or a cluster node's `host:port`).
-    pub fn queued(&self, node: &str) -> usize {
-        self.lanes.depth(node)
-    }
-
     /// The slot map, read now if none was yet.
     async fn topology(&self) -> Arc<Topology> {
         let current = self.current_topology();
