@@ -12,6 +12,8 @@
 //! begun must be complete within the body timeout: a gateway sends each one at once, so a
 //! message that trickles in is a stalled or hostile peer holding the stream's buffer.
 
+use crate::budget::{Budget, Charge};
+use crate::limits::{Activity, Unwritten};
 use crate::metrics::{Failure, Transport};
 use crate::store::Store;
 use crate::wire;
@@ -29,6 +31,9 @@ use tokio::time::Instant;
 /// Messages of one stream checked at the same time; past it the bridge stops reading the
 /// stream and HTTP/2 flow control makes the gateway wait.
 const MAX_CONCURRENT_MESSAGES: usize = 64;
+/// Replies of one stream made and waiting for the connection to take them; past it the
+/// answers wait (and hold their messages' permits).
+pub const REPLIES_QUEUED: usize = 16;
 /// Largest message accepted: an envelope around the largest batch.
 const MAX_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
 
@@ -94,16 +99,37 @@ fn trailers(status: u32, message: &str) -> Frame<Bytes> {
     Frame::trailers(map)
 }
 
+/// What a reply holds until the connection takes it: its exchange's share of the budget,
+/// and its place under the write deadline.
+pub type Holding = (Option<Charge>, Option<Unwritten>);
+
+/// What one stream is served with.
+pub struct Serving {
+    pub store: Store,
+    pub budget: Budget,
+    /// The connection's: a reply waits under its write deadline.
+    pub activity: Activity,
+    pub stop: watch::Receiver<bool>,
+    /// Longest a message may take to arrive once begun.
+    pub message_timeout: Duration,
+}
+
 /// Serves one stream: reads messages from `body` until the gateway closes its side (or
-/// `shutdown` turns true, or a message takes longer than `message_timeout` to arrive),
-/// answers each on `out`, then ends with the trailers.
+/// `stop` turns true, or a message takes longer than `message_timeout` to arrive), answers
+/// each on `out`, then ends with the trailers. Each message is charged against the budget
+/// before it is answered, and its reply waits under the write deadline once made.
 pub async fn serve(
-    store: Store,
+    serving: Serving,
     mut body: Incoming,
-    out: mpsc::Sender<Frame<Bytes>>,
-    mut shutdown: watch::Receiver<bool>,
-    message_timeout: Duration,
+    out: mpsc::Sender<(Frame<Bytes>, Holding)>,
 ) {
+    let Serving {
+        store,
+        budget,
+        activity,
+        stop: mut shutdown,
+        message_timeout,
+    } = serving;
     let _open = store.metrics().stream_opened();
     let mut deframer = Deframer::default();
     let mut answering = JoinSet::new();
@@ -148,14 +174,25 @@ pub async fn serve(
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break 'read (UNAVAILABLE, "bridge shutting down".into());
             };
+            let charge = tokio::select! {
+                charge = budget.charge(message.len()) => charge,
+                _ = shutdown.wait_for(|stop| *stop) => None,
+            };
+            let Some(charge) = charge else {
+                break 'read (UNAVAILABLE, "bridge shutting down".into());
+            };
             // A finished answer stays in the set until joined: reap them as the stream
             // goes, or a long-lived stream keeps every answer it ever gave (about 900
             // bytes each, as `make soak` found).
             while answering.try_join_next().is_some() {}
-            let (store, out) = (store.clone(), out.clone());
+            let (store, out, activity) = (store.clone(), out.clone(), activity.clone());
             answering.spawn(async move {
                 let reply = answer(&store, id, &message).await;
-                let _ = out.send(Frame::data(prefixed(reply.as_bytes()))).await;
+                drop(message);
+                let holding = (Some(charge), Some(activity.unwritten()));
+                let _ = out
+                    .send((Frame::data(prefixed(reply.as_bytes())), holding))
+                    .await;
                 drop(permit);
             });
         }
@@ -178,7 +215,9 @@ pub async fn serve(
         UNAVAILABLE => log::info!("gRPC stream ended: {why}"),
         _ => log::warn!("gRPC stream ended: {why}"),
     }
-    let _ = out.send(trailers(status, &why)).await;
+    let _ = out
+        .send((trailers(status, &why), (None, Some(activity.unwritten()))))
+        .await;
 }
 
 /// The reply message to exchange `id`; a batch that cannot be read at all is answered with

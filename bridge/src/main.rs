@@ -102,7 +102,28 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     body_timeout_ms: u64,
-    /// Connections served at once; past it new connections are closed at once.
+    /// An answer (a reply on a gRPC stream, or to a callout) that its connection could not
+    /// take to write within this, in milliseconds, because the peer grants no HTTP/2
+    /// window or does not read, closes the connection at once.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_WRITE_TIMEOUT_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(2..)
+    )]
+    write_timeout_ms: u64,
+    /// The memory every exchange in the bridge may hold at once, from read to answered, in
+    /// MiB (about four times its bytes on the wire); past it the bridge stops reading until
+    /// answers go out.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_MAX_PENDING_MIB",
+        default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_pending_mib: u32,
+    /// Connections served at once; past it a new connection takes the slot of the oldest
+    /// one that has not checked anything, or is closed at once if every one has.
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_MAX_CONNECTIONS",
@@ -209,7 +230,9 @@ async fn serve(args: Args) -> Result<(), String> {
     let limits = Limits {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         body_timeout: Duration::from_millis(args.body_timeout_ms),
+        write_timeout: Duration::from_millis(args.write_timeout_ms),
         max_connections: args.max_connections,
+        max_pending_mib: args.max_pending_mib,
     };
     server::run(
         listener,

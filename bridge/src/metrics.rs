@@ -78,12 +78,16 @@ pub enum Failure {
     BadMessage,
     /// A stream message that did not arrive whole in time (DEADLINE_EXCEEDED).
     MessageTimeout,
-    /// A connection closed at once: `--max-connections` were open.
+    /// A connection closed at once: `--max-connections` were open, every one had checked.
     OverCapacity,
+    /// A connection that had not checked, closed to make room for a new one.
+    Evicted,
+    /// A connection closed because an answer waited `--write-timeout-ms` for its peer.
+    WriteTimeout,
 }
 
 impl Failure {
-    const ALL: [Failure; 9] = [
+    const ALL: [Failure; 11] = [
         Failure::Unauthorized,
         Failure::BadBatch,
         Failure::TooLarge,
@@ -93,6 +97,8 @@ impl Failure {
         Failure::BadMessage,
         Failure::MessageTimeout,
         Failure::OverCapacity,
+        Failure::Evicted,
+        Failure::WriteTimeout,
     ];
 
     /// The `kind` label.
@@ -107,6 +113,8 @@ impl Failure {
             Failure::BadMessage => "bad_message",
             Failure::MessageTimeout => "message_timeout",
             Failure::OverCapacity => "over_capacity",
+            Failure::Evicted => "evicted",
+            Failure::WriteTimeout => "write_timeout",
         }
     }
 }
@@ -181,7 +189,7 @@ pub struct Metrics {
     /// `exchanges_total`, by `Transport` (its index).
     exchanges: [Counter; 2],
     /// `failures_total`, by `Failure` (its index, as in `Failure::ALL`).
-    failures: [Counter; 9],
+    failures: [Counter; Failure::ALL.len()],
     /// `script_calls_total{node,mode}`: what the coalescing turned the checks into.
     script_calls: Family<NodeMode, Counter>,
     /// `script_call_failures_total{node,kind}`: made on a kind's first failure.

@@ -6,8 +6,10 @@
 
 use crate::access::Access;
 use crate::admin::{self, Admin};
-use crate::limits::{self, Activity, Busy, Limits, Slots, DRAIN_TIMEOUT};
+use crate::budget::{Budget, Charge};
+use crate::limits::{self, Activity, Busy, Connection, Limits, Unwritten, DRAIN_TIMEOUT};
 use crate::metrics::{self, Failure, Transport};
+use crate::slots::{Peer, Slots};
 use crate::store::Store;
 use crate::{grpc, health, registry, wire};
 use bytes::Bytes;
@@ -71,6 +73,7 @@ pub async fn run(
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(H2_MAX_HEADER_BYTES);
     let mut slots = Slots::new(limits.max_connections);
+    let budget = Budget::new(limits.max_pending_mib);
     let watching = tokio::spawn(health::watch(store.clone()));
     let refreshing = tokio::spawn(registry::refresh(store.clone()));
     let (stopping, stop_seen) = watch::channel(false);
@@ -86,20 +89,26 @@ pub async fn run(
                         continue;
                     }
                 };
-                // Over the cap: closed at once (dropped), see `limits`.
-                let Some(slot) = slots.take(store.metrics()) else { continue };
+                // Over the cap: closed at once (dropped), see `slots`.
+                let Some((slot, peer)) = slots.take(store.metrics()).await else { continue };
                 let _ = stream.set_nodelay(true);
                 let activity = Activity::default();
-                let (store, stop, requests) = (store.clone(), stop_seen.clone(), activity.clone());
-                let config = config.clone();
+                let served = Served {
+                    store: store.clone(),
+                    stop: stop_seen.clone(),
+                    config: config.clone(),
+                    budget: budget.clone(),
+                    activity: activity.clone(),
+                    peer: Arc::clone(&peer),
+                };
                 let service = hyper::service::service_fn(move |req| {
-                    let busy = requests.busy();
-                    let reply = handle(store.clone(), stop.clone(), config.clone(), req);
-                    async move { Ok::<_, hyper::Error>(held(reply.await?, busy)) }
+                    let served = served.clone();
+                    async move { Ok::<_, hyper::Error>(served.handle(req).await) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let stop = stop_seen.clone();
-                tokio::spawn(limits::drive(conn, activity, limits.header_timeout, stop, slot));
+                let held = Connection { activity, peer, slot };
+                let (stop, store) = (stop_seen.clone(), store.clone());
+                tokio::spawn(limits::drive(conn, held, limits, stop, store));
             }
             () = &mut shutdown => break,
         }
@@ -117,17 +126,45 @@ pub async fn run(
 
 type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
-/// `reply`, with its request in progress until the body is sent (or dropped with the
-/// connection).
-fn held(reply: Reply, busy: Busy) -> Reply {
-    reply.map(|body| Held { body, _busy: busy }.boxed_unsync())
+/// What a connection's requests are served with.
+#[derive(Clone)]
+struct Served {
+    store: Store,
+    stop: watch::Receiver<bool>,
+    config: Config,
+    budget: Budget,
+    activity: Activity,
+    peer: Arc<Peer>,
 }
 
-/// A body that keeps its request counted as in progress while it lives. It passes the size
-/// on, so a whole answer still goes out with a `content-length`, not chunked.
+/// A body that holds what its answer holds until the connection has taken it to write: an
+/// open gRPC stream's request in progress (`Busy`), an exchange's share of the budget, and
+/// the answer's place under the write deadline. A whole answer is taken in one go, and its
+/// size is passed on, so it still goes out with a `content-length`, not chunked.
 struct Held {
     body: UnsyncBoxBody<Bytes, Infallible>,
-    _busy: Busy,
+    busy: Option<Busy>,
+    charge: Option<Charge>,
+    unwritten: Option<Unwritten>,
+}
+
+impl Held {
+    fn reply(
+        reply: Reply,
+        busy: Option<Busy>,
+        charge: Option<Charge>,
+        unwritten: Option<Unwritten>,
+    ) -> Reply {
+        reply.map(|body| {
+            Held {
+                body,
+                busy,
+                charge,
+                unwritten,
+            }
+            .boxed_unsync()
+        })
+    }
 }
 
 impl Body for Held {
@@ -138,7 +175,15 @@ impl Body for Held {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if frame.is_ready() {
+            // Taken by the connection: what is left to wait for is the peer.
+            (self.charge, self.unwritten) = (None, None);
+        }
+        if matches!(frame, Poll::Ready(None)) {
+            self.busy = None;
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
@@ -156,32 +201,65 @@ fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     response
 }
 
-async fn handle(
-    store: Store,
-    stop: watch::Receiver<bool>,
-    config: Config,
-    req: Request<Incoming>,
-) -> Result<Reply, hyper::Error> {
-    let path = req.uri().path();
-    let stream =
-        path.strip_prefix('/').and_then(|p| p.split_once('/')) == Some((GRPC_SERVICE, GRPC_METHOD));
-    if (stream || path == PATH) && !config.access.admits(req.headers()) {
-        log::debug!("refused a request to {path} without the token");
-        store.metrics().failure(Failure::Unauthorized);
-        let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
-        refused
-            .headers_mut()
-            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
-        return Ok(refused);
+impl Served {
+    /// Serves one request: a gRPC stream holds its connection busy while it is open; any
+    /// other answer ends its request once it is made, written or not.
+    async fn handle(self, req: Request<Incoming>) -> Reply {
+        let busy = self.activity.busy();
+        let path = req.uri().path();
+        let stream = path.strip_prefix('/').and_then(|p| p.split_once('/'))
+            == Some((GRPC_SERVICE, GRPC_METHOD));
+        if stream || path == PATH {
+            if !self.config.access.admits(req.headers()) {
+                log::debug!("refused a request to {path} without the token");
+                self.store.metrics().failure(Failure::Unauthorized);
+                let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
+                refused
+                    .headers_mut()
+                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                return self.answered(refused, None);
+            }
+            self.peer.prove();
+        }
+        if stream {
+            let checks = stream_checks(&self, req);
+            return Held::reply(checks, Some(busy), None, None);
+        }
+        if path.starts_with(admin::PREFIX) {
+            let answer = self.admin(req).await;
+            return self.answered(answer, None);
+        }
+        let (answer, charge) = match (req.method(), path) {
+            (&Method::POST, PATH) => {
+                check(&self.store, &self.budget, self.config.limits, req).await
+            }
+            (&Method::GET, "/healthz") => (healthz(&self.store).await, None),
+            (&Method::GET, "/metrics") => (scrape(&self.store), None),
+            (_, PATH | "/healthz" | "/metrics") => (
+                reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+                None,
+            ),
+            _ => (reply(StatusCode::NOT_FOUND, "not found\n"), None),
+        };
+        drop(busy);
+        self.answered(answer, charge)
     }
-    if path.starts_with(admin::PREFIX) {
+
+    /// `answer`, waiting for its connection to take it under the write deadline.
+    fn answered(&self, answer: Reply, charge: Option<Charge>) -> Reply {
+        Held::reply(answer, None, charge, Some(self.activity.unwritten()))
+    }
+
+    async fn admin(&self, req: Request<Incoming>) -> Reply {
         let admin = Admin {
-            store: &store,
-            access: &config.access,
-            plugin: config.plugin.as_deref(),
+            store: &self.store,
+            access: &self.config.access,
+            plugin: self.config.plugin.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();
-        let (status, body) = admin.answer(req.method(), path, query, req.headers()).await;
+        let (status, body) = admin
+            .answer(req.method(), req.uri().path(), query, req.headers())
+            .await;
         let mut answer = reply(status, body);
         if status == StatusCode::OK {
             answer
@@ -192,37 +270,22 @@ async fn handle(
                 .headers_mut()
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
-        return Ok(answer);
+        answer
     }
-    let body_timeout = config.limits.body_timeout;
-    if stream {
-        return Ok(stream_checks(store, stop, body_timeout, req));
+}
+
+async fn healthz(store: &Store) -> Reply {
+    if store.ping().await {
+        reply(StatusCode::OK, "ok\n")
+    } else {
+        reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
     }
-    Ok(match (req.method(), path) {
-        (&Method::POST, PATH) => check(&store, body_timeout, req).await,
-        (&Method::GET, "/healthz") => {
-            if store.ping().await {
-                reply(StatusCode::OK, "ok\n")
-            } else {
-                reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
-            }
-        }
-        (&Method::GET, "/metrics") => scrape(&store),
-        (_, PATH | "/healthz" | "/metrics") => {
-            reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
-        }
-        _ => reply(StatusCode::NOT_FOUND, "not found\n"),
-    })
 }
 
 /// Starts serving a gRPC stream and answers with its headers at once; the messages and the
 /// trailers follow as the stream goes on.
-fn stream_checks(
-    store: Store,
-    stop: watch::Receiver<bool>,
-    message_timeout: Duration,
-    req: Request<Incoming>,
-) -> Reply {
+fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
+    let store = &served.store;
     let grpc = req
         .headers()
         .get("content-type")
@@ -235,16 +298,22 @@ fn stream_checks(
             "gRPC (POST, HTTP/2, application/grpc) only\n",
         );
     }
-    let (out, frames) = mpsc::channel(16);
+    let (out, frames) = mpsc::channel(grpc::REPLIES_QUEUED);
     tokio::spawn(grpc::serve(
-        store,
+        grpc::Serving {
+            store: store.clone(),
+            budget: served.budget.clone(),
+            activity: served.activity.clone(),
+            stop: served.stop.clone(),
+            message_timeout: served.config.limits.body_timeout,
+        },
         req.into_body(),
         out,
-        stop,
-        message_timeout,
     ));
+    // A reply's share of the budget and its place under the write deadline end as the
+    // connection takes it.
     let body = stream::unfold(frames, |mut frames| async move {
-        let frame = frames.recv().await?;
+        let (frame, _held) = frames.recv().await?;
         Some((Ok::<_, Infallible>(frame), frames))
     });
     let mut response = Response::new(StreamBody::new(body).boxed_unsync());
@@ -272,18 +341,40 @@ fn scrape(store: &Store) -> Reply {
     }
 }
 
-/// One exchange over HTTP. A body announced larger than the bound is refused before it is
-/// read; one that takes longer than `body_timeout` to arrive is given up (408).
-async fn check(store: &Store, body_timeout: Duration, req: Request<Incoming>) -> Reply {
+/// One exchange over HTTP, and its share of the budget. A body announced larger than the
+/// bound is refused before it is read; one that takes longer than `body_timeout` to arrive
+/// is given up (408). The share is taken before the body is read: the size announced, or
+/// the bound when none is.
+async fn check(
+    store: &Store,
+    budget: &Budget,
+    limits: Limits,
+    req: Request<Incoming>,
+) -> (Reply, Option<Charge>) {
     let announced = req.body().size_hint().lower();
     let metrics = store.metrics();
     if announced > MAX_BODY as u64 {
         metrics.failure(Failure::TooLarge);
-        return reply(
+        let refused = reply(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("a body of {announced} bytes exceeds {MAX_BODY}\n"),
         );
+        return (refused, None);
     }
+    let expected = req
+        .body()
+        .size_hint()
+        .exact()
+        .map_or(MAX_BODY, |n| n as usize);
+    let charge = budget.charge(expected).await;
+    (
+        read_and_answer(store, limits.body_timeout, req).await,
+        charge,
+    )
+}
+
+async fn read_and_answer(store: &Store, body_timeout: Duration, req: Request<Incoming>) -> Reply {
+    let metrics = store.metrics();
     let read = Limited::new(req.into_body(), MAX_BODY).collect();
     let body = match tokio::time::timeout(body_timeout, read).await {
         Ok(Ok(body)) => body.to_bytes(),

@@ -20,7 +20,9 @@ pub struct Bridge {
 pub const RELAXED: Limits = Limits {
     header_timeout: Duration::from_secs(60),
     body_timeout: Duration::from_secs(60),
+    write_timeout: Duration::from_secs(60),
     max_connections: 1024,
+    max_pending_mib: 256,
 };
 
 /// Open to every caller, with `limits`.

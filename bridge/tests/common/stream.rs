@@ -9,6 +9,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratelimit_bridge::grpc::{prefixed, Deframer};
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -29,7 +30,12 @@ pub async fn open(bridge: &Bridge) -> (StatusCode, Stream) {
 
 /// Opens a stream with `authorization` as its initial metadata.
 pub async fn open_as(bridge: &Bridge, authorization: Option<&str>) -> (StatusCode, Stream) {
-    let io = TokioIo::new(TcpStream::connect(bridge.addr).await.unwrap());
+    open_at(bridge.addr, authorization).await
+}
+
+/// `open_as` to a bridge at `addr` (a process, or in-process).
+pub async fn open_at(addr: SocketAddr, authorization: Option<&str>) -> (StatusCode, Stream) {
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
     let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
         .await
         .unwrap();
@@ -53,7 +59,7 @@ pub async fn open_as(bridge: &Bridge, authorization: Option<&str>) -> (StatusCod
     (status, stream)
 }
 
-fn receiver_stream<T: Send + 'static>(
+pub fn receiver_stream<T: Send + 'static>(
     rx: mpsc::Receiver<T>,
 ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = T> + Send>> {
     Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
