@@ -12,7 +12,7 @@
 //! begun must be complete within the body timeout: a gateway sends each one at once, so a
 //! message that trickles in is a stalled or hostile peer holding the stream's buffer.
 
-use crate::budget::{Budget, Charge};
+use crate::budget::{Charge, Share};
 use crate::limits::{Activity, Unwritten};
 use crate::metrics::{Failure, Transport};
 use crate::store::Store;
@@ -106,7 +106,8 @@ pub type Holding = (Option<Charge>, Option<Unwritten>);
 /// What one stream is served with.
 pub struct Serving {
     pub store: Store,
-    pub budget: Budget,
+    /// The connection's share of the budget.
+    pub share: Share,
     /// The connection's: a reply waits under its write deadline.
     pub activity: Activity,
     pub stop: watch::Receiver<bool>,
@@ -125,7 +126,7 @@ pub async fn serve(
 ) {
     let Serving {
         store,
-        budget,
+        share,
         activity,
         stop: mut shutdown,
         message_timeout,
@@ -175,7 +176,7 @@ pub async fn serve(
                 break 'read (UNAVAILABLE, "bridge shutting down".into());
             };
             let charge = tokio::select! {
-                charge = budget.charge(message.len()) => charge,
+                charge = share.charge(message.len()) => charge,
                 _ = shutdown.wait_for(|stop| *stop) => None,
             };
             let Some(charge) = charge else {

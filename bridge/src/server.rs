@@ -6,7 +6,7 @@
 
 use crate::access::Access;
 use crate::admin::{self, Admin};
-use crate::budget::{Budget, Charge};
+use crate::budget::{Budget, Charge, Share};
 use crate::limits::{self, Activity, Busy, Connection, Limits, Unwritten, DRAIN_TIMEOUT};
 use crate::metrics::{self, Failure, Transport};
 use crate::slots::{Peer, Slots};
@@ -97,7 +97,7 @@ pub async fn run(
                     store: store.clone(),
                     stop: stop_seen.clone(),
                     config: config.clone(),
-                    budget: budget.clone(),
+                    share: budget.share(),
                     activity: activity.clone(),
                     peer: Arc::clone(&peer),
                 };
@@ -132,7 +132,8 @@ struct Served {
     store: Store,
     stop: watch::Receiver<bool>,
     config: Config,
-    budget: Budget,
+    /// The connection's share of the budget.
+    share: Share,
     activity: Activity,
     peer: Arc<Peer>,
 }
@@ -230,9 +231,7 @@ impl Served {
             return self.answered(answer, None);
         }
         let (answer, charge) = match (req.method(), path) {
-            (&Method::POST, PATH) => {
-                check(&self.store, &self.budget, self.config.limits, req).await
-            }
+            (&Method::POST, PATH) => check(&self.store, &self.share, self.config.limits, req).await,
             (&Method::GET, "/healthz") => (healthz(&self.store).await, None),
             (&Method::GET, "/metrics") => (scrape(&self.store), None),
             (_, PATH | "/healthz" | "/metrics") => (
@@ -302,7 +301,7 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
     tokio::spawn(grpc::serve(
         grpc::Serving {
             store: store.clone(),
-            budget: served.budget.clone(),
+            share: served.share.clone(),
             activity: served.activity.clone(),
             stop: served.stop.clone(),
             message_timeout: served.config.limits.body_timeout,
@@ -347,7 +346,7 @@ fn scrape(store: &Store) -> Reply {
 /// the bound when none is.
 async fn check(
     store: &Store,
-    budget: &Budget,
+    share: &Share,
     limits: Limits,
     req: Request<Incoming>,
 ) -> (Reply, Option<Charge>) {
@@ -366,7 +365,7 @@ async fn check(
         .size_hint()
         .exact()
         .map_or(MAX_BODY, |n| n as usize);
-    let charge = budget.charge(expected).await;
+    let charge = share.charge(expected).await;
     (
         read_and_answer(store, limits.body_timeout, req).await,
         charge,

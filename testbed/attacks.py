@@ -1,0 +1,153 @@
+"""Attackers of the bridge, as the security review ran them, for the end-to-end tests and
+the soak: HTTP/2 peers that hold connections and never read what the bridge sends them.
+
+`Unreading` opens connections that grant the bridge no window (SETTINGS_INITIAL_WINDOW_SIZE
+= 0), so no answer's body can ever reach them, while acknowledging SETTINGS and PINGs so
+that each connection looks alive. Each sends one request: a health check or a check
+without the token (unauthenticated peers, review row 1), or, with the gateways' token, a
+gRPC stream fed with large messages as fast as the bridge takes them (row 7). With `hold`,
+a connection the bridge closes is opened again, so the attack lasts until `stop()`.
+HTTP/2 framing and flow control are the `h2` library's.
+"""
+
+import selectors
+import socket
+import struct
+import threading
+import time
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+
+GRPC_PATH = "/ratelimit.v1.Bridge/Check"
+
+
+def grpc_message(exchange_id, lines):
+    """One gRPC message of the bridge's protocol: the exchange id, then check lines."""
+    body = f"{exchange_id}\n".encode() + b"".join(line.encode() + b"\n" for line in lines)
+    return struct.pack(">BI", 0, len(body)) + body
+
+
+class Peer:
+    """One connection and its one request."""
+
+    def __init__(self, port, path, token, message):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.settimeout(2)
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.h2.initiate_connection()
+        self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        self.stream = self.h2.get_next_available_stream_id()
+        grpc = path == GRPC_PATH
+        headers = [(":method", "POST" if grpc or path == "/v1/check" else "GET"),
+                   (":scheme", "http"), (":authority", "bridge"), (":path", path)]
+        if grpc:
+            headers += [("content-type", "application/grpc"), ("te", "trailers")]
+        if token:
+            headers.append(("authorization", f"Bearer {token}"))
+        self.message = message if grpc else None
+        self.pending = b""
+        self.sent_id = 0
+        self.h2.send_headers(self.stream, headers, end_stream=not grpc)
+        self.flush()
+
+    def flush(self):
+        data = self.h2.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def feed(self):
+        """Sends as much of the message stream as the bridge's window allows."""
+        if self.message is None:
+            return
+        while True:
+            if not self.pending:
+                self.sent_id += 1
+                self.pending = self.message(self.sent_id)
+            window = min(self.h2.local_flow_control_window(self.stream),
+                         self.h2.max_outbound_frame_size)
+            if window <= 0:
+                break
+            chunk, self.pending = self.pending[:window], self.pending[window:]
+            self.h2.send_data(self.stream, chunk)
+        self.flush()
+
+    def on_readable(self):
+        """False once the bridge closed the connection."""
+        data = self.sock.recv(65536)
+        if not data:
+            return False
+        events = self.h2.receive_data(data)
+        if any(isinstance(e, (h2.events.ConnectionTerminated, h2.events.StreamReset))
+               for e in events):
+            return False
+        self.feed()
+        return True
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Unreading:
+    """`count` connections to the bridge on `port` that never read, each sending one request
+    to `path` (with `token`, if given). On the gRPC path, `message(n)` is the n-th message
+    (bytes, framed) a stream sends. Counts the connections the bridge closed (`closed`)."""
+
+    def __init__(self, port, count, path="/healthz", token=None, message=None, hold=True):
+        self.port, self.count, self.path, self.token = port, count, path, token
+        self.message, self.hold = message, hold
+        self.closed = 0
+        self.refused = 0
+        self.open = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=15)
+
+    def connect(self, selector):
+        try:
+            peer = Peer(self.port, self.path, self.token, self.message)
+        except (OSError, h2.exceptions.H2Error):
+            self.refused += 1
+            return False
+        selector.register(peer.sock, selectors.EVENT_READ, peer)
+        self.open += 1
+        return True
+
+    def run(self):
+        selector = selectors.DefaultSelector()
+        for _ in range(self.count):
+            if self.stopping.is_set():
+                break
+            self.connect(selector)
+        while not self.stopping.is_set():
+            for key, _ in selector.select(timeout=0.2):
+                peer = key.data
+                try:
+                    alive = peer.on_readable()
+                except (OSError, h2.exceptions.H2Error):
+                    alive = False
+                if not alive:
+                    selector.unregister(peer.sock)
+                    peer.close()
+                    self.open -= 1
+                    self.closed += 1
+            while self.hold and self.open < self.count and not self.stopping.is_set():
+                if not self.connect(selector):
+                    time.sleep(0.05)
+                    break
+        for key in list(selector.get_map().values()):
+            key.data.close()
+        selector.close()
