@@ -45,7 +45,10 @@ const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
 #[derive(Clone)]
 pub struct Config {
     pub limits: Limits,
+    /// Who may check: the gateways' token.
     pub access: Access,
+    /// Who may use `/admin/`: the operators' token, never the gateways' (open: nobody).
+    pub admin: Access,
     /// The gateways' plugin configuration, for `GET /admin/usage` (`--config`).
     pub plugin: Option<Arc<Plugin>>,
 }
@@ -177,7 +180,7 @@ async fn handle(
     if path.starts_with(admin::PREFIX) {
         let admin = Admin {
             store: &store,
-            access: &config.access,
+            access: &config.admin,
             plugin: config.plugin.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();
