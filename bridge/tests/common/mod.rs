@@ -18,7 +18,8 @@ pub use test_support::Valkey;
 
 /// What the bridge needs of an ACL user, and no more (as the README recommends): the
 /// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots; `del` for
-/// a refund that fills a bucket), and PING for /healthz. A cluster adds `cluster|slots`.
+/// a refund that fills a bucket), PING for /healthz and INFO for the memory policy's
+/// check. A cluster adds `cluster|slots`.
 pub const BRIDGE_ACL: &[&str] = &[
     "on",
     "resetkeys",
@@ -36,6 +37,7 @@ pub const BRIDGE_ACL: &[&str] = &[
     "+set",
     "+msetex",
     "+del",
+    "+info",
 ];
 
 /// A plain Redis connection for inspecting what the script stored.
