@@ -1,6 +1,7 @@
 -- Writes or removes one emergency override of ratelimit-bridge (bridge/src/overrides.rs),
 -- atomically with the index that lists them. Both keys share the hash tag {overrides}, so
--- this is one call on a Redis Cluster too. The bridges read the index and the records with
+-- this is one call on a Redis Cluster too (records of expired members, named from the
+-- index, are in that slot as well). The bridges read the index and the records with
 -- plain ZRANGE and MGET; only operators run this.
 --
 -- KEYS[1]   the index: a sorted set, member = target, score = Redis ms its record expires
@@ -11,17 +12,25 @@
 -- ARGV[4]   set: the lifetime in ms
 -- Returns   { now_ms, expires_ms } for 'set'; { now_ms, 1 if there was a record } for 'clear'
 --
--- Expired members are dropped from the index on every call, and the index expires with its
--- last record, so nothing outlives the overrides it lists.
+-- Neither the records nor the index expire in Redis: under maxmemory, the policy the
+-- buckets need (volatile-ttl) evicts keys that have a TTL, and an override evicted by a
+-- flood of new clients would be an emergency limit silently gone. Each record holds its own
+-- expiry instead, which readers hold to Redis's clock (bridge/src/registry.rs), and every
+-- call deletes the records of expired members and drops them from the index.
 
 local call = redis.call
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- An index written by a version that gave it a TTL keeps it through ZADD: no more.
+call('PERSIST', KEYS[1])
+for _, member in ipairs(call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE')) do
+  call('DEL', KEYS[1] .. ':' .. member)
+end
 call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local result
 if ARGV[1] == 'set' then
   local expires = now + tonumber(ARGV[4])
-  call('SET', KEYS[2], ARGV[3] .. ' ' .. expires, 'PXAT', expires)
+  call('SET', KEYS[2], ARGV[3] .. ' ' .. expires)
   call('ZADD', KEYS[1], expires, ARGV[2])
   result = expires
 elseif ARGV[1] == 'clear' then
@@ -30,6 +39,4 @@ elseif ARGV[1] == 'clear' then
 else
   return redis.error_reply('overrides: unknown mode ' .. tostring(ARGV[1]))
 end
-local last = call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then call('PEXPIREAT', KEYS[1], last[2]) end
 return { now, result }

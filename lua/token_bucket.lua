@@ -39,7 +39,8 @@
 --                  in units at Redis time <ms> and the `den` of those units, as doubles
 --                  (exact below 2^53; one unpack call instead of string surgery). A missing
 --                  key is a full bucket, so each key expires (a second) after its bucket
---                  would be full. A rule whose limit changed (a reload, an override) reads
+--                  would be full, and a call that leaves a bucket full (a refund) deletes
+--                  its key instead of writing it. A rule whose limit changed (a reload, an override) reads
 --                  the level in its own units, rounded down: no token is made up. A rule
 --                  that blocks stores struct.pack('<Bdddddd', 2, units, ms, den, first,
 --                  denials, blocked): also when its current count of denials began, the
@@ -136,7 +137,9 @@ end
 
 -- A bucket's state as this call left it so far, kept at the position f of its key's
 -- first appearance (first[key] = f), six slots from k = 6f: level st[k-5] in units at time
--- st[k-4]; st[k-3] the Redis time the key may expire (nil: unchanged, not written); then
+-- st[k-4]; st[k-3] the Redis time the key may expire (nil: unchanged, not written; false:
+-- the bucket is full and holds no count of denials nor block in force, which is exactly
+-- what a missing key reads as, so the key is deleted rather than written); then
 -- when its count of denials began st[k-2], the count st[k-1], and when its block ends
 -- st[k]. A missing key reads as infinitely many units, which every rule clamps to its
 -- capacity; a key holding a value this script did not write reads as -1 units and is
@@ -271,7 +274,10 @@ while a <= nlayout do
           if st[k - 2] + sh[s9 - 3] > keep then keep = st[k - 2] + sh[s9 - 3] end
           if st[k] > keep then keep = st[k] end
         end
-        st[k - 5], st[k - 4], st[k - 3] = l, now, keep + EXPIRY_SLACK_MS
+        -- Nothing left to keep (a refund that filled the bucket): a key that stored a full
+        -- bucket would hold memory for nothing, until its expiry, in a Redis whose keys
+        -- are what fills it.
+        st[k - 5], st[k - 4], st[k - 3] = l, now, keep > now and keep + EXPIRY_SLACK_MS
         blocks[f] = after > 0 or nil
       end
       if blocked then
@@ -308,7 +314,10 @@ end
 for f = 1, nkeys do
   local k = 6 * f
   local expires = st[k - 3]
-  if expires and (counted[f] or not peek) then
+  if expires == false then
+    -- A peek writes nothing but counts of denials, and deletes nothing either.
+    if stored[f] and not peek then call('DEL', KEYS[f]) end
+  elseif expires and (counted[f] or not peek) then
     local level = peek and base[f] or st[k - 5]
     local value
     if blocks[f] then

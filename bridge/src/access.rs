@@ -1,9 +1,11 @@
-//! Who may check, and so consume, buckets. Whoever reaches the bridge can spend any bucket's
-//! tokens (deny a user everything, or reset nothing but take it all), so with a shared
-//! secret (`--token-file`) a check is served only to callers that present it, as
-//! `authorization: Bearer <token>` on a callout and in the initial metadata of the gRPC
-//! stream. `/healthz` stays open: probes carry no token, and it only tells whether Redis
-//! answers.
+//! Who may check, and so consume, buckets, and who may change limits. Whoever reaches the
+//! bridge can spend any bucket's tokens (deny a user everything, or reset nothing but take
+//! it all), so with a shared secret (`--token-file`) a check is served only to callers that
+//! present it, as `authorization: Bearer <token>` on a callout and in the initial metadata
+//! of the gRPC stream. `/healthz` stays open: probes carry no token, and it only tells
+//! whether Redis answers. The admin endpoints want another secret (`--admin-token-file`):
+//! every gateway holds the gateways' token, and Envoy shows it to whoever reaches its admin
+//! port (`/config_dump`), so it must not also change every client's limits.
 
 use hyper::header::{HeaderMap, AUTHORIZATION};
 use std::path::Path;
@@ -20,9 +22,29 @@ impl Access {
         Access(None)
     }
 
-    /// Holders of the token in `path` (its content, surrounding whitespace trimmed).
+    /// Holders of the gateways' token in `path` (`--token-file`).
     pub fn from_token_file(path: &Path) -> Result<Access, String> {
-        let context = |why: String| format!("--token-file {}: {why}", path.display());
+        Access::from_file("--token-file", path)
+    }
+
+    /// Holders of the operators' token in `path` (`--admin-token-file`), which must not be
+    /// the gateways' (`gateways`): that one opens no admin endpoint.
+    pub fn from_admin_token_file(path: &Path, gateways: &Access) -> Result<Access, String> {
+        let admin = Access::from_file("--admin-token-file", path)?;
+        if admin.0 == gateways.0 {
+            return Err(format!(
+                "--admin-token-file {}: the same token as --token-file; the operators' \
+                 secret must be another (every gateway holds the gateways' token)",
+                path.display()
+            ));
+        }
+        Ok(admin)
+    }
+
+    /// Holders of the token in `path` (its content, surrounding whitespace trimmed), read
+    /// for `flag`, which errors name.
+    fn from_file(flag: &str, path: &Path) -> Result<Access, String> {
+        let context = |why: String| format!("{flag} {}: {why}", path.display());
         let content = std::fs::read(path).map_err(|e| context(format!("cannot read it: {e}")))?;
         let token = content.trim_ascii();
         if token.is_empty() {
@@ -121,6 +143,35 @@ mod tests {
             err.contains("cannot read") && err.contains("no-such-file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_admin_token_must_differ_from_the_gateways() {
+        let gateways = token_file("gateways", b"one-token\n");
+        let same = token_file("same", b" one-token");
+        let other = token_file("other", b"another-token");
+        let gateway_access = Access::from_token_file(&gateways).unwrap();
+        let err = Access::from_admin_token_file(&same, &gateway_access)
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("--admin-token-file") && err.contains("same token"),
+            "{err}"
+        );
+        let admin = Access::from_admin_token_file(&other, &gateway_access).unwrap();
+        assert!(admin.admits(&headers(&["Bearer another-token"])));
+        assert!(!admin.admits(&headers(&["Bearer one-token"])));
+        let empty = token_file("admin-empty", b"\n");
+        let err = Access::from_admin_token_file(&empty, &Access::open())
+            .err()
+            .unwrap();
+        assert!(
+            err.starts_with("--admin-token-file") && err.contains("empty"),
+            "{err}"
+        );
+        for path in [gateways, same, other, empty] {
+            std::fs::remove_file(path).unwrap();
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The admin endpoints, for operators: the overrides (`GET`, `PUT`, `DELETE
 //! /admin/overrides`) and a client's usage (`GET /admin/usage`), the same operations as the
 //! `override` and `usage` commands, with their flags as query parameters. Changing a limit
-//! is more than checking one, so they are served only to holders of the bridge's token
-//! (`--token-file`): without it, `401`; a bridge started without a token file serves none
-//! of them (`404`), however reachable it is.
+//! is more than checking one, so they are served only to holders of the operators' secret
+//! (`--admin-token-file`), never to the gateways' token (`401`), which every gateway holds:
+//! a bridge started without an admin token file serves none of them (`404`), however
+//! reachable it is.
 
 use crate::access::Access;
 use crate::overrides::{parse_spec, Override, Target};
@@ -24,6 +25,7 @@ pub type Answer = (StatusCode, String);
 /// What the admin endpoints may use.
 pub struct Admin<'a> {
     pub store: &'a Store,
+    /// The operators' secret; open (no `--admin-token-file`): no admin endpoint is served.
     pub access: &'a Access,
     /// The plugin configuration, for usage (`--config`).
     pub plugin: Option<&'a Config>,
@@ -41,7 +43,7 @@ impl Admin<'_> {
         if self.access.is_open() {
             return (
                 StatusCode::NOT_FOUND,
-                "the admin endpoints need the bridge's --token-file\n".into(),
+                "the admin endpoints need the bridge's --admin-token-file\n".into(),
             );
         }
         if !self.access.admits(headers) {

@@ -204,6 +204,22 @@ impl Backend {
             },
         }
     }
+
+    /// `INFO <section>` of the server; in a cluster, of one primary (the cluster client
+    /// would ask every node and merge their answers).
+    pub async fn info(&self, section: &str) -> RedisResult<String> {
+        let cmd = redis::cmd("INFO").arg(section).clone();
+        match &self.conn {
+            Conn::Single(single) => cmd.query_async(&mut single.conn()).await,
+            Conn::Cluster { .. } => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+                let mut conn = self.cluster_conn().await?;
+                Ok(String::from_redis_value(
+                    conn.route_command(cmd, routing).await?,
+                )?)
+            }
+        }
+    }
 }
 
 impl Caller for Backend {

@@ -4,8 +4,11 @@
 //! set off the reconnection (a gateway answering 503 seconds after Redis was back). So the
 //! bridge pings Redis in the background: often while it does not answer, so the connection
 //! is remade within a fraction of a second of Redis returning, and now and then while it
-//! does, so a restart is noticed even when no check came in meanwhile.
+//! does, so a restart is noticed even when no check came in meanwhile. Each time Redis
+//! answers after it did not (and at start), its memory policy is judged (`redis_memory`):
+//! a restarted Redis may come back with another configuration.
 
+use crate::redis_memory;
 use crate::store::Store;
 use std::time::Duration;
 
@@ -18,11 +21,19 @@ const WHILE_UNHEALTHY: Duration = Duration::from_millis(250);
 /// Pings Redis for as long as it runs, logging when it goes away and comes back.
 pub async fn watch(store: Store) {
     let mut healthy = true;
+    // Whether Redis's memory policy is to be judged at its next answer, and the warning
+    // given last (each is said once, not at every return of Redis).
+    let (mut judge, mut warned) = (true, None);
     loop {
         let now = store.ping().await;
         if now {
             // A failover or a resharding moves slots without a check noticing at once.
             store.read_topology().await;
+            if judge {
+                judge = !redis_memory::judge(&store, &mut warned).await;
+            }
+        } else {
+            judge = true;
         }
         if now != healthy {
             if now {

@@ -17,6 +17,7 @@ pub mod limits;
 pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
+pub mod redis_memory;
 pub mod redis_tls;
 pub mod registry;
 pub mod script;

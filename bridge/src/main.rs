@@ -24,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c), the gRPC stream,
 /// `GET /healthz` (200 when Redis answers, 503 when not), `GET /metrics` (Prometheus text)
-/// and, with --token-file, the admin endpoints under /admin/. Stops gracefully on SIGTERM
+/// and, with --admin-token-file, the admin endpoints under /admin/. Stops gracefully on SIGTERM
 /// or SIGINT. With a command (`override`, `usage`), runs it and exits instead.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
@@ -132,10 +132,14 @@ struct Args {
     )]
     max_connections: u32,
     /// File holding the token gateways must present (`authorization: Bearer <token>`) to
-    /// check, and operators to use /admin/; surrounding whitespace is trimmed. Without it
-    /// any caller may check, and /admin/ is not served.
+    /// check; surrounding whitespace is trimmed. Without it any caller may check.
     #[arg(long, env = "RATELIMIT_BRIDGE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// File holding the operators' token, which /admin/ demands (`authorization: Bearer
+    /// <token>`); the same rules as --token-file, and not the same token. Without it
+    /// /admin/ is not served.
+    #[arg(long, env = "RATELIMIT_BRIDGE_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -184,6 +188,10 @@ async fn serve(args: Args) -> Result<(), String> {
             );
             Access::open()
         }
+    };
+    let admin = match &args.admin_token_file {
+        Some(path) => Access::from_admin_token_file(path, &access)?,
+        None => Access::open(),
     };
     let options = StoreOptions {
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
@@ -240,6 +248,7 @@ async fn serve(args: Args) -> Result<(), String> {
         Config {
             limits,
             access,
+            admin,
             plugin,
         },
         shutdown,

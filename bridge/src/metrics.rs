@@ -124,6 +124,11 @@ pub fn redis_failure(e: &RedisError) -> &'static str {
     if e.is_timeout() {
         return "timeout";
     }
+    // Redis at `maxmemory` that may not evict (`noeviction`): every write fails, so every
+    // check does, until memory is freed. redis-rs knows no such kind (an extension error).
+    if e.code() == Some("OOM") {
+        return "oom";
+    }
     match e.kind() {
         ErrorKind::Io => "io",
         ErrorKind::AuthenticationFailed => "auth",

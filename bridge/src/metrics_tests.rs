@@ -108,4 +108,9 @@ fn redis_errors_are_counted_by_kind() {
         redis_failure(&server(ServerErrorKind::ResponseError)),
         "server"
     );
+    let oom = redis::make_extension_error(
+        "OOM".into(),
+        Some("command not allowed when used memory > 'maxmemory'.".into()),
+    );
+    assert_eq!(redis_failure(&oom), "oom");
 }

@@ -1,9 +1,12 @@
 //! Overrides in Redis: written and removed by operators (`lua/overrides.lua`, one call that
 //! keeps the record and the index together), read by every bridge every
-//! `REFRESH_EVERY` into its `OverrideCache`. Each override is a record that Redis itself
-//! expires (`PXAT`) and a member of its prefix's index, so a bridge learns every active
-//! override with one `ZRANGE` and one `MGET` per prefix, without a `SCAN` over the buckets,
-//! on one server as on a Cluster (all of them share one hash tag: see `overrides`).
+//! `REFRESH_EVERY` into its `OverrideCache`. Each override is a record that holds its expiry
+//! and a member of its prefix's index, so a bridge learns every active override with one
+//! `ZRANGE` and one `MGET` per prefix, without a `SCAN` over the buckets, on one server as
+//! on a Cluster (all of them share one hash tag: see `overrides`). Redis does not expire
+//! them (a key with a TTL is what `maxmemory-policy volatile-ttl` may evict, and the buckets
+//! need that policy): readers skip a record past its expiry by Redis's clock (`TIME`), and
+//! the next `set` or `clear` deletes it.
 
 use crate::override_cache::REFRESH_EVERY;
 use crate::overrides::{self, index_key, record_key, Override, Table, Target};
@@ -63,11 +66,17 @@ pub async fn list(store: &Store, prefix: &str) -> Result<Vec<Override>, String> 
         mget.arg(record_key(prefix, member));
     }
     let records: Vec<Option<String>> = store.query(&mget).await?;
+    // Read last, so that a record applies only if still in force once read. (In a Cluster
+    // TIME comes from any node, whose clock agrees with the index's to NTP's milliseconds.)
+    let (seconds, micros): (u64, u64) = store.query(&redis::cmd("TIME")).await?;
+    let now_ms = seconds * 1000 + micros / 1000;
     let mut active = Vec::with_capacity(members.len());
-    // A member whose record is gone has expired (or was cleared) since.
+    // A member whose record is gone was cleared since (or, written by an older bridge,
+    // expired in Redis).
     for (member, record) in members.iter().zip(records) {
         match record.map(|value| overrides::decode(prefix, member, &value)) {
-            Some(Ok(o)) => active.push(o),
+            Some(Ok(o)) if o.expires_ms > now_ms => active.push(o),
+            Some(Ok(_)) => {}
             Some(Err(e)) => log::debug!("ignored: {e}"),
             None => {}
         }

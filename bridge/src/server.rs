@@ -47,7 +47,10 @@ const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
 #[derive(Clone)]
 pub struct Config {
     pub limits: Limits,
+    /// Who may check: the gateways' token.
     pub access: Access,
+    /// Who may use `/admin/`: the operators' token, never the gateways' (open: nobody).
+    pub admin: Access,
     /// The gateways' plugin configuration, for `GET /admin/usage` (`--config`).
     pub plugin: Option<Arc<Plugin>>,
 }
@@ -252,7 +255,7 @@ impl Served {
     async fn admin(&self, req: Request<Incoming>) -> Reply {
         let admin = Admin {
             store: &self.store,
-            access: &self.config.access,
+            access: &self.config.admin,
             plugin: self.config.plugin.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();

@@ -289,6 +289,14 @@ impl Store {
         self.backend.ping().await
     }
 
+    /// `INFO <section>` (in a cluster: of one primary).
+    pub async fn info(&self, section: &str) -> Result<String, String> {
+        self.backend
+            .info(section)
+            .await
+            .map_err(|e| format!("redis: {e}"))
+    }
+
     /// The slot map, read now if none was yet.
     async fn topology(&self) -> Arc<Topology> {
         let current = self.current_topology();

@@ -1,14 +1,16 @@
 //! Leases in the token bucket script on a real Valkey: an admitted check that asks for a
 //! lease takes up to that many tokens more, as many as the bucket holds beyond its cost;
-//! a refund gives tokens back, never past the burst. A rule in shadow mode never denies.
+//! a refund gives tokens back, never past the burst, and a refund that fills a bucket
+//! leaves no key (a missing key is a full bucket). A rule in shadow mode never denies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::buckets::{rule, run, store};
-use common::Valkey;
+use common::buckets::{rule, run, store, stored};
+use common::{Connect, Valkey};
 use ratelimit_bridge::check::RuleSpec;
+use ratelimit_protocol::Block;
 
 fn leasing(key: &str, burst: u64, lease: u64) -> RuleSpec {
     RuleSpec {
@@ -85,4 +87,70 @@ async fn a_shadow_rule_never_denies_its_check_and_takes_nothing_it_lacks() {
     assert!(!out[2].allowed, "{out:?}");
     let (_, out) = run(&store, &[rule("rl:u", 10, 1, 3_600_000, 1)]).await;
     assert_eq!(out[0].remaining, 7, "the denied check took nothing");
+}
+
+fn exists(valkey: &Valkey, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<u64>(&mut valkey.connection())
+        .unwrap()
+        == 1
+}
+
+#[tokio::test]
+async fn a_refund_that_fills_a_bucket_leaves_no_key() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let (token, one) = (3_600_000, |key| rule(key, 5, 1, 3_600_000, 1));
+    let take = rule("rl:r", 5, 1, 3_600_000, 2);
+    assert!(run(&store, std::slice::from_ref(&take)).await.1[0].allowed);
+    // Short of full: stored, as before.
+    store.refund_all(&[vec![one("rl:r")]]).await[0]
+        .as_ref()
+        .unwrap();
+    assert_eq!(stored(&valkey, "rl:r").unwrap().units / token, 4);
+    // Full: the key is deleted, not stored full (memory held for nothing until it expired).
+    let back = store.refund_all(&[vec![one("rl:r")]]).await;
+    assert_eq!(back[0].as_ref().unwrap().1[0].remaining, 5);
+    assert!(!exists(&valkey, "rl:r"), "a full bucket's key stays");
+    // A refund to a bucket already gone (it expired full meanwhile) writes nothing.
+    store.refund_all(&[vec![one("rl:gone")]]).await[0]
+        .as_ref()
+        .unwrap();
+    assert!(
+        !exists(&valkey, "rl:gone"),
+        "a refund created a full bucket"
+    );
+    // Deleted is the same as full: the next check sees all 5.
+    let (_, out) = run(&store, std::slice::from_ref(&take)).await;
+    assert_eq!(out[0].remaining, 3);
+}
+
+#[tokio::test]
+async fn a_full_bucket_that_counts_denials_keeps_its_key() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // Blocked after 3 denials within a minute: a count in force is what a missing key
+    // would lose, so a refund that fills the bucket keeps the key while it lasts.
+    let login = RuleSpec {
+        block: Some(Block {
+            after: 3,
+            within_ms: 60_000,
+            for_ms: 60_000,
+        }),
+        ..rule("rl:login:ip", 1, 1, 3_600_000, 1)
+    };
+    assert!(run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
+    assert!(!run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
+    store.refund_all(&[vec![login.clone()]]).await[0]
+        .as_ref()
+        .unwrap();
+    assert!(exists(&valkey, "rl:login:ip"));
+    assert!(run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
+    assert!(!run(&store, std::slice::from_ref(&login)).await.1[0].blocked);
+    let out = run(&store, std::slice::from_ref(&login)).await.1;
+    assert!(
+        out[0].blocked,
+        "the third denial within the minute blocks: {out:?}"
+    );
 }

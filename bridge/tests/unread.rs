@@ -68,6 +68,7 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
             ..RELAXED
         },
         access: Access::from_token_file(&token_file()).unwrap(),
+        admin: Access::open(),
         plugin: None,
     };
     let bridge = start_with(&valkey.url(), config).await;

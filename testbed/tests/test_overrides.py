@@ -1,6 +1,7 @@
 """End to end, as an operator uses them: emergency overrides set with the bridge's command
 line reach two real Envoy gateways within a second and expire by themselves; `usage`
-reads a client's bucket as the gateways see it; every admin endpoint wants the token.
+reads a client's bucket as the gateways see it; every admin endpoint wants the operators'
+secret (`--admin-token-file`), never the gateways' token.
 
 Most buckets counted under an override whose rate differs from the rule's are fresh ones
 (clients that made no request before); `test_an_override_on_a_client_in_use_keeps_its_tokens`
@@ -17,20 +18,24 @@ from testbed.cluster import ValkeyCluster
 from testbed.plugins import plugin, rule
 from testbed.stack import BRIDGE, Process, free_port, request, wait_for
 
-TOKEN = "admin-s3cret"
+TOKEN = "gateways-s3cret"
+ADMIN_TOKEN = "operators-s3cret"
 # The bridge reads overrides every 250 ms: within a second is the documented bound, 1.5 s
 # leaves room for a loaded machine without making the test meaningless.
 WITHIN = 1.5
 
 
 def start(stack_of, tmp_path, *rules):
-    """Two gateways sharing one bridge that holds the token and the plugin configuration."""
+    """Two gateways sharing one bridge that holds both tokens and the plugin configuration."""
     config = plugin(*rules)
     config["backend"]["token"] = TOKEN
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "admin-token").write_text(ADMIN_TOKEN + "\n")
     (tmp_path / "plugin.json").write_text(json.dumps(config))
     stack = stack_of(config, gateways=2, bridge_args=[
-        "--token-file", str(tmp_path / "token"), "--config", str(tmp_path / "plugin.json")])
+        "--token-file", str(tmp_path / "token"),
+        "--admin-token-file", str(tmp_path / "admin-token"),
+        "--config", str(tmp_path / "plugin.json")])
     stack.plugin_file = tmp_path / "plugin.json"
     return stack
 
@@ -176,7 +181,7 @@ def test_usage_shows_a_block(stack_of, tmp_path):
     assert bridge(stack, *query)["blocked"] == usage["blocked"]
 
 
-def admin(stack, method, path, token=TOKEN, port=None):
+def admin(stack, method, path, token=ADMIN_TOKEN, port=None):
     conn = http.client.HTTPConnection("127.0.0.1", port or stack.bridge_port, timeout=10)
     try:
         headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -200,9 +205,12 @@ ADMIN_CALLS = [
 def test_every_admin_call_without_the_secret_is_refused(stack_of, tmp_path):
     stack = start(stack_of, tmp_path, rule("per-user", ["user"], 3))
     for method, path in ADMIN_CALLS:
-        for token in (None, "wrong", TOKEN + "x", TOKEN.upper()):
+        # The gateways' token first: every gateway holds it (Envoy's /config_dump shows it).
+        for token in (TOKEN, None, "wrong", ADMIN_TOKEN + "x", ADMIN_TOKEN.upper()):
             status, _ = admin(stack, method, path, token=token)
             assert status == 401, (method, path, token)
+    # Nor does the operators' secret check anything.
+    assert admin(stack, "POST", "/v1/check", token=ADMIN_TOKEN)[0] == 401
     assert stack.redis("KEYS", "*") == [], "refused calls touched nothing"
     # With the token the same calls are served: the override set over HTTP applies.
     assert admin(stack, *ADMIN_CALLS[1])[0] == 200
@@ -217,21 +225,22 @@ def test_every_admin_call_without_the_secret_is_refused(stack_of, tmp_path):
     assert (cleared[0], json.loads(cleared[1])["cleared"]) == (200, True)
 
 
-def test_a_bridge_without_a_token_file_serves_no_admin_endpoint(stack_of, tmp_path):
+def test_a_bridge_without_an_admin_token_file_serves_no_admin_endpoint(stack_of, tmp_path):
     stack = start(stack_of, tmp_path, rule("per-user", ["user"], 3))
     port = free_port()
-    open_bridge = Process("open-bridge", [
+    gateways_only = Process("gateways-only-bridge", [
         BRIDGE, "--listen", f"127.0.0.1:{port}", "--redis",
-        f"redis://127.0.0.1:{stack.redis_port}", "--threads", "1"], str(tmp_path)).start()
+        f"redis://127.0.0.1:{stack.redis_port}", "--threads", "1",
+        "--token-file", str(tmp_path / "token")], str(tmp_path)).start()
     try:
-        wait_for("open bridge", lambda: request(port, "/healthz", timeout=1)[0] == 200,
-                 proc=open_bridge.proc, log=open_bridge.log)
+        wait_for("bridge", lambda: request(port, "/healthz", timeout=1)[0] == 200,
+                 proc=gateways_only.proc, log=gateways_only.log)
         for method, path in ADMIN_CALLS:
-            for token in (None, TOKEN):
+            for token in (None, TOKEN, ADMIN_TOKEN):
                 assert admin(stack, method, path, token=token, port=port)[0] == 404, (method, path)
         assert stack.redis("KEYS", "*") == []
     finally:
-        open_bridge.stop()
+        gateways_only.stop()
 
 
 def test_overrides_and_usage_on_a_cluster(stack_of_cluster, tmp_path):

@@ -17,8 +17,9 @@ pub mod stream;
 pub use test_support::Valkey;
 
 /// What the bridge needs of an ACL user, and no more (as the README recommends): the
-/// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots), and PING
-/// for /healthz. A cluster adds `cluster|slots`.
+/// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots; `del` for
+/// a refund that fills a bucket), PING for /healthz and INFO for the memory policy's
+/// check. A cluster adds `cluster|slots`.
 pub const BRIDGE_ACL: &[&str] = &[
     "on",
     "resetkeys",
@@ -35,6 +36,8 @@ pub const BRIDGE_ACL: &[&str] = &[
     "+type",
     "+set",
     "+msetex",
+    "+del",
+    "+info",
 ];
 
 /// A plain Redis connection for inspecting what the script stored.

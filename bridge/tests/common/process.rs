@@ -81,12 +81,24 @@ impl BridgeProcess {
 
     /// `POST /v1/check` with `body`: the status code and the answer.
     pub fn check(&self, body: &str) -> (u16, String) {
-        http(self.addr, "POST", "/v1/check", body)
+        http(self.addr, "POST", "/v1/check", body, None)
+    }
+
+    /// `method path` (HTTP/1.1) with `body`, as a caller holding `token` (`authorization:
+    /// Bearer <token>`; `None`: no header): the status code and the answer.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        http(self.addr, method, path, body, token)
     }
 
     /// `GET /healthz`'s status code.
     pub fn health(&self) -> u16 {
-        http(self.addr, "GET", "/healthz", "").0
+        http(self.addr, "GET", "/healthz", "", None).0
     }
 }
 
@@ -97,13 +109,20 @@ impl Drop for BridgeProcess {
     }
 }
 
-fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    let authorization = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
     let request = format!(
         "{method} {path} HTTP/1.1\r\nhost: bridge\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n{body}",
+         {authorization}content-length: {}\r\n\r\n{body}",
         body.len()
     );
     conn.write_all(request.as_bytes()).unwrap();

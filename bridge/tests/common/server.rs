@@ -30,6 +30,7 @@ pub fn without_token(limits: Limits) -> Config {
     Config {
         limits,
         access: Access::open(),
+        admin: Access::open(),
         plugin: None,
     }
 }
@@ -48,6 +49,7 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
     let config = Config {
         limits: RELAXED,
         access: access.unwrap(),
+        admin: Access::open(),
         plugin: None,
     };
     start_with(redis_url, config).await
