@@ -105,7 +105,7 @@ testbed: setup build
 
 ## soak: steady load through two gateways while Valkey restarts, the bridge is killed and a
 ## Cluster primary fails over; checks errors, exact limits and memory, writes testbed/SOAK.md
-## (SOAK_MINUTES, default 10, split between single Valkey and Cluster; not part of `test`)
+## (SOAK_MINUTES, default 10, split between single Valkey, Cluster and the attacked single Valkey; not part of `test`)
 SOAK_MINUTES ?= 10
 soak: setup build
 	$(PY) -m testbed.soak --minutes $(SOAK_MINUTES)

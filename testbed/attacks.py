@@ -10,6 +10,7 @@ a connection the bridge closes is opened again, so the attack lasts until `stop(
 HTTP/2 framing and flow control are the `h2` library's.
 """
 
+import itertools
 import selectors
 import socket
 import struct
@@ -151,3 +152,88 @@ class Unreading:
         for key in list(selector.get_map().values()):
             key.data.close()
         selector.close()
+
+
+def stream_flood_message(n):
+    """About 26 KiB, as the review sent: 52 checks of keys near 500 bytes."""
+    return grpc_message(n, [f"rl:att-{n}-{i}-{'p' * 470},1000000,1,1,1" for i in range(52)])
+
+
+class FreshClients:
+    """`rate` requests/s through the gateways on `ports`, each as a client never seen before
+    (`header`: a new value every time), as the review flooded Redis with keys (row 8).
+    Counts the statuses it got."""
+
+    def __init__(self, ports, rate, path, header):
+        self.ports, self.interval, self.path, self.header = ports, 1.0 / rate, path, header
+        self.statuses = {}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=15)
+
+    def run(self):
+        import http.client
+        conns = [None] * len(self.ports)
+        next_at = time.monotonic()
+        for n in itertools.count():
+            if self.stopping.wait(max(0.0, next_at - time.monotonic())):
+                break
+            g = n % len(self.ports)
+            status = 0
+            try:
+                if conns[g] is None:
+                    conns[g] = http.client.HTTPConnection("127.0.0.1", self.ports[g], timeout=10)
+                conns[g].request("GET", self.path, headers={self.header: f"fresh-{n}"})
+                response = conns[g].getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                conns[g].close()
+                conns[g] = None
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            next_at = max(next_at + self.interval, time.monotonic() - 1.0)
+        for conn in conns:
+            if conn is not None:
+                conn.close()
+
+
+class Attacks:
+    """The review's attacks on a stack at once, for as long as they run: every connection
+    slot of the bridge held by unauthenticated peers that never read (row 1; `slots` is
+    the bridge's --max-connections), 20 gRPC streams with the gateways' `token` that never
+    read their replies (row 7), and fresh clients creating keys (row 8) at `fresh_rate`
+    through the gateways on `fresh_path`, keyed on `fresh_header`."""
+
+    def __init__(self, stack, token, slots, fresh_rate, fresh_path, fresh_header):
+        bridge = stack.bridge_port
+        self.unauthenticated = [Unreading(bridge, slots // 2, path="/healthz"),
+                                Unreading(bridge, slots - slots // 2, path="/v1/check")]
+        self.streams = Unreading(bridge, 20, path=GRPC_PATH, token=token,
+                                 message=stream_flood_message)
+        self.fresh = FreshClients(stack.ports, fresh_rate, fresh_path, fresh_header)
+        self.parts = [*self.unauthenticated, self.streams, self.fresh]
+
+    def start(self):
+        for part in self.parts:
+            part.start()
+        return self
+
+    def stop(self):
+        for part in self.parts:
+            part.stop()
+
+    def summary(self):
+        held = sum(u.closed + u.open for u in self.unauthenticated)
+        fresh = ", ".join(f"{s or 'no answer'}: {n}" for s, n in sorted(self.fresh.statuses.items()))
+        return (f"unauthenticated unreading connections opened {held} "
+                f"({sum(u.closed for u in self.unauthenticated)} closed by the bridge, "
+                f"{sum(u.refused for u in self.unauthenticated)} refused at connect); "
+                f"unreading token streams opened {self.streams.closed + self.streams.open} "
+                f"({self.streams.closed} cut by the bridge); fresh clients: {fresh or '-'}")

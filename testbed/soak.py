@@ -8,6 +8,11 @@ broken on purpose, in two scenarios one after the other:
   cluster  a Valkey Cluster of 3 primaries with a replica each, a bridge with --cluster:
            a primary killed with SIGKILL (its replica takes over, the old primary rejoins
            as the new one's replica); the bridge killed with SIGKILL and started again
+  attacked the faults of `single`, while the security review's attacks run all along
+           (testbed/attacks.py): every bridge connection slot held by unauthenticated
+           peers that never read, 20 token-holding gRPC streams that never read their
+           replies, and fresh clients filling a Valkey of `maxmemory` 2mb (volatile-ttl)
+           with keys; the steady load is held to the same checks
 
 and checks, from every request's send time, latency and status placed against the fault
 windows:
@@ -46,6 +51,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .attacks import Attacks
 from .cluster import SLOTS, ValkeyCluster
 from .stack import ROOT, Stack, request, wait_for
 
@@ -93,6 +99,25 @@ PLUGIN = {
         {"name": "probe", "key": ["probe"], "limit": {"requests": PROBE_BURST, "per": "1h"}},
     ],
 }
+# The attacked scenario: the gateways' token; the bridge's slots, all held by the attackers;
+# fresh clients of their own rule (10 per hour: each key lives minutes), filling a Valkey
+# whose maxmemory a few thousand of them exceed.
+TOKEN = "soak-gateways-token"
+ATTACK_SLOTS = 256
+FRESH_RATE = 200.0
+FRESH_PATH = "/api/fresh"
+VALKEY_MEMORY = ["--maxmemory", "2mb", "--maxmemory-policy", "volatile-ttl"]
+
+
+def attacked_plugin():
+    plugin = {**PLUGIN, "backend": {**PLUGIN["backend"], "token": TOKEN},
+              "identity": {**PLUGIN["identity"], "fresh": {"header": "x-fresh-id"}}}
+    plugin["rules"] = PLUGIN["rules"] + [
+        {"name": "fresh", "key": ["fresh"], "match": {"path": FRESH_PATH},
+         "limit": {"requests": 10, "per": "1h"}}]
+    return plugin
+
+
 # What a steady-load request may be answered, by where it falls.
 ALLOWED = {"outage": {200, 503}, "grace": {200, 503}, "steady": {200}}
 
@@ -292,6 +317,7 @@ class Scenario:
     title: str
     cluster: bool
     faults: list  # [(label, function)], injected in turn
+    attacked: bool = False
 
 
 SCENARIOS = [
@@ -300,6 +326,9 @@ SCENARIOS = [
     Scenario("cluster", "Valkey Cluster (3 primaries, 1 replica each), two gateways, "
              "one bridge with --cluster", True,
              [("primary kill -9, failover", fail_over_primary), ("bridge kill -9", kill_bridge)]),
+    Scenario("attacked", "single Valkey (maxmemory 2mb, volatile-ttl), two gateways, one "
+             f"bridge with --token-file and --max-connections {ATTACK_SLOTS}, under attack", False,
+             [("Valkey restart", restart_valkey), ("bridge kill -9", kill_bridge)], attacked=True),
 ]
 
 
@@ -350,6 +379,7 @@ class Result:
     requests: list = field(default_factory=list)
     rss: dict = field(default_factory=dict)
     counters: list = field(default_factory=list)
+    attacks: str = ""
 
 
 def processes_of(stack, cluster):
@@ -410,20 +440,35 @@ def run_scenario(scenario, duration, rate, workdir):
     after it), stops everything; returns the Result."""
     workdir = Path(workdir) / scenario.name
     workdir.mkdir()
-    cluster = stack = load = sampler = None
+    cluster = stack = load = sampler = attacks = None
     try:
         if scenario.cluster:
             cluster = ValkeyCluster(3, replicas=1)
             atexit.register(cluster.close)
             cluster.start()
-        stack = Stack(PLUGIN, gateways=2, cluster=cluster, workdir=str(workdir)).start()
+        options = {}
+        if scenario.attacked:
+            token = workdir / "token"
+            token.write_text(TOKEN)
+            options = {"bridge_args": ["--token-file", str(token),
+                                       "--max-connections", str(ATTACK_SLOTS)],
+                       "valkey_args": VALKEY_MEMORY}
+        plugin = attacked_plugin() if scenario.attacked else PLUGIN
+        stack = Stack(plugin, gateways=2, cluster=cluster, workdir=str(workdir), **options).start()
         result = Result(scenario, duration, t0=time.monotonic())
         load = Load(stack.ports, rate, USERS, WORKERS).start()
         sampler = RssSampler(processes_of(stack, cluster)).start()
+        if scenario.attacked:
+            attacks = Attacks(stack, TOKEN, ATTACK_SLOTS, FRESH_RATE, FRESH_PATH,
+                              "x-fresh-id").start()
         result.baseline = probe(stack, f"{scenario.name}-baseline")
         chaos(scenario, stack, cluster, result)
         tail = result.windows[-1].end + GRACE_S + MIN_STEADY_S if result.windows else 0
         sleep_until(max(result.t0 + duration, tail))
+        if attacks is not None:
+            attacks.stop()
+            evicted = stack.redis("INFO", "stats").get("evicted_keys", "?")
+            result.attacks = f"{attacks.summary()}; Valkey evicted {evicted} keys"
         load.stop()
         sampler.stop()
         result.t1 = time.monotonic()
@@ -432,7 +477,7 @@ def run_scenario(scenario, duration, rate, workdir):
         write_records(workdir, result)
         return result
     finally:
-        for part in (load, sampler):
+        for part in (attacks, load, sampler):
             if part is not None:
                 part.stop()
         if stack is not None:
@@ -577,7 +622,8 @@ def scenario_section(result, analysis):
     return "\n\n".join([
         f"## {result.scenario.name}: {result.scenario.title}",
         f"{result.t1 - t0:.0f} s of load, {len(result.windows)} faults. Baseline probe before "
-        f"any fault: {runs(result.baseline)}. The filter's counters: {counters}.",
+        f"any fault: {runs(result.baseline)}. The filter's counters: {counters}."
+        + (f"\n\nAttacks, all along: {result.attacks}." if result.attacks else ""),
         "### Faults\n\n" + table(
             ("#", "fault", "at s", "back after s", "limiting again after s",
              f"steady answers in window + {GRACE_S:.0f} s", "probe after", "what happened"),
@@ -636,7 +682,10 @@ def main():
                              "$SOAK_MINUTES or 10; 1 for a quick check)")
     parser.add_argument("--rate", type=float, default=RATE, help="steady requests/s in all")
     parser.add_argument("--out", default=str(ROOT / "testbed" / "SOAK.md"), help="the report")
+    parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS],
+                        help="run only this scenario (repeatable; default: all)")
     args = parser.parse_args()
+    scenarios = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     if not 0.5 <= args.minutes <= 120:
         parser.error("--minutes must be within 0.5..120")
     if not 10 <= args.rate <= 1000:
@@ -648,12 +697,12 @@ def main():
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
 
     workdir = tempfile.mkdtemp(prefix="ratelimit-soak-")
-    per_scenario = args.minutes * 60 / len(SCENARIOS)
+    per_scenario = args.minutes * 60 / len(scenarios)
     started, began, load_before = time.time(), time.monotonic(), os.getloadavg()[0]
     passed = False
     try:
         results = []
-        for scenario in SCENARIOS:
+        for scenario in scenarios:
             print(f"{scenario.name}: {scenario.title}; {per_scenario:.0f} s of load", flush=True)
             results.append(run_scenario(scenario, per_scenario, args.rate, workdir))
         analyses = [analyse(r) for r in results]

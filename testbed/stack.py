@@ -220,7 +220,7 @@ class Stack:
     `raw_paths` and `filters_before` as in `envoy_config` (not with `reloadable`)."""
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
-                 bridge_args=(), reloadable=False, filters_before=()):
+                 bridge_args=(), reloadable=False, filters_before=(), valkey_args=()):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -231,7 +231,7 @@ class Stack:
         self.bridge_port = free_port()
         self.valkey = Process("valkey", [
             VALKEY, "--port", str(self.redis_port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no"], self.workdir)
+            "--save", "", "--appendonly", "no", *valkey_args], self.workdir)
         # With a `cluster` (testbed/cluster.py, started by the caller) the bridge uses it
         # instead of a Valkey of the stack's own.
         self.cluster = cluster

@@ -3,7 +3,7 @@ connections and never read (testbed/attacks.py), beside a real gateway in real E
 
 import time
 
-from testbed.attacks import GRPC_PATH, Unreading, grpc_message
+from testbed.attacks import GRPC_PATH, Unreading, stream_flood_message
 from testbed.plugins import plugin, rule
 from testbed.stack import request, wait_for
 
@@ -61,12 +61,8 @@ def test_token_holders_that_never_read_are_cut_off_and_the_gateway_keeps_its_ans
     assert stack.get(0, "/", {"x-user-id": "warm"})[0] == 200
     before = rss_mib(bridge)
 
-    def message(n):
-        # About 26 KiB: 52 checks of keys near 500 bytes.
-        return grpc_message(n, [f"rl:att-{n}-{i}-{'p' * 470},1000000,1,1,1" for i in range(52)])
-
-    attacker = Unreading(stack.bridge_port, 20, path=GRPC_PATH, token=TOKEN, message=message,
-                         hold=True).start()
+    attacker = Unreading(stack.bridge_port, 20, path=GRPC_PATH, token=TOKEN,
+                         message=stream_flood_message, hold=True).start()
     peak, statuses = before, []
     try:
         end = time.monotonic() + 12
