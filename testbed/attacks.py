@@ -10,11 +10,11 @@ a connection the bridge closes is opened again, so the attack lasts until `stop(
 HTTP/2 framing and flow control are the `h2` library's.
 """
 
+import http.client
 import itertools
 import selectors
 import socket
 import struct
-import threading
 import time
 
 import h2.config
@@ -22,6 +22,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+
+from .stack import Background
 
 GRPC_PATH = "/ratelimit.v1.Bridge/Check"
 
@@ -95,7 +97,7 @@ class Peer:
             pass
 
 
-class Unreading:
+class Unreading(Background):
     """`count` connections to the bridge on `port` that never read, each sending one request
     to `path` (with `token`, if given). On the gRPC path, `message(n)` is the n-th message
     (bytes, framed) a stream sends. Counts the connections the bridge closed (`closed`)."""
@@ -106,16 +108,7 @@ class Unreading:
         self.closed = 0
         self.refused = 0
         self.open = 0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.stopping.set()
-        self.thread.join(timeout=15)
+        super().__init__()
 
     def connect(self, selector):
         try:
@@ -159,7 +152,7 @@ def stream_flood_message(n):
     return grpc_message(n, [f"rl:att-{n}-{i}-{'p' * 470},1000000,1,1,1" for i in range(52)])
 
 
-class FreshClients:
+class FreshClients(Background):
     """`rate` requests/s through the gateways on `ports`, each as a client never seen before
     (`header`: a new value every time), as the review flooded Redis with keys (row 8).
     Counts the statuses it got."""
@@ -167,19 +160,9 @@ class FreshClients:
     def __init__(self, ports, rate, path, header):
         self.ports, self.interval, self.path, self.header = ports, 1.0 / rate, path, header
         self.statuses = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.stopping.set()
-        self.thread.join(timeout=15)
+        super().__init__()
 
     def run(self):
-        import http.client
         conns = [None] * len(self.ports)
         next_at = time.monotonic()
         for n in itertools.count():

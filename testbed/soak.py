@@ -53,7 +53,7 @@ from pathlib import Path
 
 from .attacks import Attacks
 from .cluster import SLOTS, ValkeyCluster
-from .stack import ROOT, Stack, request, wait_for
+from .stack import ROOT, Background, Stack, request, wait_for
 
 # Steady load: bounded, loopback only. 1000 users at 300 requests/s is 0.3 per user and
 # second, far under their 1000 per minute: the steady load is never denied.
@@ -204,7 +204,7 @@ def rss_kib(pid):
     return None
 
 
-class RssSampler:
+class RssSampler(Background):
     """VmRSS of the run's processes every SAMPLE_EVERY_S, per process lifetime: a
     restarted bridge or Valkey is a new process, sampled apart. `processes()` gives the
     current [(name, stack.Process)]."""
@@ -212,16 +212,7 @@ class RssSampler:
     def __init__(self, processes):
         self.processes = processes
         self.samples = {}  # (name, pid) -> [(monotonic time, KiB)]
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.stopping.set()
-        self.thread.join(timeout=10)
+        super().__init__()
 
     def run(self):
         while True:

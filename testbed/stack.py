@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +101,28 @@ def bucket_units(port, key):
     tag, units, _, _ = struct.unpack("<Bddd", raw)
     assert tag == 3, raw
     return int(units)
+
+
+class Background:
+    """A thread that runs `self.run()` until `stop()` sets `self.stopping` (which `run`
+    watches); the loads and samplers of the soak and the attacks."""
+
+    join_timeout = 15
+
+    def __init__(self):
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=self.join_timeout)
+
+    def run(self):
+        raise NotImplementedError
 
 
 class Process:

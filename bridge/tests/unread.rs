@@ -33,12 +33,14 @@ const TOKEN: &str = "gateways-Token";
 
 /// An HTTP/2 connection whose peer grants the bridge no window to send in: every answer's
 /// body stays unsent. Its task ends when the bridge closes the connection.
-async fn unreading(
+async fn unreading<B>(
     addr: SocketAddr,
-) -> (
-    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
-    JoinHandle<()>,
-) {
+) -> (hyper::client::conn::http2::SendRequest<B>, JoinHandle<()>)
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(0)
@@ -113,15 +115,7 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
 
 /// A gRPC stream with the token on a connection that never reads what the bridge sends.
 async fn unreading_stream(addr: SocketAddr) -> Attacker {
-    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
-    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(0)
-        .handshake(io)
-        .await
-        .unwrap();
-    let task = tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let (mut sender, task) = unreading(addr).await;
     let (send, frames) = mpsc::channel(4);
     let body = StreamBody::new(receiver_stream(frames));
     let request = Request::post("http://bridge/ratelimit.v1.Bridge/Check")
