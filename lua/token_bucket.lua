@@ -12,7 +12,11 @@
 --                  (Redis Cluster: what a check that another slot denied took here);
 --                  'peek': answers as 'check' would, taking nothing (Redis Cluster: a
 --                  check spanning slots learns whether every slot admits it before any
---                  slot takes a token); a denial still counts towards a block
+--                  slot takes a token); a denial still counts towards a block.
+--                  'unblock' (an operator lifting blocks, not a batch: KEYS are buckets,
+--                  no other argument): each bucket's block and count of denials are
+--                  cleared, its level and TTL kept; returns { now_ms, how many were
+--                  blocked }
 -- ARGV[2]          S (at most 255), the number of rule shapes that follow
 -- ARGV[3..2+13S]   burst, num, den, cost, after, within, for, lease, shadow, then oburst,
 --                  onum, oden, until of shape s (a rule's
@@ -98,6 +102,28 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
+
+if mode == 'unblock' then
+  -- The two forms that hold a block, by tag; a value in neither has no block to lift.
+  local BLOCK_FORMS = { [2] = { 49, '<Bdddddd' }, [4] = { 81, '<Bdddddddddd' } }
+  local lifted = 0
+  for _, key in ipairs(KEYS) do
+    local v = pcall('GET', key)
+    local form = type(v) == 'string' and BLOCK_FORMS[byte(v)]
+    if form and #v == form[1] then
+      local f = { unpack_bucket(form[2], v) }
+      -- Unpack's last value is the position after the value read. Only our own sane values
+      -- are rewritten (NaN fails every test).
+      f[#f] = nil
+      if f[2] >= 0 and f[3] >= 0 and f[4] >= 1 and f[7] >= 0 then
+        if f[7] > now then lifted = lifted + 1 end
+        f[5], f[6], f[7] = 0, 0, 0
+        call('SET', key, pack(form[2], unpack(f)), 'KEEPTTL')
+      end
+    end
+  end
+  return { now, lifted }
+end
 
 -- Numbers per shape in ARGV.
 local W = 13

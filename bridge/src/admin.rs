@@ -1,6 +1,7 @@
 //! The admin endpoints, for operators: the overrides (`GET`, `PUT`, `DELETE
-//! /admin/overrides`) and a client's usage (`GET /admin/usage`), the same operations as the
-//! `override` and `usage` commands, with their flags as query parameters. Changing a limit
+//! /admin/overrides`), lifting a block (`DELETE /admin/blocks`) and a client's usage (`GET
+//! /admin/usage`), the same operations as the `override`, `unblock` and `usage` commands,
+//! with their flags as query parameters. Changing a limit
 //! is more than checking one, so they are served only to holders of the bridge's token
 //! (`--token-file`): without it, `401`; a bridge started without a token file serves none
 //! of them (`404`), however reachable it is.
@@ -9,6 +10,7 @@ use crate::access::Access;
 use crate::overrides::{parse_spec, Override, Target};
 use crate::registry;
 use crate::store::Store;
+use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use hyper::header::HeaderMap;
 use hyper::{Method, StatusCode};
@@ -53,7 +55,8 @@ impl Admin<'_> {
             (&Method::PUT, "/admin/overrides") => self.set(&params).await,
             (&Method::DELETE, "/admin/overrides") => self.clear(&params).await,
             (&Method::GET, "/admin/usage") => self.usage(&params).await,
-            (_, "/admin/overrides" | "/admin/usage") => {
+            (&Method::DELETE, "/admin/blocks") => self.unblock(&params).await,
+            (_, "/admin/overrides" | "/admin/usage" | "/admin/blocks") => {
                 return (
                     StatusCode::METHOD_NOT_ALLOWED,
                     "method not allowed\n".into(),
@@ -122,6 +125,12 @@ impl Admin<'_> {
         let target = self.target(params)?;
         let cleared = registry::clear(self.store, &target).await;
         Ok(serde_json::json!({"key": target.key, "cleared": cleared.map_err(Failure::Redis)?}))
+    }
+
+    async fn unblock(&self, params: &Params) -> Result<Value, Failure> {
+        let target = self.target(params)?;
+        let unblocked = unblock(self.store, &target).await;
+        Ok(serde_json::json!({"key": target.key, "unblocked": unblocked.map_err(Failure::Redis)?}))
     }
 
     async fn usage(&self, params: &Params) -> Result<Value, Failure> {

@@ -24,5 +24,6 @@ pub mod slot;
 pub mod store;
 pub mod tally;
 pub mod topology;
+pub mod unblock;
 pub mod usage;
 pub mod wire;
