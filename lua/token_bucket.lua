@@ -12,9 +12,14 @@
 --                  (Redis Cluster: what a check that another slot denied took here);
 --                  'peek': answers as 'check' would, taking nothing (Redis Cluster: a
 --                  check spanning slots learns whether every slot admits it before any
---                  slot takes a token); a denial still counts towards a block
+--                  slot takes a token); a denial still counts towards a block.
+--                  'unblock' (an operator lifting blocks, not a batch: KEYS are buckets,
+--                  no other argument): each bucket's block and count of denials are
+--                  cleared, its level and TTL kept; returns { now_ms, how many were
+--                  blocked }
 -- ARGV[2]          S (at most 255), the number of rule shapes that follow
--- ARGV[3..2+9S]    burst, num, den, cost, after, within, for, lease, shadow of shape s (a rule's
+-- ARGV[3..2+13S]   burst, num, den, cost, after, within, for, lease, shadow, then oburst,
+--                  onum, oden, until of shape s (a rule's
 --                  parameters, sent once per call however many rules share them): the
 --                  bucket holds `burst` tokens and refills `num` units per millisecond, one
 --                  token being `den` units (`num / den` = requests per ms, reduced); a check
@@ -23,12 +28,23 @@
 --                  every check of the bucket is then denied, taking nothing. `lease` > 0:
 --                  an admitted check also takes up to `lease` whole tokens more, as many
 --                  as the bucket holds, for the gateway to admit from locally. `shadow`
---                  1: the rule never denies its check; lacking the cost, it takes nothing
--- ARGV[3+9S]       the checks, one byte per number: for each check its number of rules n
+--                  1: the rule never denies its check; lacking the cost, it takes nothing.
+--                  `until` > 0: an emergency override is in force for the rule until that
+--                  Redis time (ms; 0 0 0 0: none). Its own bucket (`oburst` tokens of
+--                  `oden` units, refilling `onum` units per ms) then decides, and answers;
+--                  the rule's bucket is still charged what is admitted but never below 0,
+--                  and never denies, so that when the override ends the client is where
+--                  its rule would have left it, and a loosening leaves no extra tokens.
+--                  An override's bucket starts with the tokens the rule's bucket holds, plus
+--                  `oburst - burst` when that is more than 0 (at most `oburst`), or with
+--                  those of an override it replaces that had not ended; it takes no lease.
+--                  A denial's wait ends with the override, unless the rule's bucket lacks
+--                  the cost then too. A give-back ('refund') returns the cost to both.
+-- ARGV[3+13S]      the checks, one byte per number: for each check its number of rules n
 --                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
 --                  arguments: an argument costs the server an allocation to parse and a
 --                  Lua string to pass.
--- ARGV[4+9S..]     with a mode ending in '*': the keys, as KEYS would hold them. A node of
+-- ARGV[4+13S..]    with a mode ending in '*': the keys, as KEYS would hold them. A node of
 --                  a Redis Cluster refuses declared keys of several slots (CROSSSLOT) but
 --                  lets a script reach undeclared keys of every slot it serves, one
 --                  command per key (MGET and MSETEX of several slots are refused too).
@@ -45,7 +61,12 @@
 --                  that blocks stores struct.pack('<Bdddddd', 2, units, ms, den, first,
 --                  denials, blocked): also when its current count of denials began, the
 --                  count, and the Redis time its block ends; its key lives until all of them
---                  are over. The older forms struct.pack('<Bdd', 1, units, ms) and text
+--                  are over. A bucket under an override stores struct.pack('<Bdddddddddd',
+--                  4, units, ms, den, first, denials, blocked, ounits, oms, oden, until):
+--                  also the override's bucket (its level in `oden` units at `oms`) and
+--                  when that override ends, until which it is kept (as long as the
+--                  override's bucket is not full again). The older forms
+--                  struct.pack('<Bdd', 1, units, ms) and text
 --                  "<units> <ms>" (units of the current limit) are still read, so buckets
 --                  survive an upgrade.
 -- Returns          { now_ms, then per rule: whole tokens remaining, ms until full, ms until
@@ -82,14 +103,39 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
+
+if mode == 'unblock' then
+  -- The two forms that hold a block, by tag; a value in neither has no block to lift.
+  local BLOCK_FORMS = { [2] = { 49, '<Bdddddd' }, [4] = { 81, '<Bdddddddddd' } }
+  local lifted = 0
+  for _, key in ipairs(KEYS) do
+    local v = pcall('GET', key)
+    local form = type(v) == 'string' and BLOCK_FORMS[byte(v)]
+    if form and #v == form[1] then
+      local f = { unpack_bucket(form[2], v) }
+      -- Unpack's last value is the position after the value read. Only our own sane values
+      -- are rewritten (NaN fails every test).
+      f[#f] = nil
+      if f[2] >= 0 and f[3] >= 0 and f[4] >= 1 and f[7] >= 0 then
+        if f[7] > now then lifted = lifted + 1 end
+        f[5], f[6], f[7] = 0, 0, 0
+        call('SET', key, pack(form[2], unpack(f)), 'KEEPTTL')
+      end
+    end
+  end
+  return { now, lifted }
+end
+
+-- Numbers per shape in ARGV.
+local W = 13
 local nshapes = tonumber(ARGV[2])
-local nkeys = spread and #ARGV - 3 - 9 * nshapes or #KEYS
+local nkeys = spread and #ARGV - 3 - W * nshapes or #KEYS
 -- The callers' bound (MAX_KEYS_PER_CALL in the protocol crate): past a few thousand keys
 -- the unpacks below overflow Lua's C stack, some of them after buckets were written.
 if nkeys > 1024 then
   return redis.error_reply('token_bucket: ' .. nkeys .. ' keys in one call, at most 1024')
 end
-local KEYS = spread and { unpack(ARGV, 4 + 9 * nshapes) } or KEYS
+local KEYS = spread and { unpack(ARGV, 4 + W * nshapes) } or KEYS
 
 -- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
 -- the nil ones tells them apart (rarely needed past it), so no hash, list or set that
@@ -124,15 +170,19 @@ else
   end
 end
 local refund, peek = mode == 'refund', mode == 'peek'
--- Shape s is sh[9s-8 .. 9s]: capacity in units, num, den, the cost in units, then after,
--- within and for (0 0 0: the rule never blocks), the lease in tokens, and shadow (0 or 1).
+-- Shape s is sh[14s-13 .. 14s]: capacity in units, num, den, the cost in units, then after,
+-- within and for (0 0 0: the rule never blocks), the lease in tokens, shadow (0 or 1),
+-- then the override's capacity in its units, num, den, the cost in its units, and until
+-- (0: no override).
 local sh = {}
 for s = 1, nshapes do
-  local a, b, den = 9 * s - 6, 9 * s - 8, tonumber(ARGV[9 * s - 4])
-  sh[b], sh[b + 1] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1])
-  sh[b + 2], sh[b + 3] = den, tonumber(ARGV[a + 3]) * den
+  local a, b = W * s - 10, 14 * s - 13
+  local den, cost, oden = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 11])
+  sh[b], sh[b + 1], sh[b + 2], sh[b + 3] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1]), den, cost * den
   sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   sh[b + 7], sh[b + 8] = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  sh[b + 9], sh[b + 10], sh[b + 11] = tonumber(ARGV[a + 9]) * oden, tonumber(ARGV[a + 10]), oden
+  sh[b + 12], sh[b + 13] = cost * oden, tonumber(ARGV[a + 12])
 end
 
 -- A bucket's state as this call left it so far, kept at the position f of its key's
@@ -148,9 +198,14 @@ end
 -- was counted (counted[f]); with 'peek', each key's level now before this call took
 -- anything (base[f]), as a peek persists the counts of denials only, never what it took.
 -- The `den` of each key's level in st (dn[f]; nil: the units of whichever rule reads it).
+-- An override's bucket, four slots from k4 = 4f: its level ov[k4-3] in ov[k4-1] units at
+-- time ov[k4-2], and when its override ends ov[k4] (nil: none); with 'peek', its level
+-- before this call took anything (obase[f]); fresh[f] when this call started it, which is
+-- written even by a denial (or a client denied from the start would never refill it).
 local first, st, blocks, counted, base, dn = {}, {}, {}, {}, {}, {}
+local ov, obase, fresh = {}, {}, nil
 local out, o = { now }, 1
-local layout = { byte(ARGV[3 + 9 * nshapes] or '', 1, -1) }
+local layout = { byte(ARGV[3 + W * nshapes] or '', 1, -1) }
 local r, a, nlayout = 0, 1, #layout
 while a <= nlayout do
   local n = layout[a]
@@ -177,6 +232,16 @@ while a <= nlayout do
           else
             u = -1
           end
+        elseif len == 81 and tag == 4 then
+          local _, su, sa, sn, sf, sd, sb, ou, oa, on, oe = unpack_bucket('<Bdddddddddd', v)
+          if su >= 0 and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0
+            and ou >= 0 and oa >= 0 and on >= 1 and oe >= 0 then
+            u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
+            local k4 = 4 * f
+            ov[k4 - 3], ov[k4 - 2], ov[k4 - 1], ov[k4] = ou, oa, on, oe
+          else
+            u = -1
+          end
         elseif len == 17 and tag == 1 then
           local _, su, sa = unpack_bucket('<Bdd', v)
           if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
@@ -192,8 +257,8 @@ while a <= nlayout do
     end
     local k = 6 * f
     if st[k - 5] < 0 then foreign = true end
-    local s9 = 9 * layout[a + i]
-    local d, sd = sh[s9 - 6], dn[f]
+    local s14 = 14 * layout[a + i]
+    local d, sd = sh[s14 - 11], dn[f]
     if sd ~= d then
       -- Units of another limit: the same tokens in this rule's units, rounded down.
       if sd and st[k - 5] > 0 then
@@ -206,16 +271,47 @@ while a <= nlayout do
     -- A clock that went back (failover to a skewed replica) refills nothing.
     if elapsed < 0 then elapsed = 0 end
     -- Products past 2^53 are far above cap: the clamp makes them exact again.
-    local l, c = st[k - 5] + elapsed * sh[s9 - 7], sh[s9 - 8]
+    local l, c = st[k - 5] + elapsed * sh[s14 - 12], sh[s14 - 13]
     if l > c then l = c end
     if peek and not base[f] then base[f] = l end
-    if l < sh[s9 - 5] and sh[s9] == 0 then admitted = false end
+    local decides, need, ends = l, sh[s14 - 10], sh[s14]
+    if ends > 0 then
+      -- Under an override its own bucket decides: brought to now in ov (the rule's level
+      -- stays in st until written).
+      local k4, od = 4 * f, sh[s14 - 2]
+      if ov[k4] ~= ends then
+        -- Not this override's bucket yet: one that had not ended is replaced, keeping its
+        -- tokens; otherwise this one starts with the rule's, and the room a larger burst
+        -- adds (a full bucket, like a missing key, starts full; what a client spent stays
+        -- spent), at most its burst (below).
+        if not (ov[k4] and ov[k4] > now) then
+          local whole, room = floor(l / d), sh[s14 - 4] / od - c / d
+          if whole * d > l then whole = whole - 1 end
+          if room > 0 then whole = whole + room end
+          ov[k4 - 3], ov[k4 - 2], ov[k4 - 1] = whole * od, now, od
+        end
+        ov[k4], obase[f] = ends, nil
+        fresh = fresh or {}
+        fresh[f] = true
+      end
+      if ov[k4 - 1] ~= od then
+        ov[k4 - 3], ov[k4 - 1] = floor(ov[k4 - 3] * od / ov[k4 - 1]), od
+      end
+      local oe = now - ov[k4 - 2]
+      if oe < 0 then oe = 0 end
+      local lo, oc = ov[k4 - 3] + oe * sh[s14 - 3], sh[s14 - 4]
+      if lo > oc then lo = oc end
+      ov[k4 - 3], ov[k4 - 2] = lo, now
+      if peek and not obase[f] then obase[f] = lo end
+      decides, need = lo, sh[s14 - 1]
+    end
+    if decides < need and sh[s14 - 5] == 0 then admitted = false end
     -- A blocked client's rule is marked by its shape's position, negated.
-    if sh[s9 - 4] > 0 and st[k] > now then
-      admitted, s9 = false, -s9
+    if sh[s14 - 9] > 0 and st[k] > now then
+      admitted, s14 = false, -s14
     end
     local slot = o + 3 * i
-    out[slot - 2], out[slot - 1], out[slot] = s9, l, f
+    out[slot - 2], out[slot - 1], out[slot] = s14, l, f
   end
   -- Second pass: take (or give back) and answer.
   for i = 1, n do
@@ -223,60 +319,101 @@ while a <= nlayout do
     if foreign then
       out[slot - 2], out[slot - 1], out[slot] = -1, -1, -1
     else
-      local s9, l, f = out[slot - 2], out[slot - 1], out[slot]
-      local blocked = s9 < 0
-      if blocked then s9 = -s9 end
-      local k, c, rate, d, need = 6 * f, sh[s9 - 8], sh[s9 - 7], sh[s9 - 6], sh[s9 - 5]
-      local after = sh[s9 - 4]
+      local s14, l, f = out[slot - 2], out[slot - 1], out[slot]
+      local blocked = s14 < 0
+      if blocked then s14 = -s14 end
+      local k, c, rate, d, need = 6 * f, sh[s14 - 13], sh[s14 - 12], sh[s14 - 11], sh[s14 - 10]
+      local after, ends, k4 = sh[s14 - 9], sh[s14], 4 * f
+      -- The bucket that decides and answers (x): the rule's, or its override's.
+      local x, xc, xrate, xd, xneed = l, c, rate, d, need
+      if ends > 0 then
+        x, xc, xrate, xd, xneed = ov[k4 - 3], sh[s14 - 4], sh[s14 - 3], sh[s14 - 2], sh[s14 - 1]
+      end
       local wait, shadowed = 0, false
       if refund then
-        l = l + need
-        if l > c then l = c end
-      elseif admitted and l < need then
+        -- Under an override the rule's bucket gets the cost back as well: it may have been
+        -- charged less (at 0), so it may gain up to the cost, never more.
+        x = x + xneed
+        if x > xc then x = xc end
+        if ends > 0 then
+          l = l + need
+          if l > c then l = c end
+        end
+      elseif admitted and x < xneed then
         -- A shadow rule lacking the cost: it takes nothing, and says what it would wait.
-        wait = floor((need - l) / rate)
-        if wait * rate < need - l then wait = wait + 1 end
+        wait = floor((xneed - x) / xrate)
+        if wait * xrate < xneed - x then wait = wait + 1 end
         shadowed = true
       elseif admitted then
-        l = l - need
-        local lease = sh[s9 - 1]
-        if lease > 0 and not peek then
-          local g = floor(l / d)
-          if g * d > l then g = g - 1 end
+        x = x - xneed
+        local lease = sh[s14 - 6]
+        if ends > 0 then
+          -- The rule's bucket pays what its override admits, down to 0: it never denies.
+          l = l - need
+          if l < 0 then l = 0 end
+        elseif lease > 0 and not peek then
+          local g = floor(x / d)
+          if g * d > x then g = g - 1 end
           if g > lease then g = lease end
-          if g > 0 then l, wait = l - g * d, -g end
+          if g > 0 then x, wait = x - g * d, -g end
         end
-      elseif l < need then
-        -- Exact ceil((need - l) / rate) below 2^53: the double quotient is off by at most
+      elseif x < xneed then
+        -- Exact ceil((xneed - x) / xrate) below 2^53: the double quotient is off by at most
         -- one across an integer, so one correction step suffices (likewise below).
-        wait = floor((need - l) / rate)
-        if wait * rate < need - l then wait = wait + 1 end
+        wait = floor((xneed - x) / xrate)
+        if wait * xrate < xneed - x then wait = wait + 1 end
       end
-      local full = floor((c - l) / rate)
-      if full * rate < c - l then full = full + 1 end
-      local write = refund or admitted
+      if ends > 0 and wait > 0 and ends - now < wait then
+        -- The override ends first; from then on the rule's bucket decides (at least 1 ms,
+        -- as a wait of 0 would read as admitted).
+        local rest = 0
+        if l < need then
+          rest = floor((need - l) / rate)
+          if rest * rate < need - l then rest = rest + 1 end
+        end
+        if rest < ends - now then rest = ends - now end
+        if rest < wait then wait = rest end
+        if wait < 1 then wait = 1 end
+      end
+      if ends == 0 then l = x end
+      local full = floor((xc - x) / xrate)
+      if full * xrate < xc - x then full = full + 1 end
+      local write = refund or admitted or (fresh and fresh[f] and not peek)
       if wait > 0 and after > 0 and not blocked and not shadowed then
         -- One more denial of this client: a new count once the last one's window is over.
-        if now - st[k - 2] >= sh[s9 - 3] then
+        if now - st[k - 2] >= sh[s14 - 8] then
           st[k - 2], st[k - 1] = now, 1
         else
           st[k - 1] = st[k - 1] + 1
         end
         if st[k - 1] >= after then
-          st[k], st[k - 1], blocked = now + sh[s9 - 2], 0, true
+          st[k], st[k - 1], blocked = now + sh[s14 - 7], 0, true
         end
         write, counted[f] = true, true
       end
       if write then
-        -- The key outlives the bucket's refill, the count of denials and the block.
-        local keep = now + full
+        -- The key outlives the bucket's refill, the count of denials and the block, and an
+        -- override's bucket until it is full or the override ends (a bucket this check
+        -- did not use: until it ends).
+        local keep = full
+        if ends > 0 then
+          keep = floor((c - l) / rate)
+          if keep * rate < c - l then keep = keep + 1 end
+        end
+        keep = now + keep
         if after > 0 then
-          if st[k - 2] + sh[s9 - 3] > keep then keep = st[k - 2] + sh[s9 - 3] end
+          if st[k - 2] + sh[s14 - 8] > keep then keep = st[k - 2] + sh[s14 - 8] end
           if st[k] > keep then keep = st[k] end
         end
-        -- Nothing left to keep (a refund that filled the bucket): a key that stored a full
-        -- bucket would hold memory for nothing, until its expiry, in a Redis whose keys
-        -- are what fills it.
+        local oends = ov[k4]
+        if oends and oends > now then
+          if ends == oends and now + full < oends then oends = now + full end
+          if oends > keep then keep = oends end
+        end
+        if ends > 0 then ov[k4 - 3] = x end
+        -- Nothing left to keep (a refund that filled the bucket, no override in force): a
+        -- key that stored a full bucket would hold memory for nothing, until its expiry, in
+        -- a Redis whose keys are what fills it.
         st[k - 5], st[k - 4], st[k - 3] = l, now, keep > now and keep + EXPIRY_SLACK_MS
         blocks[f] = after > 0 or nil
       end
@@ -285,8 +422,8 @@ while a <= nlayout do
       elseif shadowed then
         out[slot - 2], out[slot - 1], out[slot] = -3, full, wait
       else
-        local whole = floor(l / d)
-        if whole * d > l then whole = whole - 1 end
+        local whole = floor(x / xd)
+        if whole * xd > x then whole = whole - 1 end
         out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
       end
     end
@@ -319,8 +456,15 @@ for f = 1, nkeys do
     if stored[f] and not peek then call('DEL', KEYS[f]) end
   elseif expires and (counted[f] or not peek) then
     local level = peek and base[f] or st[k - 5]
-    local value
-    if blocks[f] then
+    local k4, value = 4 * f, nil
+    if ov[k4] and ov[k4] > now then
+      -- An override in force: its bucket is kept beside the rule's (peek: as it was).
+      local olevel = peek and obase[f] or ov[k4 - 3]
+      local since, denials, blocked = 0, 0, 0
+      if blocks[f] then since, denials, blocked = st[k - 2], st[k - 1], st[k] end
+      value = pack('<Bdddddddddd', 4, level, now, dn[f], since, denials, blocked, olevel,
+        ov[k4 - 2], ov[k4 - 1], ov[k4])
+    elseif blocks[f] then
       value = pack('<Bdddddd', 2, level, now, dn[f], st[k - 2], st[k - 1], st[k])
     else
       value = pack('<Bddd', 3, level, now, dn[f])

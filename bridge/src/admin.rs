@@ -1,15 +1,16 @@
 //! The admin endpoints, for operators: the overrides (`GET`, `PUT`, `DELETE
-//! /admin/overrides`) and a client's usage (`GET /admin/usage`), the same operations as the
-//! `override` and `usage` commands, with their flags as query parameters. Changing a limit
-//! is more than checking one, so they are served only to holders of the operators' secret
-//! (`--admin-token-file`), never to the gateways' token (`401`), which every gateway holds:
-//! a bridge started without an admin token file serves none of them (`404`), however
-//! reachable it is.
+//! /admin/overrides`), lifting a block (`DELETE /admin/blocks`) and a client's usage (`GET
+//! /admin/usage`), the same operations as the `override`, `unblock` and `usage` commands,
+//! with their flags as query parameters. Changing a limit is more than checking one, so
+//! they are served only to holders of the operators' secret (`--admin-token-file`), never
+//! to the gateways' token (`401`), which every gateway holds: a bridge started without an
+//! admin token file serves none of them (`404`), however reachable it is.
 
 use crate::access::Access;
 use crate::overrides::{parse_spec, Override, Target};
 use crate::registry;
 use crate::store::Store;
+use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use hyper::header::HeaderMap;
 use hyper::{Method, StatusCode};
@@ -55,7 +56,8 @@ impl Admin<'_> {
             (&Method::PUT, "/admin/overrides") => self.set(&params).await,
             (&Method::DELETE, "/admin/overrides") => self.clear(&params).await,
             (&Method::GET, "/admin/usage") => self.usage(&params).await,
-            (_, "/admin/overrides" | "/admin/usage") => {
+            (&Method::DELETE, "/admin/blocks") => self.unblock(&params).await,
+            (_, "/admin/overrides" | "/admin/usage" | "/admin/blocks") => {
                 return (
                     StatusCode::METHOD_NOT_ALLOWED,
                     "method not allowed\n".into(),
@@ -124,6 +126,12 @@ impl Admin<'_> {
         let target = self.target(params)?;
         let cleared = registry::clear(self.store, &target).await;
         Ok(serde_json::json!({"key": target.key, "cleared": cleared.map_err(Failure::Redis)?}))
+    }
+
+    async fn unblock(&self, params: &Params) -> Result<Value, Failure> {
+        let target = self.target(params)?;
+        let unblocked = unblock(self.store, &target).await;
+        Ok(serde_json::json!({"key": target.key, "unblocked": unblocked.map_err(Failure::Redis)?}))
     }
 
     async fn usage(&self, params: &Params) -> Result<Value, Failure> {

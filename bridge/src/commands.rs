@@ -1,4 +1,5 @@
-//! The operator's commands, beside serving: `override set|list|clear` and `usage`. Each
+//! The operator's commands, beside serving: `override set|list|clear`, `unblock` and
+//! `usage`. Each
 //! connects to Redis as the server does (the same `--redis`, `--cluster`, TLS and
 //! credential flags, `RedisArgs`), does one thing, and prints one line of JSON.
 
@@ -7,6 +8,7 @@ use crate::overrides::{parse_spec, Override, Target};
 use crate::redis_tls::TlsFiles;
 use crate::registry;
 use crate::store::{Store, StoreOptions};
+use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -88,6 +90,9 @@ pub enum Command {
     /// clients, on every gateway within a second, until they expire.
     #[command(subcommand)]
     Override(OverrideCommand),
+    /// Lifts a client's automatic block (a rule's `block`) on every gateway within a
+    /// second, keeping its bucket's level; prints whether it was blocked.
+    Unblock(ClearArgs),
     /// Prints one client's usage of a rule (limit, remaining, reset, override) as JSON,
     /// taking nothing.
     Usage(UsageArgs),
@@ -114,7 +119,8 @@ pub struct Scope {
     pub key_prefix: String,
 }
 
-/// Which buckets: a rule, and a client of it.
+/// Which buckets: a rule, and a client of it (for `unblock`, without --value: the bucket
+/// of a rule keyed on nothing).
 #[derive(Args, Debug)]
 pub struct Which {
     /// The rule's name.
@@ -196,6 +202,12 @@ pub async fn run(command: Command) -> Result<String, String> {
             let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
             let cleared = registry::clear(&store, &target).await?;
             serde_json::json!({"key": target.key, "cleared": cleared})
+        }
+        Command::Unblock(args) => {
+            let store = args.scope.redis.store(OPTIONS)?;
+            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let unblocked = unblock(&store, &target).await?;
+            serde_json::json!({"key": target.key, "unblocked": unblocked})
         }
         Command::Usage(args) => {
             let config = usage::load_plugin(&args.config).map_err(|e| format!("--config {e}"))?;

@@ -27,5 +27,6 @@ pub mod slots;
 pub mod store;
 pub mod tally;
 pub mod topology;
+pub mod unblock;
 pub mod usage;
 pub mod wire;

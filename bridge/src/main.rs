@@ -25,7 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Serves `POST /v1/check` (the filter's callout, HTTP/1.1 or h2c), the gRPC stream,
 /// `GET /healthz` (200 when Redis answers, 503 when not), `GET /metrics` (Prometheus text)
 /// and, with --admin-token-file, the admin endpoints under /admin/. Stops gracefully on SIGTERM
-/// or SIGINT. With a command (`override`, `usage`), runs it and exits instead.
+/// or SIGINT. With a command (`override`, `unblock`, `usage`), runs it and exits instead.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {

@@ -4,17 +4,21 @@
 //! in Redis and how it is written there, and the table the bridge rewrites checks with.
 //! `registry` reads and writes the records; `override_cache` keeps the table fresh.
 //!
-//! An override is applied by the bridge, not by the script: a check whose bucket key has
-//! an override is sent to the script with the override's burst and rate instead of the
-//! ones the gateway sent (its cost is kept). A per-client override names one bucket key
-//! exactly (`rl:per-user:alice`); a rule-wide one covers every key of the rule
-//! (`rl:per-user`, then `:` or the end). A per-client override wins over a rule-wide one.
+//! The bridge finds the overrides, the script runs them: a check whose bucket key has an
+//! override is sent to the script with the override's burst, rate and end beside the
+//! limit the gateway sent (`ratelimit_protocol::Overridden`). The override's own bucket
+//! then decides, and the rule's bucket still pays what is admitted (never below 0), so
+//! that an override that ends leaves the client where its rule would have. A per-client
+//! override names one bucket key exactly (`rl:per-user:alice`); a rule-wide one covers
+//! every key of the rule (`rl:per-user`, then `:` or the end). A per-client override wins
+//! over a rule-wide one.
 
 use crate::check::{Check, RuleSpec};
 use crate::keyspace::is_name;
 use ratelimit_filter::identity;
 use ratelimit_filter::limit::{parse_duration_ms, Limit};
 use ratelimit_filter::rules::bucket_key;
+use ratelimit_protocol::Overridden;
 use std::collections::HashMap;
 
 /// The segment after `<prefix>:` that every override record starts with. Bucket keys are
@@ -197,26 +201,30 @@ impl Table {
             .filter(|o| o.target.rule_wide())
     }
 
-    /// Gives every rule of `check` that has an override the override's burst and rate.
+    /// Puts its override on every rule of `check` that has one.
     pub fn apply(&self, check: &mut Check) {
         if self.is_empty() {
             return;
         }
         for rule in check.iter_mut() {
             if let Some(o) = self.find(&rule.key) {
-                overridden(rule, &o.limit);
+                overridden(rule, o);
             }
         }
     }
 }
 
-/// `rule` under `limit`. The bucket always holds one request's cost, which the gateway's
-/// configuration guarantees and an override may not (`--burst 1` for a rule of cost 5):
-/// such a client gets one request per refill of its cost.
-pub fn overridden(rule: &mut RuleSpec, limit: &Limit) {
-    rule.burst = limit.burst.max(rule.cost);
-    rule.num = limit.num;
-    rule.den = limit.den;
+/// `rule` under the override `o`, its limit as the gateway sent it kept beside. The
+/// override's bucket always holds one request's cost, which the gateway's configuration
+/// guarantees and an override may not (`--burst 1` for a rule of cost 5): such a client
+/// gets one request per refill of its cost.
+pub fn overridden(rule: &mut RuleSpec, o: &Override) {
+    rule.overridden = Some(Overridden {
+        burst: o.limit.burst.max(rule.cost),
+        num: o.limit.num,
+        den: o.limit.den,
+        until_ms: o.expires_ms,
+    });
 }
 
 #[cfg(test)]
@@ -326,16 +334,25 @@ mod tests {
     }
 
     #[test]
-    fn applying_rewrites_the_shape_and_keeps_the_cost() {
+    fn applying_adds_the_override_and_keeps_the_rule() {
         let table = Table::new([active("rl", "per-user", &["alice"], 10)]);
         let mut check = vec![rule("rl:per-user:alice"), rule("rl:per-user:bob")];
-        check[0].cost = 1;
         table.apply(&mut check);
-        assert_eq!((check[0].burst, check[0].num, check[0].den), (10, 1, 6000));
+        let o = check[0].overridden.unwrap();
+        assert_eq!((o.burst, o.num, o.den, o.until_ms), (10, 1, 6000, 1));
+        assert_eq!(
+            (check[0].burst, check[0].num, check[0].den, check[0].cost),
+            (3, 1, 20_000, 1),
+            "the rule's own limit stays: its bucket still pays"
+        );
         assert_eq!(check[1], rule("rl:per-user:bob"));
         let mut costly = rule("rl:per-user:alice");
         costly.cost = 20;
-        overridden(&mut costly, &table.find("rl:per-user:alice").unwrap().limit);
-        assert_eq!(costly.burst, 20, "the bucket holds one request's cost");
+        overridden(&mut costly, table.find("rl:per-user:alice").unwrap());
+        assert_eq!(
+            costly.overridden.unwrap().burst,
+            20,
+            "the bucket holds one request's cost"
+        );
     }
 }

@@ -73,6 +73,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         // As the gateway sends it: a rule in shadow mode never blocks.
         block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
         shadow: rule.shadow,
+        overridden: None,
     };
     Ok((rule.name.clone(), spec))
 }
@@ -91,7 +92,7 @@ pub async fn read(
     let table = Table::new(registry::list(store, prefix).await?);
     let found = table.find(&spec.key);
     if let Some(o) = found {
-        overridden(&mut spec, &o.limit);
+        overridden(&mut spec, o);
     }
     let (now_ms, outcomes) = store.peek(&vec![spec.clone()]).await?;
     let Some(outcome) = outcomes.first() else {
@@ -100,7 +101,7 @@ pub async fn read(
     Ok(json!({
         "rule": rule,
         "key": spec.key,
-        "limit": spec.burst,
+        "limit": spec.overridden.map_or(spec.burst, |o| o.burst),
         "remaining": outcome.remaining,
         "reset": now_ms.saturating_add(outcome.full_ms).div_ceil(1000),
         "override": found.map(|o| o.to_json()),

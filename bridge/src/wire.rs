@@ -18,9 +18,10 @@ enum Place {
 
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is run
 /// (the checks together, in order; the refunds of unused leases together); any other line
-/// is refused alone (`?`, which the filter never holds against the backend). A rule with an
-/// active override is run under the override's limit instead of the one the gateway sent
-/// (a refund too: the bucket is in the override's units). The error is for a body that is
+/// is refused alone (`?`, which the filter never holds against the backend). A check's rule
+/// with an active override is run under the override (`overrides`). A refund is not: it
+/// returns a lease's tokens, which only the rule's own bucket gives (no lease is taken
+/// under an override), so they go back there. The error is for a body that is
 /// no batch at all. The metrics count the exchange (by `transport`) and each check's
 /// outcome; a refused line counts as a refused check, whether it was a check or a refund.
 pub async fn answer(
@@ -41,7 +42,9 @@ pub async fn answer(
         let line = line.and_then(|mut line| match store.keyspace().refusal(&line.rules) {
             Some(reason) => Err(reason),
             None => {
-                overrides.apply(&mut line.rules);
+                if !line.refund {
+                    overrides.apply(&mut line.rules);
+                }
                 Ok(line)
             }
         });

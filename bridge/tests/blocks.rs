@@ -1,7 +1,7 @@
 //! Automatic blocks in the token bucket script on a real Valkey: a client denied `after`
 //! times within `within` is blocked for `for`, taking nothing, in the same call that
 //! denies; the block outlives a refill and ends on time; a count past its window starts
-//! again.
+//! again; an operator's `unblock` lifts a block at once, keeping the level.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
@@ -10,6 +10,8 @@ mod common;
 use common::buckets::{rule, run, store};
 use common::Valkey;
 use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::overrides::Target;
+use ratelimit_bridge::unblock::unblock;
 use ratelimit_protocol::Block;
 use std::time::Duration;
 
@@ -95,4 +97,91 @@ async fn a_rule_without_a_block_never_blocks_and_keeps_the_short_format() {
         common::buckets::stored(&valkey, "rl:r:plain").is_some(),
         "no block state: tag 3"
     );
+}
+
+#[tokio::test]
+async fn unblock_lifts_a_block_at_once_and_keeps_the_level() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // 2 an hour; blocked for an hour after 2 denials.
+    let login = blocking("rl:login:victim", 2, 1_800_000, 2, 60_000, 3_600_000);
+    let outcomes: Vec<(bool, bool)> = {
+        let mut all = Vec::new();
+        for _ in 0..5 {
+            let out = run(&store, std::slice::from_ref(&login)).await.1;
+            all.push((out[0].allowed, out[0].blocked));
+        }
+        all
+    };
+    assert_eq!(
+        outcomes,
+        [
+            (true, false),
+            (true, false),
+            (false, false),
+            (false, true),
+            (false, true)
+        ]
+    );
+    let target = Target::new("rl", "login", &["victim".into()]).unwrap();
+    assert!(unblock(&store, &target).await.unwrap(), "it was blocked");
+    // No longer blocked, and no token made up: the spoofer's 2 are still spent.
+    let out = run(&store, std::slice::from_ref(&login)).await.1;
+    assert!(!out[0].blocked && !out[0].allowed, "{out:?}");
+    assert!(out[0].wait_ms > 1_700_000, "{out:?}");
+    // The count of denials started again: the one above is the first.
+    let out = run(&store, std::slice::from_ref(&login)).await.1;
+    assert!(out[0].blocked, "the second denial blocks again: {out:?}");
+    assert!(unblock(&store, &target).await.unwrap());
+    assert!(
+        !unblock(&store, &target).await.unwrap(),
+        "nothing left to lift"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("rl:login:victim")
+        .query(&mut common::Connect::connection(&valkey))
+        .unwrap();
+    assert!(ttl > 3_000_000, "the key keeps its TTL: {ttl}");
+}
+
+#[tokio::test]
+async fn unblock_leaves_buckets_without_a_block_and_foreign_values_alone() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let plain = rule("rl:r:plain", 5, 1, 1_000, 1);
+    run(&store, std::slice::from_ref(&plain)).await;
+    let mut conn = common::Connect::connection(&valkey);
+    let before: Vec<u8> = redis::cmd("GET")
+        .arg("rl:r:plain")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("rl:r:alien")
+        .arg("not ours")
+        .query(&mut conn)
+        .unwrap();
+    for (value, key) in [
+        ("plain", "rl:r:plain"),
+        ("alien", "rl:r:alien"),
+        ("none", "rl:r:none"),
+    ] {
+        let target = Target::new("rl", "r", &[value.into()]).unwrap();
+        assert_eq!(target.key, key);
+        assert!(!unblock(&store, &target).await.unwrap(), "{key}");
+    }
+    let after: Vec<u8> = redis::cmd("GET")
+        .arg("rl:r:plain")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(before, after);
+    let alien: String = redis::cmd("GET")
+        .arg("rl:r:alien")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(alien, "not ours");
+    let none: i64 = redis::cmd("EXISTS")
+        .arg("rl:r:none")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(none, 0, "unblocking writes no bucket");
 }

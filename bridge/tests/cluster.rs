@@ -189,3 +189,70 @@ async fn shared_buckets_on_several_nodes_are_peeked_and_a_peek_counts_towards_a_
     let a = store.check(&vec![roomy]).await.unwrap();
     assert_eq!(a.1[0].remaining, 9, "whole again: nothing was admitted");
 }
+
+/// `rule` under an override of `burst` an hour, ending a minute from now (as the bridge's
+/// table puts it on a check).
+fn overridden(rule: RuleSpec, burst: u64) -> RuleSpec {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    RuleSpec {
+        overridden: Some(ratelimit_protocol::Overridden {
+            burst,
+            num: 1,
+            den: 3_600_000 / burst,
+            until_ms: now + 60_000,
+        }),
+        ..rule
+    }
+}
+
+#[tokio::test]
+async fn an_override_spread_over_slots_decides_and_its_rules_bucket_pays() {
+    // One node, two slots: the script's spread mode (keys in ARGV).
+    let node = OneNodeCluster::start();
+    let store = Store::cluster(&[node.url()], options()).unwrap();
+    let (user, global) = (
+        rule("rl:per-user:{a}alice", 100),
+        rule("rl:global{b}", 1000),
+    );
+    assert_ne!(slot(user.key.as_bytes()), slot(global.key.as_bytes()));
+    let both: Check = vec![overridden(user.clone(), 2), global.clone()];
+    let out = store.check_all(&[both.clone(), both.clone(), both]).await;
+    let allowed: Vec<bool> = out
+        .iter()
+        .map(|o| o.as_ref().unwrap().1[0].allowed)
+        .collect();
+    assert_eq!(allowed, [true, true, false], "the override's 2 decide");
+    // Without the override (it ended): 100 less the 2 admitted.
+    let (_, after) = store.check(&vec![user, global]).await.unwrap();
+    assert_eq!((after[0].remaining, after[1].remaining), (97, 997));
+}
+
+#[tokio::test]
+async fn a_check_under_an_override_denied_on_another_node_gives_its_tokens_back() {
+    let (_cluster, store) = three_nodes().await;
+    let (user, ip) = (
+        rule("rl:per-user:{b}alice", 100),
+        rule("rl:per-ip:{c}10.0.0.1", 1),
+    );
+    assert_ne!(node_of(&user.key), node_of(&ip.key));
+    let both: Check = vec![overridden(user.clone(), 5), ip];
+    assert!(store
+        .check(&both)
+        .await
+        .unwrap()
+        .1
+        .iter()
+        .all(|r| r.allowed));
+    // Taken on both nodes at once: the IP denies, the user's buckets get theirs back.
+    let second = store.check(&both).await.unwrap();
+    assert_eq!((second.1[0].allowed, second.1[1].allowed), (true, false));
+    let (_, out) = store
+        .check(&vec![overridden(user.clone(), 5)])
+        .await
+        .unwrap();
+    assert_eq!(out[0].remaining, 3, "5 less the two admitted checks");
+    assert_eq!(store.check(&vec![user]).await.unwrap().1[0].remaining, 97);
+}

@@ -1,81 +1,221 @@
-//! The overrides in Redis: no key of theirs has a TTL (`maxmemory-policy volatile-ttl`, which
-//! the buckets need, evicts only keys that have one), yet an override ends on time: readers
-//! hold each record's expiry to Redis's clock, and the next write deletes expired records.
+//! Emergency overrides on a real Valkey, as the bridge applies them (the records written
+//! by `registry`, the table a bridge reads, its rules rewritten by `Table::apply`): while an
+//! override is in force its own bucket decides, and when it ends the client is where its
+//! normal rule would have left it, neither drained by a tightening nor made richer by a
+//! loosening (issue 22 row 10).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::buckets::store;
-use common::{Connect, Valkey};
-use ratelimit_bridge::overrides::{parse_spec, Target};
-use ratelimit_bridge::registry;
+use common::buckets::{rule, store};
+use common::Valkey;
+use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::overrides::{parse_spec, Table, Target};
 use ratelimit_bridge::store::Store;
+use ratelimit_bridge::{registry, usage};
 use std::time::Duration;
 
-const INDEX: &str = "rl:{overrides}";
-
-fn pttl(valkey: &Valkey, key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(key)
-        .query(&mut valkey.connection())
-        .unwrap()
+/// 100 an hour for `user` (one token every 36 s: a test's few seconds refill nothing).
+fn per_user(user: &str) -> RuleSpec {
+    rule(&format!("rl:per-user:{user}"), 100, 1, 36_000, 1)
 }
 
-async fn set(store: &Store, value: &str, ttl: &str) {
-    let target = Target::new("rl", "per-user", &[value.into()]).unwrap();
-    let (limit, ttl_ms) = parse_spec(5, "1m", None, ttl).unwrap();
+/// Sets an override of `user`'s bucket; the table a bridge would read now.
+async fn set(store: &Store, user: &str, requests: u64, per: &str, ttl: &str) -> Table {
+    let target = Target::new("rl", "per-user", &[user.into()]).unwrap();
+    let (limit, ttl_ms) = parse_spec(requests, per, None, ttl).unwrap();
     registry::set(store, target, limit, ttl_ms).await.unwrap();
+    Table::new(registry::list(store, "rl").await.unwrap())
 }
 
-async fn listed(store: &Store) -> Vec<String> {
-    let active = registry::list(store, "rl").await.unwrap();
-    active.into_iter().map(|o| o.target.key).collect()
+/// Sends `n` requests of `rule` under `table`, as a bridge would; how many were admitted.
+async fn admitted(store: &Store, table: &Table, rule: &RuleSpec, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let mut check = vec![rule.clone()];
+        table.apply(&mut check);
+        admitted += usize::from(store.check(&check).await.unwrap().1[0].allowed);
+    }
+    admitted
 }
 
-#[tokio::test]
-async fn overrides_have_no_ttl_and_still_end_on_time() {
-    let valkey = Valkey::start();
-    let store = store(&valkey);
-    set(&store, "alice", "400ms").await;
-    // -1: the key exists and has no TTL.
-    assert_eq!(pttl(&valkey, INDEX), -1, "the index has a TTL");
-    assert_eq!(pttl(&valkey, "rl:{overrides}:per-user:alice"), -1);
-    assert_eq!(listed(&store).await, ["rl:per-user:alice"]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        listed(&store).await,
-        Vec::<String>::new(),
-        "past its expiry"
-    );
-    // The next write deletes the expired record and its index entry.
-    set(&store, "bob", "1h").await;
-    assert_eq!(
-        pttl(&valkey, "rl:{overrides}:per-user:alice"),
-        -2,
-        "the expired record stayed"
-    );
-    let members: Vec<String> = redis::cmd("ZRANGE")
-        .arg(INDEX)
-        .arg(0)
-        .arg(-1)
-        .query(&mut valkey.connection())
-        .unwrap();
-    assert_eq!(members, ["per-user:bob"]);
-    assert_eq!(listed(&store).await, ["rl:per-user:bob"]);
+/// What `usage` says is left of `user`'s bucket.
+async fn remaining(store: &Store, user: &str) -> u64 {
+    let spec = RuleSpec {
+        cost: 0,
+        ..per_user(user)
+    };
+    let usage = usage::read(store, "rl", "per-user", spec).await.unwrap();
+    usage["remaining"].as_u64().unwrap()
 }
 
 #[tokio::test]
-async fn an_index_that_an_older_bridge_gave_a_ttl_loses_it() {
+async fn a_tightening_override_that_ends_leaves_the_client_its_normal_tokens() {
+    // The row's scenario: 100 an hour; alice sends 3; an override of 2 an hour (here for
+    // 1.5 s rather than 4); she sends 4 more, 2 admitted; then it expires.
     let valkey = Valkey::start();
     let store = store(&valkey);
-    set(&store, "alice", "1h").await;
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(INDEX)
-        .arg(60_000)
-        .query(&mut valkey.connection())
-        .unwrap();
-    set(&store, "bob", "1h").await;
-    assert_eq!(pttl(&valkey, INDEX), -1);
-    assert_eq!(listed(&store).await.len(), 2);
+    let alice = per_user("alice");
+    let none = Table::default();
+    assert_eq!(admitted(&store, &none, &alice, 3).await, 3);
+    let table = set(&store, "alice", 2, "1h", "1500ms").await;
+    assert_eq!(
+        admitted(&store, &table, &alice, 4).await,
+        2,
+        "the override decides"
+    );
+    assert_eq!(remaining(&store, "alice").await, 0, "of the override's 2");
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert!(registry::list(&store, "rl").await.unwrap().is_empty());
+    // Over: what the rule leaves after the 5 admitted, not the override's empty bucket.
+    assert_eq!(remaining(&store, "alice").await, 95);
+    let (_, out) = store.check(&vec![alice]).await.unwrap();
+    assert!(out[0].allowed, "{out:?}");
+    assert_eq!(out[0].remaining, 94);
+}
+
+#[tokio::test]
+async fn a_loosening_override_mints_no_tokens_for_after_it() {
+    // bob has 10 of his 100 left; 1000 a minute for 1.5 s lets him through (its bucket
+    // refilling meanwhile), and when it ends he has what his rule leaves: 10 less what he
+    // sent, never more.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let bob = per_user("bob");
+    let none = Table::default();
+    assert_eq!(admitted(&store, &none, &bob, 90).await, 90);
+    let table = set(&store, "bob", 1000, "1m", "1500ms").await;
+    assert_eq!(admitted(&store, &table, &bob, 1).await, 1);
+    // 600 ms at 1000 a minute refill the override's bucket by 10 tokens.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(admitted(&store, &table, &bob, 5).await, 5);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(registry::list(&store, "rl").await.unwrap().is_empty());
+    assert_eq!(remaining(&store, "bob").await, 4, "10 less the 6 admitted");
+}
+
+#[tokio::test]
+async fn under_a_faster_override_the_normal_bucket_never_denies_and_ends_empty() {
+    // carol spent all 100; an override of the same burst but 1000 a minute starts with
+    // her tokens (none) at her first request under it, and refills a token every 60 ms,
+    // which admits her although her rule's bucket is empty; afterwards it still is.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let carol = per_user("carol");
+    let none = Table::default();
+    assert_eq!(admitted(&store, &none, &carol, 101).await, 100);
+    let target = Target::new("rl", "per-user", &["carol".into()]).unwrap();
+    let (limit, ttl_ms) = parse_spec(1000, "1m", Some(100), "1500ms").unwrap();
+    registry::set(&store, target, limit, ttl_ms).await.unwrap();
+    let table = Table::new(registry::list(&store, "rl").await.unwrap());
+    assert_eq!(admitted(&store, &table, &carol, 1).await, 0, "no token yet");
+    // Denied, it was written all the same: 400 ms later it has refilled.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let under = admitted(&store, &table, &carol, 10).await;
+    assert!(
+        (5..=8).contains(&under),
+        "{under} admitted at 1000 a minute"
+    );
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(remaining(&store, "carol").await, 0);
+    assert_eq!(admitted(&store, &none, &carol, 1).await, 0);
+}
+
+#[tokio::test]
+async fn a_larger_burst_adds_its_room_and_what_was_spent_stays_spent() {
+    // gina spent 90 of 100; 1000 a minute with a burst of 1000 gives her the 900 more
+    // room at once (910), a fresh client the whole 1000; when it ends gina has her rule's
+    // 10 less what she sent, never below 0.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let (gina, hugo) = (per_user("gina"), per_user("hugo"));
+    let none = Table::default();
+    assert_eq!(admitted(&store, &none, &gina, 90).await, 90);
+    set(&store, "gina", 1000, "1m", "2s").await;
+    let table = set(&store, "hugo", 1000, "1m", "2s").await;
+    let (_, out) = store.check(&applied(&table, &gina)).await.unwrap();
+    assert_eq!(out[0].remaining, 909);
+    let (_, out) = store.check(&applied(&table, &hugo)).await.unwrap();
+    assert_eq!(out[0].remaining, 999);
+    assert_eq!(admitted(&store, &table, &gina, 20).await, 20);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(
+        remaining(&store, "gina").await,
+        0,
+        "10 less 21, not below 0"
+    );
+    assert_eq!(remaining(&store, "hugo").await, 99);
+}
+
+/// `rule` as a bridge with `table` sends it.
+fn applied(table: &Table, rule: &RuleSpec) -> Vec<RuleSpec> {
+    let mut check = vec![rule.clone()];
+    table.apply(&mut check);
+    check
+}
+
+#[tokio::test]
+async fn a_denial_under_an_override_waits_no_longer_than_the_override_lasts() {
+    // 2 an hour would make the third request wait 30 minutes; the override ends in 3 s,
+    // and then the rule's bucket (97 left) admits: the wait (what gateways cache and
+    // Retry-After says) ends with the override.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let dave = per_user("dave");
+    let table = set(&store, "dave", 2, "1h", "3s").await;
+    assert_eq!(admitted(&store, &table, &dave, 2).await, 2);
+    let mut check = vec![dave.clone()];
+    table.apply(&mut check);
+    let (_, out) = store.check(&check).await.unwrap();
+    assert!(!out[0].allowed);
+    assert!((2_000..=3_000).contains(&out[0].wait_ms), "{out:?}");
+    assert_eq!(out[0].remaining, 0, "the override's bucket answers");
+}
+
+#[tokio::test]
+async fn an_override_replaced_before_it_ends_passes_its_tokens_on() {
+    // erin used 1 of 2; the operator replaces the override with 5 an hour: she has the 1
+    // token she had (read in the new override's units), not a fresh start from her 98.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let erin = per_user("erin");
+    let table = set(&store, "erin", 2, "1h", "1m").await;
+    assert_eq!(admitted(&store, &table, &erin, 1).await, 1);
+    let replaced = set(&store, "erin", 5, "1h", "2m").await;
+    assert_eq!(admitted(&store, &replaced, &erin, 3).await, 1);
+}
+
+#[tokio::test]
+async fn no_lease_is_taken_under_an_override_and_a_give_back_returns_to_both_buckets() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let leasing = RuleSpec {
+        lease: 10,
+        ..per_user("frank")
+    };
+    let table = set(&store, "frank", 20, "1h", "1m").await;
+    let mut check = vec![leasing];
+    table.apply(&mut check);
+    let (_, out) = store.check(&check).await.unwrap();
+    assert!(out[0].allowed);
+    assert_eq!((out[0].leased, out[0].remaining), (0, 19), "{out:?}");
+    // What a Redis Cluster gives back when another node denied the check.
+    let give_back = vec![RuleSpec {
+        lease: 0,
+        ..check[0].clone()
+    }];
+    let back = store.refund_all(&[give_back]).await;
+    assert_eq!(back[0].as_ref().unwrap().1[0].remaining, 20);
+    registry::clear(
+        &store,
+        &Target::new("rl", "per-user", &["frank".into()]).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        remaining(&store, "frank").await,
+        100,
+        "and the rule's bucket"
+    );
 }

@@ -483,14 +483,71 @@ fn a_blocked_client_gets_the_rules_status_and_is_then_refused_locally() {
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(body["error"], "Blocked");
 
-    host.now.set(1_000_000 + 899_000);
+    host.now.set(1_000_000 + 400);
     let mut again = Admission::default();
     let Start::Decided(Verdict::Reply(r)) = again.start(&config, &mut worker, &host) else {
         panic!("asked the bridge")
     };
     assert_eq!((r.status, again.outcome), (403, Some(Outcome::Blocked)));
-    assert_eq!(header(&r, "retry-after"), "1");
-    host.now.set(1_000_000 + 900_000);
+    assert_eq!(header(&r, "retry-after"), "900", "the rest of the block");
+}
+
+#[test]
+fn a_cached_block_is_trusted_for_a_second_so_that_lifting_it_reaches_every_gateway() {
+    // Issue 22 row 5: an operator who lifts a block (or deletes the bucket) must see every
+    // gateway admit the client within about a second, not when the cached block would end.
+    let json = EXAMPLE.replace(
+        r#""name": "search-per-ip","#,
+        r#""name": "search-per-ip", "block": {"after": 3, "within": "1m", "for": "1h"},"#,
+    );
+    let config = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let (mut check, mut worker, _) = started(&config, &host);
+    let reply = b"1700000000000 1,50,30000,0 b,0,60000,3600000 1,1,1,0\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), reply);
+    host.now.set(1_000_000 + 999);
+    let mut cached = Admission::default();
+    let Start::Decided(Verdict::Reply(r)) = cached.start(&config, &mut worker, &host) else {
+        panic!("asked the bridge within the second")
+    };
+    assert_eq!(cached.outcome, Some(Outcome::Blocked));
+    assert_eq!(
+        header(&r, "retry-after"),
+        "3600",
+        "Retry-After still says the block"
+    );
+    host.now.set(1_000_000 + 1_000);
+    let mut asked = Admission::default();
+    assert!(
+        matches!(asked.start(&config, &mut worker, &host), Start::Ask(_)),
+        "a second after asking, the bridge is asked again"
+    );
+    // The bridge says the block is gone (lifted): admitted, and nothing cached any more.
+    let lifted = b"1700000001000 1,50,30000,0 1,0,60000,0 1,1,1,0\n";
+    let verdict = conclude(&config, &mut worker, &host, &mut asked, Some(200), lifted);
+    assert!(matches!(verdict, Verdict::Resume));
+    assert!(matches!(
+        Admission::default().start(&config, &mut worker, &host),
+        Start::Ask(_)
+    ));
+}
+
+#[test]
+fn a_plain_denial_is_still_cached_for_its_whole_wait() {
+    let config = example("closed");
+    let host = host();
+    let (mut check, mut worker, _) = started(&config, &host);
+    // The IP rule lacks the cost for 6 s: exact, so cached that long (no one-second cap).
+    let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 1,1,1,0\n";
+    conclude(&config, &mut worker, &host, &mut check, Some(200), reply);
+    host.now.set(1_000_000 + 5_999);
+    let mut again = Admission::default();
+    assert!(matches!(
+        again.start(&config, &mut worker, &host),
+        Start::Decided(Verdict::Reply(_))
+    ));
+    assert_eq!(again.outcome, Some(Outcome::DeniedCached));
+    host.now.set(1_000_000 + 6_000);
     assert!(matches!(
         Admission::default().start(&config, &mut worker, &host),
         Start::Ask(_)

@@ -8,7 +8,14 @@
 //! check was *sent*, which is before Redis's clock read it, so the cache never denies past
 //! the moment Redis would admit. (A refund, which only a Cluster race or a returned lease
 //! makes, can put tokens back earlier: the cache then denies a little longer than Redis
-//! would, never less.) Blocks (`block` in a rule) are cached the same way until they end.
+//! would, never less.)
+//!
+//! Blocks (`block` in a rule) are not exact in that sense: an operator may lift one at any
+//! time (`ratelimit-bridge unblock`, or deleting the bucket), and a gateway that kept
+//! refusing the client until the block's end (up to 30 days) would make that useless. So
+//! a cached block decides for at most `BLOCK_TRUST_MS` after its check was asked, then the
+//! bridge is asked again (a blocked client costs a worker one check a second at most); its
+//! `Retry-After` still counts down to the block's end.
 //!
 //! Bounded: at most `cap` entries per worker. When it is full, expired entries go first,
 //! then the eighth that expires soonest, so inserting stays cheap under a flood of keys.
@@ -21,6 +28,9 @@ use hashbrown::HashMap;
 pub const DEFAULT_ENTRIES: u64 = 10_000;
 /// Most entries per worker that may be configured.
 pub const MAX_ENTRIES: u64 = 1_000_000;
+/// How long a worker trusts a block it learned from the bridge: a lifted block reaches
+/// every gateway within about this long.
+pub const BLOCK_TRUST_MS: u64 = 1_000;
 
 /// Why a bucket cannot admit before `until_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,12 +41,15 @@ pub enum Reason {
     Blocked,
 }
 
-/// One cached verdict, in the worker's own clock.
+/// One cached verdict, in the worker's own clock (ms since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     pub reason: Reason,
-    /// Until when the bucket cannot admit (ms since the epoch, the worker's clock).
+    /// Until when this entry decides requests without the bridge.
     pub until_ms: u64,
+    /// When the verdict ends as the bridge said (the cost available again, the block
+    /// over), for `Retry-After`: `until_ms` for a denial, later for a block.
+    pub ends_ms: u64,
     /// When the bucket will be full again, for `X-RateLimit-Reset`.
     pub full_ms: u64,
     /// The limit the verdict was reached under: a client whose tier changed asks again.
@@ -44,6 +57,23 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The verdict of a check asked at `asked_ms` that the bridge answered with `wait_ms`
+    /// (the rest of the block, for `Reason::Blocked`) and `full_ms`.
+    pub fn new(reason: Reason, asked_ms: u64, wait_ms: u64, full_ms: u64, limit: Limit) -> Entry {
+        let ends_ms = asked_ms.saturating_add(wait_ms);
+        let until_ms = match reason {
+            Reason::Empty { .. } => ends_ms,
+            Reason::Blocked => ends_ms.min(asked_ms.saturating_add(BLOCK_TRUST_MS)),
+        };
+        Entry {
+            reason,
+            until_ms,
+            ends_ms,
+            full_ms: asked_ms.saturating_add(full_ms),
+            limit,
+        }
+    }
+
     /// Whether this entry decides a request of `cost` under `limit` at `now_ms`.
     fn decides(&self, limit: &Limit, cost: u64, now_ms: u64) -> bool {
         now_ms < self.until_ms
@@ -140,12 +170,13 @@ mod tests {
     }
 
     fn empty(cost: u64, until_ms: u64) -> Entry {
-        Entry {
-            reason: Reason::Empty { cost },
+        Entry::new(
+            Reason::Empty { cost },
+            0,
             until_ms,
-            full_ms: until_ms + 1000,
-            limit: limit(10),
-        }
+            until_ms + 1000,
+            limit(10),
+        )
     }
 
     #[test]
@@ -174,15 +205,18 @@ mod tests {
     }
 
     #[test]
-    fn a_block_decides_every_request_until_it_ends() {
+    fn a_block_decides_every_request_for_a_second_at_most() {
         let mut cache = DenyCache::new(10);
-        let block = Entry {
-            reason: Reason::Blocked,
-            ..empty(5, 9_000)
-        };
+        let block = Entry::new(Reason::Blocked, 1_000, 8_000, 8_000, limit(10));
+        assert_eq!((block.until_ms, block.ends_ms), (2_000, 9_000));
         cache.insert("rl:r:a", block, 1_000);
-        assert_eq!(cache.lookup("rl:r:a", &limit(10), 1, 8_999), Some(block));
-        assert!(cache.lookup("rl:r:a", &limit(10), 1, 9_000).is_none());
+        assert_eq!(cache.lookup("rl:r:a", &limit(10), 1, 1_999), Some(block));
+        assert!(cache.lookup("rl:r:a", &limit(10), 1, 2_000).is_none());
+        let ending = Entry::new(Reason::Blocked, 1_000, 300, 300, limit(10));
+        assert_eq!(
+            ending.until_ms, 1_300,
+            "a block ending sooner decides until then"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 use super::*;
 
+use ratelimit_protocol::script::SHAPE_LEN;
+
 const BODY: &str = "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,10,1,6000,1\n";
 
 /// The bulk strings of a RESP array of bulk strings.
@@ -37,7 +39,7 @@ fn a_batch_becomes_one_evalsha_laid_out_as_the_bridge_lays_it_out() {
     assert_eq!(text[8..12], ["10", "1", "6000", "1"]);
     // Two parts: two rules of shapes 1 and 2, then one of shape 1.
     assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
-    assert_eq!(args.len(), 3 + 3 + 2 + 18 + 1);
+    assert_eq!(args.len(), 3 + 3 + 2 + 2 * SHAPE_LEN + 1);
 }
 
 #[test]

@@ -45,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
             lease: p.lease,
             block: p.block,
             shadow: p.shadow,
+            overridden: None,
         })
         .collect();
     let sent = Line {

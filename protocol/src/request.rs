@@ -25,6 +25,25 @@ pub struct RuleSpec {
     /// A rule in shadow mode: it never denies its check; lacking the cost, it takes
     /// nothing and says what enforcing it would have answered.
     pub shadow: bool,
+    /// The emergency override in force for this bucket, which the bridge adds (never on
+    /// the wire): its own bucket decides instead of this one.
+    pub overridden: Option<Overridden>,
+}
+
+/// An emergency override's bucket on a rule (`bridge/src/overrides.rs` puts it there,
+/// `lua/token_bucket.lua` runs it). While it is in force it decides the rule's checks and
+/// the rule's own bucket is still charged what it admits, down to 0 at most: when it ends,
+/// the client is where its rule would have left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Overridden {
+    /// Capacity in tokens.
+    pub burst: u64,
+    /// Refill: `num` units per millisecond, one token being `den` units.
+    pub num: u64,
+    pub den: u64,
+    /// The Redis time (ms) the override ends: after it the rule's bucket decides again,
+    /// and it tells this override's bucket from an earlier one's in the stored value.
+    pub until_ms: u64,
 }
 
 /// One line of a batch: a check (take each rule's cost, all or nothing), or the return of
@@ -69,6 +88,7 @@ impl RuleSpec {
             lease: 0,
             block: None,
             shadow: false,
+            overridden: None,
         }
     }
 
@@ -258,6 +278,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         lease,
         block,
         shadow,
+        overridden: None,
     };
     if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
         return Err(format!("burst x den of {key:?} must stay below 2^53"));

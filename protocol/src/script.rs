@@ -86,15 +86,22 @@ impl Part {
     }
 }
 
+/// Numbers per shape in a call's arguments.
+pub const SHAPE_LEN: usize = 13;
+
 /// A rule's parameters (burst, num, den, cost, its block's after, within, for or zeros,
-/// the lease it asks for or 0, and 1 in shadow mode), which many rules of a batch share.
-pub type Shape = [u64; 9];
+/// the lease it asks for or 0, 1 in shadow mode, then its override's burst, num, den and
+/// end or zeros), which many rules of a batch share.
+pub type Shape = [u64; SHAPE_LEN];
 
 /// The shape of `rule`.
 pub fn shape(rule: &RuleSpec) -> Shape {
     let block = rule
         .block
         .map_or([0; 3], |b| [b.after, b.within_ms, b.for_ms]);
+    let overridden = rule
+        .overridden
+        .map_or([0; 4], |o| [o.burst, o.num, o.den, o.until_ms]);
     [
         rule.burst,
         rule.num,
@@ -105,6 +112,10 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         block[2],
         rule.lease,
         u64::from(rule.shadow),
+        overridden[0],
+        overridden[1],
+        overridden[2],
+        overridden[3],
     ]
 }
 
@@ -141,7 +152,7 @@ impl Layout<'_> {
     }
 
     fn args_with(&self, mode: &str, more: usize) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(3 + self.shapes.len() * 9 + more);
+        let mut args = Vec::with_capacity(3 + self.shapes.len() * SHAPE_LEN + more);
         args.push(mode.as_bytes().to_vec());
         args.push(u64_string(self.shapes.len() as u64).into_bytes());
         for n in self.shapes.iter().flatten() {

@@ -55,8 +55,8 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, 1, 0, 0, 0, 0, 0],
-            [5, 1, 600, 1, 0, 0, 0, 0, 0]
+            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         ]
     );
     // Each part: its size and its rules' shapes.
@@ -64,7 +64,7 @@ fn rules_sharing_parameters_send_them_once() {
     let args = layout.args(Mode::Refund);
     let text: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     assert_eq!(text[..3], [&b"refund"[..], b"2", b"10"]);
-    assert_eq!(args.len(), 3 + 2 * 9);
+    assert_eq!(args.len(), 3 + 2 * SHAPE_LEN);
     assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
     // Spread over slots: the same arguments, the mode marked, the keys after them.
     let spread = layout.spread_args(Mode::Check);
@@ -72,6 +72,32 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(spread[1..args.len()], args[1..]);
     let keys: Vec<&[u8]> = spread[args.len()..].iter().map(Vec::as_slice).collect();
     assert_eq!(keys, [&b"a"[..], b"b", b"c"]);
+}
+
+#[test]
+fn an_override_is_part_of_its_rules_shape() {
+    let plain = rule("a", 10, 1);
+    let overridden = RuleSpec {
+        overridden: Some(crate::Overridden {
+            burst: 2,
+            num: 1,
+            den: 1_800_000,
+            until_ms: 1_767_225_600_000,
+        }),
+        ..rule("b", 10, 1)
+    };
+    assert_eq!(shape(&plain)[9..], [0, 0, 0, 0]);
+    assert_eq!(
+        shape(&overridden)[9..],
+        [2, 1, 1_800_000, 1_767_225_600_000]
+    );
+    let checks = vec![vec![plain, overridden]];
+    let layout = layout(&checks, &[Part::whole(0, 2)]).unwrap();
+    assert_eq!(
+        layout.shapes.len(),
+        2,
+        "an override makes a shape of its own"
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 """End to end, as an operator uses them: emergency overrides set with the bridge's command
-line reach two real Envoy gateways within a second and expire by themselves; `usage`
-reads a client's bucket as the gateways see it; every admin endpoint wants the operators'
-secret (`--admin-token-file`), never the gateways' token.
+line reach two real Envoy gateways within a second and expire by themselves, leaving the
+client where its rule would; `usage` reads a client's bucket as the gateways see it; a
+block is lifted on every gateway within a second; every admin endpoint wants the
+operators' secret (`--admin-token-file`), never the gateways' token.
 
 Most buckets counted under an override whose rate differs from the rule's are fresh ones
 (clients that made no request before); `test_an_override_on_a_client_in_use_keeps_its_tokens`
@@ -168,6 +169,99 @@ def test_an_override_on_a_client_in_use_keeps_its_tokens(stack_of, tmp_path):
     assert (usage["limit"], usage["remaining"]) == (4, 0)
 
 
+def test_an_override_that_expires_leaves_the_client_its_own_tokens(stack_of, tmp_path):
+    # Issue 22 row 10: 100 an hour; alice sends 3; 2 an hour for 4 s; she sends 4 more
+    # (2 admitted); once it expires she has 100 - 3 - 2 left, not the override's 0.
+    stack = start(stack_of, tmp_path, rule("per-user", ["user"], 100))
+    assert admitted(stack, "alice", 3) == [2, 1]
+    bridge(stack, "override", "set", "--rule", "per-user", "--value", "alice",
+           "--requests", "2", "--per", "1h", "--ttl", "4s")
+    written = time.monotonic()
+    time.sleep(WITHIN)
+    assert sum(admitted(stack, "alice", 4)) == 2
+    usage = ["usage", "--config", str(stack.plugin_file), "--rule", "per-user",
+             "--value", "alice"]
+    assert (bridge(stack, *usage)["remaining"], bridge(stack, *usage)["limit"]) == (0, 2)
+    time.sleep(max(0.0, written + 4.0 - time.monotonic()))
+    until("the override's end", lambda: bridge(stack, *usage)["override"] is None,
+          written + 4 + WITHIN)
+    assert bridge(stack, *usage)["remaining"] == 95
+    # Her next request is admitted on either gateway once the bridges dropped it (the
+    # gateways cached her denials no longer than the override's end).
+    until("alice admitted", lambda: stack.get(0, "/api/x", {"x-user-id": "alice"})[0] == 200,
+          written + 4 + 2 * WITHIN)
+    assert stack.get(1, "/api/x", {"x-user-id": "alice"})[0] == 200
+    assert bridge(stack, *usage)["remaining"] == 93
+
+
+def spoof_until_blocked(stack, victim):
+    """Sends requests as `victim` (a header anyone can write) alternating the gateways
+    until one is refused as blocked, then one more on the other gateway; both replies."""
+    for i in range(50):
+        status, headers, body = stack.get(i % 2, "/api/x", victim)
+        if status == 429 and json.loads(body)["error"] == "Blocked":
+            return (status, headers, body), stack.get(1 - i % 2, "/api/x", victim)
+        assert status in (200, 429), status
+    raise AssertionError("never blocked")
+
+
+def blocked_everywhere(stack, victim):
+    """The victim is refused as blocked on both gateways, with the hour's Retry-After."""
+    for gateway in (0, 1):
+        status, headers, body = stack.get(gateway, "/api/x", victim)
+        assert (status, json.loads(body)["error"]) == (429, "Blocked"), (gateway, body)
+        assert 3500 <= int(headers["retry-after"]) <= 3600, headers
+
+
+def admitted_everywhere_within(stack, victim, since, seconds):
+    """Polls each gateway until it admits `victim`; fails past `since + seconds`."""
+    for gateway in (0, 1):
+        until(f"gateway {gateway} admitting", lambda: stack.get(gateway, "/api/x", victim)[0]
+              == 200, since + seconds)
+
+
+# A rule whose bucket refills within a second (2 a second), blocking for an hour after 2
+# denials within a minute: once lifted, only the block could still refuse the victim.
+SPOOFABLE = rule("per-user", ["user"], 2, per="1s",
+                 block={"after": 2, "within": "1m", "for": "1h"})
+
+
+def test_a_block_lifted_with_unblock_reaches_both_gateways_within_a_second(stack_of, tmp_path):
+    # Issue 22 row 5: a spoofer writes the victim's x-user-id; the victim is then blocked
+    # everywhere for an hour, until the operator lifts it.
+    stack = start(stack_of, tmp_path, SPOOFABLE)
+    victim = {"x-user-id": "victim"}
+    for status, headers, _ in spoof_until_blocked(stack, victim):
+        assert status == 429 and 3500 <= int(headers["retry-after"]) <= 3600
+    # Still blocked after the gateways' caches let go (a second) and the bucket refilled.
+    time.sleep(1.5)
+    blocked_everywhere(stack, victim)
+    assert bridge(stack, "unblock", "--rule", "per-user", "--value", "victim") == \
+        {"key": "rl:per-user:victim", "unblocked": True}
+    lifted = time.monotonic()
+    admitted_everywhere_within(stack, victim, lifted, 2.5)
+    # Lifting it again finds nothing to lift.
+    assert bridge(stack, "unblock", "--rule", "per-user", "--value", "victim")["unblocked"] \
+        is False
+
+
+def test_a_block_lifted_over_http_or_by_deleting_the_bucket_reaches_both_gateways(
+        stack_of, tmp_path):
+    stack = start(stack_of, tmp_path, SPOOFABLE)
+    for who, lift in [("victim", "http"), ("other", "del")]:
+        victim = {"x-user-id": who}
+        spoof_until_blocked(stack, victim)
+        time.sleep(1.2)
+        blocked_everywhere(stack, victim)
+        if lift == "http":
+            status, body = admin(stack, "DELETE", f"/admin/blocks?rule=per-user&value={who}")
+            assert (status, json.loads(body)["unblocked"]) == (200, True), body
+        else:
+            assert stack.redis("DEL", f"rl:per-user:{who}") == 1
+        lifted = time.monotonic()
+        admitted_everywhere_within(stack, victim, lifted, 2.5)
+
+
 def test_usage_shows_a_block(stack_of, tmp_path):
     block = {"after": 1, "within": "1m", "for": "1m"}
     stack = start(stack_of, tmp_path, rule("login", ["user"], 2, block=block))
@@ -197,6 +291,7 @@ ADMIN_CALLS = [
     ("PUT", "/admin/overrides?rule=per-user&value=mallory&requests=1000&per=1s&ttl=1h"),
     ("DELETE", "/admin/overrides?rule=per-user"),
     ("GET", "/admin/usage?rule=per-user&value=alice"),
+    ("DELETE", "/admin/blocks?rule=per-user&value=alice"),
     ("POST", "/admin/overrides"),
     ("GET", "/admin/anything"),
 ]

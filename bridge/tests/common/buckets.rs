@@ -38,11 +38,11 @@ fn raw(server: &impl Connect, key: &str) -> Option<Vec<u8>> {
 
 /// Reads a bucket's stored state: tag 3, then its level in units, the Redis time (ms) of
 /// that level and the units' `den`, as little-endian doubles (tag 2, a rule that blocks,
-/// starts the same way).
+/// and tag 4, a bucket under an override, start the same way).
 pub fn stored(server: &impl Connect, key: &str) -> Option<Bucket> {
     let value = raw(server, key)?;
     assert!(
-        (value.len() == 25 && value[0] == 3) || (value.len() == 49 && value[0] == 2),
+        matches!((value.len(), value[0]), (25, 3) | (49, 2) | (81, 4)),
         "stored {value:?}"
     );
     let double = |at: usize| f64::from_le_bytes(value[at..at + 8].try_into().unwrap());

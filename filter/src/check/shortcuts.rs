@@ -25,7 +25,7 @@ impl Admission {
             .planned
             .iter()
             .filter_map(|p| Some((p, cache.lookup(&p.key, &p.limit, p.cost, now_ms)?)))
-            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.until_ms))?;
+            .max_by_key(|(_, e)| (e.reason == Reason::Blocked, e.ends_ms))?;
         let blocked = entry.reason == Reason::Blocked;
         let counter = match blocked {
             true => Counter::Blocked,
@@ -37,7 +37,7 @@ impl Admission {
             blocked,
             remaining: 0,
             full_ms: entry.full_ms.saturating_sub(now_ms),
-            wait_ms: entry.until_ms - now_ms,
+            wait_ms: entry.ends_ms.saturating_sub(now_ms),
             leased: 0,
         };
         self.outcome = Some(if blocked {
@@ -54,9 +54,10 @@ impl Admission {
         Some(Verdict::Reply(denial(config, &shown)))
     }
 
-    /// Remembers the buckets that lack this check's cost, and the blocked clients, for as
-    /// long as the bridge says. Not a plain denial by a rule that blocks: each of those
-    /// must reach Redis to be counted towards the block.
+    /// Remembers the buckets that lack this check's cost for as long as the bridge says,
+    /// and the blocked clients for a second at most (`deny_cache::BLOCK_TRUST_MS`). Not a
+    /// plain denial by a rule that blocks: each of those must reach Redis to be counted
+    /// towards the block.
     pub(super) fn remember_denials(
         &self,
         cache: &mut DenyCache,
@@ -68,16 +69,18 @@ impl Admission {
             if result.allowed || result.wait_ms == 0 || counted || planned.shadow {
                 continue;
             }
-            let entry = deny_cache::Entry {
-                reason: if result.blocked {
-                    Reason::Blocked
-                } else {
-                    Reason::Empty { cost: planned.cost }
-                },
-                until_ms: self.asked_ms.saturating_add(result.wait_ms),
-                full_ms: self.asked_ms.saturating_add(result.full_ms),
-                limit: planned.limit,
+            let reason = if result.blocked {
+                Reason::Blocked
+            } else {
+                Reason::Empty { cost: planned.cost }
             };
+            let entry = deny_cache::Entry::new(
+                reason,
+                self.asked_ms,
+                result.wait_ms,
+                result.full_ms,
+                planned.limit,
+            );
             cache.insert(&planned.key, entry, now_ms);
         }
     }
