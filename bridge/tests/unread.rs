@@ -53,8 +53,13 @@ where
     (sender, task)
 }
 
+/// A token file of its own for each caller: the tests run at once, and a file written while
+/// another test reads it reads empty.
 fn token_file() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("ratelimit-unread-token-{}", std::process::id()));
+    static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("ratelimit-unread-token-{}-{n}", std::process::id());
+    let path = std::env::temp_dir().join(name);
     std::fs::write(&path, TOKEN).unwrap();
     path
 }
