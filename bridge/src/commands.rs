@@ -1,7 +1,7 @@
 //! The operator's commands, beside serving: `override set|list|clear`, `unblock` and
-//! `usage`. Each
-//! connects to Redis as the server does (the same `--redis`, `--cluster`, TLS and
-//! credential flags, `RedisArgs`), does one thing, and prints one line of JSON.
+//! `usage`, each of which connects to Redis as the server does (the same `--redis`,
+//! `--cluster`, TLS and credential flags, `RedisArgs`), does one thing, and prints one line
+//! of JSON; and `check-config`, which reads no Redis and prints what a gateway would log.
 
 use crate::connect::{redact, RedisAccess};
 use crate::overrides::{parse_spec, Override, Target};
@@ -10,7 +10,9 @@ use crate::registry;
 use crate::store::{Store, StoreOptions};
 use crate::unblock::unblock;
 use crate::usage::{self, Query};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
+use ratelimit_filter::loading::{self, Build};
+use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -96,6 +98,27 @@ pub enum Command {
     /// Prints one client's usage of a rule (limit, remaining, reset, override) as JSON,
     /// taking nothing.
     Usage(UsageArgs),
+    /// Validates a plugin configuration offline with the filter's own parser, as a gateway
+    /// loads it: prints the line the gateway would log, and exits 1 if it would refuse it.
+    CheckConfig(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The plugin configuration (JSON: Istio's `pluginConfig`, Envoy's `configuration`,
+    /// Kong's `config`), or `-` for standard input.
+    #[arg(value_name = "PLUGIN.json")]
+    pub path: PathBuf,
+    /// The build of the filter that loads it: `bridge` (ratelimit.wasm) or `redis-call`
+    /// (ratelimit-redis.wasm, Higress).
+    #[arg(long, value_enum, default_value = "bridge")]
+    pub build: FilterBuild,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum FilterBuild {
+    Bridge,
+    RedisCall,
 }
 
 #[derive(Subcommand, Debug)]
@@ -184,6 +207,7 @@ const OPTIONS: StoreOptions = StoreOptions {
 /// Runs `command`; what it prints.
 pub async fn run(command: Command) -> Result<String, String> {
     let value = match command {
+        Command::CheckConfig(args) => return check_config(&args),
         Command::Override(OverrideCommand::Set(args)) => {
             let store = args.scope.redis.store(OPTIONS)?;
             let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
@@ -222,4 +246,24 @@ pub async fn run(command: Command) -> Result<String, String> {
         }
     };
     Ok(value.to_string())
+}
+
+/// `check-config`: the gateway's line for the configuration, as the success or the error.
+fn check_config(args: &CheckArgs) -> Result<String, String> {
+    let name = args.path.display();
+    let mut json = Vec::new();
+    let read = if args.path.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut json).map(drop)
+    } else {
+        std::fs::read(&args.path).map(|bytes| json = bytes)
+    };
+    read.map_err(|e| format!("{name}: cannot read it: {e}"))?;
+    let build = match args.build {
+        FilterBuild::Bridge => Build::Bridge,
+        FilterBuild::RedisCall => Build::RedisCall,
+    };
+    match loading::load(&json, build) {
+        Ok(config) => Ok(format!("{name}: {}", loading::accepted(&config))),
+        Err(e) => Err(format!("{name}: {}", loading::refused(&e))),
+    }
 }

@@ -7,7 +7,7 @@
 use crate::backend::{Backend, RawBackend};
 use crate::block::{BlockPolicy, RawBlock};
 use crate::breaker::BreakerConfig;
-use crate::config_error::err;
+use crate::config_error::{err, plain};
 pub use crate::config_error::ConfigError;
 use crate::deny_cache;
 use crate::lease::{LeasePolicy, RawLease};
@@ -214,7 +214,7 @@ impl Config {
             Err(e) => {
                 let path = e.path().to_string();
                 let field = if path == "." { "config".into() } else { path };
-                return err(field, e.into_inner().to_string());
+                return err(field, plain(&e.into_inner().to_string()));
             }
         };
         raw.validate()

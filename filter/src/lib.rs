@@ -22,6 +22,7 @@ pub mod ietf;
 pub mod jwt;
 pub mod lease;
 pub mod limit;
+pub mod loading;
 pub mod local;
 pub mod matcher;
 pub mod path;

@@ -2,6 +2,7 @@
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from testbed.plugins import plugin, rule
-from testbed.stack import bucket_units, load_error, request, wait_for
+from testbed.stack import BRIDGE, bucket_units, load_error, request, wait_for
 
 def statuses(stack, n, gateway=0, path="/api/x", headers=None, **kw):
     return [stack.get(gateway, path, headers, **kw)[0] for _ in range(n)]
@@ -125,6 +126,28 @@ def test_premium_tier_gets_its_own_limit(stack_of):
 def test_a_bad_plugin_config_is_refused_naming_the_field():
     bad = plugin(rule("per-user", ["user"], 5, per="soon"))
     assert "rules[0].limit.per" in load_error(bad)
+
+
+@pytest.mark.parametrize("requests", ["10", 10.5, -1, [10]])
+def test_check_config_prints_the_line_the_gateway_logs_when_it_refuses_a_configuration(
+        tmp_path, requests):
+    bad = plugin(rule("per-user", ["user"], requests))
+    path = tmp_path / "plugin.json"
+    path.write_text(json.dumps(bad))
+    checked = subprocess.run([BRIDGE, "check-config", str(path)], capture_output=True,
+                             text=True, timeout=30)
+    assert checked.returncode == 1
+    line = checked.stderr.strip().split(f"{path}: ", 1)[1]
+    assert line.startswith("invalid plugin configuration: rules[0].limit.requests: "), line
+    # Envoy logs the same words (a static bootstrap then exits), in the configuration's
+    # terms, not the parser's.
+    assert line in load_error(bad)
+    assert not any(word in line for word in ("u64", "u32", "sequence", "struct")), line
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(plugin(rule("per-user", ["user"], 10))))
+    checked = subprocess.run([BRIDGE, "check-config", str(good)], capture_output=True,
+                             text=True, timeout=30)
+    assert (checked.returncode, checked.stdout) == (0, f"{good}: configured 1 rule(s)\n")
 
 
 def blackhole(port):

@@ -10,6 +10,7 @@ use super::transport;
 use crate::backend::Transport;
 use crate::check::{decode_callout, Admission};
 use crate::config::Config;
+use crate::loading::{self, Build};
 use crate::host::Proxy;
 use crate::protocol;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -147,22 +148,24 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let bytes = abi::buffer(BufferType::PluginConfiguration, usize::MAX).unwrap_or_default();
-        let config = match Config::parse(&bytes).and_then(|c| {
-            c.backend.check_build(cfg!(feature = "redis-call"))?;
-            Ok(c)
-        }) {
+        let build = if cfg!(feature = "redis-call") {
+            Build::RedisCall
+        } else {
+            Build::Bridge
+        };
+        let config = match loading::load(&bytes, build) {
             Ok(config) => config,
             Err(e) => {
-                log::error!("invalid plugin configuration: {e}");
+                log::error!("{}", loading::refused(&e));
                 return false;
             }
         };
         #[cfg(feature = "redis-call")]
         if let Err(e) = super::redis::init(self.id, &self.hub, &config.backend) {
-            log::error!("invalid plugin configuration: backend.redis: {e}");
+            log::error!("{}: backend.redis: {e}", loading::REFUSED);
             return false;
         }
-        log::info!("configured {} rule(s)", config.rules.len());
+        log::info!("{}", loading::accepted(&config));
         let _ = self.hub.metrics.get_or_init(Metrics::define);
         if self.hub.wake_queue.get().is_none() {
             self.hub.wake_queue.set(transport::register_wake_queue());
