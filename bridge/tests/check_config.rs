@@ -69,7 +69,10 @@ fn a_refused_configuration_fails_with_the_field_and_plain_words() {
     // A value the parser reads but the configuration refuses.
     let path = file(&dir, "soon.json", &VALID.replace("\"1m\"", "\"soon\""));
     let said = text(&check(&[&path], None).stderr);
-    assert!(said.contains("invalid plugin configuration: rules[0].limit.per:"), "{said}");
+    assert!(
+        said.contains("invalid plugin configuration: rules[0].limit.per:"),
+        "{said}"
+    );
 }
 
 #[test]

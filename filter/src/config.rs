@@ -7,8 +7,8 @@
 use crate::backend::{Backend, RawBackend};
 use crate::block::{BlockPolicy, RawBlock};
 use crate::breaker::BreakerConfig;
-use crate::config_error::{err, plain};
 pub use crate::config_error::ConfigError;
+use crate::config_error::{err, plain};
 use crate::deny_cache;
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
