@@ -199,7 +199,11 @@ pub async fn drive<C>(
             End::Graceful(IDLE_GRACE)
         }
         () = activity.write_stalled(limits.write_timeout) => {
-            log::warn!(
+            // A warning for a peer that has checked (a gateway, or a token holder); anyone
+            // else could flood the log with connections that never read their 401.
+            let level = if peer.is_proven() { log::Level::Warn } else { log::Level::Debug };
+            log::log!(
+                level,
                 "closed a connection whose peer took no answer for {:?} (--write-timeout-ms)",
                 limits.write_timeout
             );

@@ -51,7 +51,7 @@ impl Peer {
         self.proven.store(true, Ordering::Relaxed);
     }
 
-    fn is_proven(&self) -> bool {
+    pub fn is_proven(&self) -> bool {
         self.proven.load(Ordering::Relaxed)
     }
 
