@@ -102,9 +102,9 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     body_timeout_ms: u64,
-    /// An answer (a reply on a gRPC stream, or to a callout) that its connection could not
-    /// take to write within this, in milliseconds, because the peer grants no HTTP/2
-    /// window or does not read, closes the connection at once.
+    /// A reply on a gRPC stream that its connection could not take to write within this, in
+    /// milliseconds, because the peer grants no HTTP/2 window or does not read, closes the
+    /// connection at once.
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_WRITE_TIMEOUT_MS",
