@@ -13,7 +13,7 @@ use crate::lease::Leases;
 use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, RateLimitFields, Shown};
-use crate::rules::{self, PlannedRule};
+use crate::rules::{self, PlannedRule, Unplanned};
 
 /// State a worker keeps across its requests.
 #[derive(Debug)]
@@ -79,6 +79,8 @@ pub enum Outcome {
     Refused,
     /// The request repeated an identity header: answered 400 without a check.
     Rejected,
+    /// The request lacked an identity a rule will not do without: refused without a check.
+    Missing,
     /// The breaker was open; the failure mode decided without a callout.
     ShortCircuited,
 }
@@ -97,6 +99,7 @@ impl Outcome {
             Outcome::ShortCircuited => Counter::ShortCircuits,
             Outcome::Refused => Counter::Refused,
             Outcome::Rejected => Counter::Rejected,
+            Outcome::Missing => Counter::Missing,
         }
     }
 }
@@ -125,11 +128,18 @@ pub struct Admission {
 impl Admission {
     /// Plans the check and says how it proceeds.
     pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
-        self.planned = match rules::plan(config, host) {
+        let counts = &mut worker.rule_counts;
+        self.planned = match rules::plan(config, host, |r| counts.add(r, Counter::ShadowDenied)) {
             Ok(planned) => planned,
-            Err(bad) => {
+            Err(Unplanned::Bad(bad)) => {
                 self.outcome = Some(Outcome::Rejected);
                 return Start::Decided(Verdict::Reply(response::bad_identity(&bad)));
+            }
+            Err(Unplanned::Missing { rule, identity }) => {
+                self.outcome = Some(Outcome::Missing);
+                counts.add(rule, Counter::Missing);
+                let reply = response::missing_identity(config, rule, identity);
+                return Start::Decided(Verdict::Reply(reply));
             }
         };
         if self.planned.is_empty() {

@@ -774,3 +774,43 @@ fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
     );
     assert!(worker.leases.take_returns().is_empty());
 }
+
+#[test]
+fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted() {
+    let json = EXAMPLE.replace(
+        r#""api_key": {"header": "x-api-key"}"#,
+        r#""api_key": {"header": "x-api-key", "missing": "deny"}"#,
+    );
+    assert_ne!(json, EXAMPLE, "the example's api_key identity moved");
+    let c = Config::parse(json.as_bytes()).unwrap();
+    let host = host();
+    let mut worker = Worker::new(&c);
+    let mut check = Admission::default();
+    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
+        panic!("not refused")
+    };
+    assert_eq!(r.status, 429);
+    assert!(
+        !r.headers.iter().any(|(name, _)| *name == "retry-after"),
+        "{:?}",
+        r.headers
+    );
+    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["error"], "Rate limit key missing");
+    assert_eq!(
+        body["message"],
+        "This request lacks the x-api-key header, which the rate limit \"uploads\" needs to count it."
+    );
+    assert_eq!(check.outcome, Some(Outcome::Missing));
+    let uploads = c.rules.iter().position(|r| r.name == "uploads").unwrap();
+    assert_eq!(worker.rule_counts.drain(), [(uploads, Counter::Missing, 1)]);
+    // With the key, it is checked as before.
+    let keyed = FakeProxy {
+        req: self::host().req.with("x-api-key", "k1"),
+        ..self::host()
+    };
+    assert!(matches!(
+        Admission::default().start(&c, &mut worker, &keyed),
+        Start::Ask(_)
+    ));
+}

@@ -16,7 +16,7 @@ pub use crate::matcher::Matcher;
 use crate::matcher::{method_overrides, RawMatch};
 use crate::scope::{RawScope, Scope, MAX_SCOPES};
 use crate::source::RawIdentity;
-pub use crate::source::{Address, Forwarded, Identity, Source};
+pub use crate::source::{Address, Forwarded, Identity, Missing, Source};
 use ratelimit_protocol::key;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -81,6 +81,7 @@ struct RawRule {
     block: Option<RawBlock>,
     lease: Option<RawLease>,
     mode: Option<Mode>,
+    missing: Option<Missing>,
 }
 
 fn default_cost() -> u64 {
@@ -140,6 +141,9 @@ pub struct Rule {
     pub name: String,
     /// Indexes into `Config::identities` whose values make up the bucket key.
     pub key: Vec<usize>,
+    /// For each of `key`, what to do with a request that lacks it: the rule's `missing`,
+    /// else the identity's.
+    pub missing: Vec<Missing>,
     pub matcher: Matcher,
     pub limit: Limit,
     /// Tokens one request takes.
@@ -380,6 +384,16 @@ impl RawRule {
             }
             key.push(index);
         }
+        if key.is_empty() && self.missing.is_some() {
+            return err(
+                format!("{field}.missing"),
+                "only applies to a rule with a key",
+            );
+        }
+        let of_identity = |id: usize| config.identities.get(id).map(|i| i.missing);
+        let missing = (key.iter())
+            .map(|&id| self.missing.or(of_identity(id)).unwrap_or_default())
+            .collect();
         let matcher = self.matcher.validate(&format!("{field}.match"))?;
         if self.cost == 0 {
             return err(format!("{field}.cost"), "must be at least 1");
@@ -432,6 +446,7 @@ impl RawRule {
         Ok(Rule {
             name: self.name,
             key,
+            missing,
             matcher,
             limit,
             cost: self.cost,

@@ -37,6 +37,12 @@ pub fn plain(parser_message: &str) -> String {
                 None => format!("expected {}, found {}", kind(expected), kind(found)),
             };
         }
+    } else if let Some(rest) = message.strip_prefix("unknown variant ") {
+        // "unknown variant `fail`, expected `skip` or `deny`": quoted as JSON writes them.
+        let quoted = rest.replace('`', "\"");
+        if let Some((found, expected)) = quoted.split_once(", expected ") {
+            out = format!("expected {expected}, found {found}");
+        }
     } else if let Some(rest) = message.strip_prefix("invalid value: ") {
         if let Some((found, expected)) = rest.split_once(", expected ") {
             let found = literal(found).unwrap_or(found);
@@ -92,6 +98,10 @@ mod tests {
         assert_eq!(
             plain("invalid type: string \"10\", expected u64 at line 1 column 42"),
             "\"10\" is a string, expected a whole number, 0 or more (line 1, column 42)"
+        );
+        assert_eq!(
+            plain("unknown variant `fail`, expected `skip` or `deny` at line 1 column 75"),
+            "expected \"skip\" or \"deny\", found \"fail\" (line 1, column 75)"
         );
         assert_eq!(
             plain("invalid value: integer `-1`, expected u64"),

@@ -24,6 +24,8 @@ pub enum Counter {
     Refused,
     /// Requests answered 400 for repeating an identity header.
     Rejected,
+    /// Requests refused for lacking an identity a rule needs (`"missing": "deny"`).
+    Missing,
     /// HTTP callouts sent to the bridge.
     Callouts,
     /// Messages sent on the gRPC stream to the bridge.
@@ -41,7 +43,7 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 20] = [
+    pub const ALL: [Counter; 21] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
@@ -52,6 +54,7 @@ impl Counter {
         Counter::ShortCircuits,
         Counter::Refused,
         Counter::Rejected,
+        Counter::Missing,
         Counter::Callouts,
         Counter::StreamMessages,
         Counter::ChecksSent,
@@ -77,6 +80,7 @@ impl Counter {
             Counter::ShortCircuits => "ratelimit.short_circuits",
             Counter::Refused => "ratelimit.refused",
             Counter::Rejected => "ratelimit.rejected",
+            Counter::Missing => "ratelimit.missing",
             Counter::Callouts => "ratelimit.callouts",
             Counter::StreamMessages => "ratelimit.stream_messages",
             Counter::ChecksSent => "ratelimit.checks_sent",
@@ -143,13 +147,14 @@ impl Counters {
 }
 
 /// The counters also kept per rule, in the order of `RuleCounts`' slots.
-pub const PER_RULE: [Counter; 6] = [
+pub const PER_RULE: [Counter; 7] = [
     Counter::Allowed,
     Counter::Denied,
     Counter::DeniedCached,
     Counter::Blocked,
     Counter::AllowedLeased,
     Counter::ShadowDenied,
+    Counter::Missing,
 ];
 
 /// The name of `counter`'s metric for the rule called `rule`:

@@ -181,6 +181,25 @@ pub fn bad_identity(bad: &BadIdentity) -> LocalReply {
     }
 }
 
+/// The refusal of a request that lacks identity `identity`, which rule `rule` needs and
+/// will not do without (`"missing": "deny"`): a 429 as the rule's own denial, but with no
+/// `Retry-After`, since waiting gives the request no identity.
+pub fn missing_identity(config: &Config, rule: usize, identity: usize) -> LocalReply {
+    let needed = config.identities.get(identity);
+    let message = format!(
+        "This request lacks {}, which the rate limit {:?} needs to count it.",
+        needed.map_or_else(|| "an identity".into(), |i| i.source.described()),
+        config.rule_name(rule),
+    );
+    // A claim's name is the operator's to choose: JSON-escaped, unlike the other texts.
+    let message = serde_json::to_string(&message).unwrap_or_default();
+    LocalReply {
+        status: 429,
+        headers: vec![("content-type", "application/json".into())],
+        body: format!("{{\"error\": \"Rate limit key missing\", \"message\": {message}}}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +377,19 @@ mod tests {
             };
             assert_eq!(shown.retry_after_s(), expect, "{wait_ms}");
         }
+    }
+
+    #[test]
+    fn a_missing_identity_is_named_in_json_whatever_its_claim_is_called() {
+        let json = r#"{"backend": {"cluster": "b"},
+            "identity": {"user": {"jwt": {"header": "x-jwt", "claim": "a\"b\\c"}, "missing": "deny"}},
+            "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 1, "per": "1s"}}]}"#;
+        let config = Config::parse(json.as_bytes()).unwrap();
+        let reply = missing_identity(&config, 0, 0);
+        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(
+            body["message"],
+            r#"This request lacks the claim "a\"b\\c" of a JWT in the x-jwt header, which the rate limit "per-user" needs to count it."#
+        );
     }
 }

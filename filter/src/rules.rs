@@ -1,7 +1,7 @@
 //! Which rules apply to a request, and the bucket each of them checks.
 
 use crate::block::Block;
-use crate::config::{Config, Rule, MAX_NAME_LEN};
+use crate::config::{Config, Missing, Rule, MAX_NAME_LEN};
 use crate::digest;
 use crate::host::RequestView;
 use crate::identity::{self, BadIdentity};
@@ -37,9 +37,31 @@ pub struct PlannedRule {
     pub shadow: bool,
 }
 
+/// Why a request is refused before any check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unplanned {
+    /// It carries an identity whose value cannot be told.
+    Bad(BadIdentity),
+    /// It lacks `identity` (an index into `Config::identities`), which the key of `rule`
+    /// needs, and the rule refuses such requests (`"missing": "deny"`).
+    Missing { rule: usize, identity: usize },
+}
+
+impl From<BadIdentity> for Unplanned {
+    fn from(bad: BadIdentity) -> Unplanned {
+        Unplanned::Bad(bad)
+    }
+}
+
 /// Every rule that applies to the request and whose identities it carries, in config order;
-/// or the identity the request carries but that cannot be told, which refuses the request.
-pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>, BadIdentity> {
+/// or why the request is refused: an identity it carries that cannot be told, or one it
+/// lacks that a rule will not do without. A rule in shadow mode never refuses: the index of
+/// each that would have is handed to `shadow_missing`.
+pub fn plan(
+    config: &Config,
+    req: &impl RequestView,
+    mut shadow_missing: impl FnMut(usize),
+) -> Result<Vec<PlannedRule>, Unplanned> {
     // Reading :method (and the method overrides) and :path costs scans of the headers and a
     // normalization (with an allocation): only when some rule matches on them.
     let (methods, path) = match config.matches_requests {
@@ -69,7 +91,20 @@ pub fn plan(config: &Config, req: &impl RequestView) -> Result<Vec<PlannedRule>,
         }
         resolve(config, req, &mut values, &rule.key)?;
         let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
-        if rule.key.iter().any(|&id| value_of(id).is_none()) {
+        let mut absent =
+            (rule.key.iter().zip(&rule.missing)).filter(|(&id, _)| value_of(id).is_none());
+        if let Some((&identity, _)) = absent.clone().find(|(_, &m)| m == Missing::Deny) {
+            match rule.shadow {
+                true => shadow_missing(index),
+                false => {
+                    return Err(Unplanned::Missing {
+                        rule: index,
+                        identity,
+                    })
+                }
+            }
+        }
+        if absent.next().is_some() {
             continue;
         }
         resolve(config, req, &mut values, rule.tier_identity.as_slice())?;

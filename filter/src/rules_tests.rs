@@ -9,7 +9,7 @@ fn example() -> Config {
 
 /// The rules planned for a request that repeats no identity header.
 fn plan(config: &Config, req: &FakeRequest) -> Vec<PlannedRule> {
-    super::plan(config, req).unwrap()
+    super::plan(config, req, |_| {}).unwrap()
 }
 
 fn request(method: &str, path: &str) -> FakeRequest {
@@ -255,4 +255,86 @@ fn a_request_in_a_match_rules_entry_gets_that_entrys_rules_only() {
     .map(|p| p.key)
     .collect();
     assert_eq!(keys, ["rl:tenants:al", "rl:tenant-reads"]);
+}
+
+/// Rules `per-key` on `api_key` (an identity that denies when missing), `per-user` on
+/// `user` (which skips), `lenient` (per key, but the rule skips) and `trial` (per user,
+/// denies, in shadow mode).
+fn missing_config() -> Config {
+    let json = r#"{"backend": {"cluster": "b"},
+        "identity": {"api_key": {"header": "x-api-key", "missing": "deny"},
+                     "user": {"jwt": {"header": "x-jwt-payload", "claim": "sub"}}},
+        "rules": [
+          {"name": "per-user", "key": ["user"], "limit": {"requests": 9, "per": "1m"}},
+          {"name": "per-key", "key": ["api_key"], "limit": {"requests": 9, "per": "1m"}},
+          {"name": "lenient", "key": ["api_key"], "missing": "skip", "limit": {"requests": 9, "per": "1m"}},
+          {"name": "trial", "key": ["user"], "missing": "deny", "mode": "shadow", "limit": {"requests": 9, "per": "1m"}}]}"#;
+    Config::parse(json.as_bytes()).unwrap()
+}
+
+#[test]
+fn a_request_lacking_an_identity_a_rule_denies_without_is_refused() {
+    let c = missing_config();
+    let mut shadowed = Vec::new();
+    let no_key = FakeRequest::default().with("x-jwt-payload", "eyJzdWIiOiJib2IifQ");
+    let refused = super::plan(&c, &no_key, |r| shadowed.push(r));
+    assert_eq!(
+        refused,
+        Err(Unplanned::Missing {
+            rule: 1,
+            identity: 0
+        })
+    );
+    // An empty value is no value; so is a JWT without the claim.
+    for empty in [
+        FakeRequest::default().with("x-api-key", "  "),
+        FakeRequest::default().with("x-jwt-payload", "e30"),
+    ] {
+        let refused = super::plan(&c, &empty, |_| {});
+        assert!(
+            matches!(refused, Err(Unplanned::Missing { rule: 1, .. })),
+            "{refused:?}"
+        );
+    }
+    assert!(shadowed.is_empty());
+    // With the key, every rule applies; without the user, `per-user` is skipped and the
+    // shadow rule that denies is only reported.
+    let keyed = FakeRequest::default().with("x-api-key", "k1");
+    let planned = super::plan(&c, &keyed, |r| shadowed.push(r)).unwrap();
+    assert_eq!(names(&c, &planned), ["per-key", "lenient"]);
+    assert_eq!(shadowed, [3]);
+}
+
+#[test]
+fn a_rules_missing_overrides_its_identities() {
+    // The identity denies, but the rule that says skip is simply not applied; and a rule
+    // that says deny refuses for an identity that would skip.
+    let json = r#"{"backend": {"cluster": "b"},
+        "identity": {"api_key": {"header": "x-api-key", "missing": "deny"},
+                     "user": {"header": "x-user-id"}},
+        "rules": [
+          {"name": "lenient", "key": ["api_key"], "missing": "skip", "limit": {"requests": 9, "per": "1m"}},
+          {"name": "pair", "key": ["api_key", "user"], "missing": "deny", "limit": {"requests": 9, "per": "1m"}}]}"#;
+    let c = Config::parse(json.as_bytes()).unwrap();
+    assert_eq!(c.rules[0].missing, [Missing::Skip]);
+    assert_eq!(c.rules[1].missing, [Missing::Deny, Missing::Deny]);
+    let no_user = FakeRequest::default().with("x-api-key", "k1");
+    let refused = super::plan(&c, &no_user, |_| {});
+    assert_eq!(
+        refused,
+        Err(Unplanned::Missing {
+            rule: 1,
+            identity: 1
+        })
+    );
+    let both = no_user.with("x-user-id", "u");
+    assert_eq!(plan(&c, &both).len(), 2);
+    // A repeated header is still the 400 it was, not a missing identity.
+    let repeated = FakeRequest::default()
+        .with("x-api-key", "k1")
+        .twice("x-api-key");
+    assert!(matches!(
+        super::plan(&c, &repeated, |_| {}),
+        Err(Unplanned::Bad(_))
+    ));
 }

@@ -22,6 +22,18 @@ pub(crate) struct RawIdentity {
     gateway_appends: Option<bool>,
     ipv6_prefix: Option<u8>,
     trusted: Option<bool>,
+    missing: Option<Missing>,
+}
+
+/// What a rule does with a request that lacks one of the identities of its key.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Missing {
+    /// The rule does not apply to the request (it has no bucket to check).
+    #[default]
+    Skip,
+    /// The request is refused: a client must not escape a limit by leaving its key out.
+    Deny,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +102,22 @@ pub struct Identity {
     /// The client cannot choose the value (an address, a verified claim, or a header the
     /// configuration says an upstream filter sets): only such a value may select a tier.
     pub trusted: bool,
+    /// What a rule keyed on this identity does when a request lacks it (unless the rule
+    /// says otherwise).
+    pub missing: Missing,
+}
+
+impl Source {
+    /// Where the value comes from, in words for a client: `the x-api-key header`.
+    pub fn described(&self) -> String {
+        match self {
+            Source::Header(name) => format!("the {name} header"),
+            Source::Jwt { header, claim, .. } => {
+                format!("the claim {claim:?} of a JWT in the {header} header")
+            }
+            Source::Address(_) => "the client's address".into(),
+        }
+    }
 }
 
 impl RawIdentity {
@@ -109,6 +137,12 @@ impl RawIdentity {
         }
         if self.source.is_none() && self.ipv6_prefix.is_some() {
             return only("ipv6_prefix", "\"source\": \"peer\" or \"xff\"");
+        }
+        if self.source.is_some() && self.missing.is_some() {
+            return only(
+                "missing",
+                "a header or a JWT (a request always has an address)",
+            );
         }
         let (source, trusted) =
             match (self.header, self.jwt, self.source) {
@@ -167,6 +201,7 @@ impl RawIdentity {
             name,
             source,
             trusted,
+            missing: self.missing.unwrap_or_default(),
         })
     }
 }
