@@ -13,6 +13,10 @@ WASM := dist/ratelimit.wasm
 WASM_REDIS := dist/ratelimit-redis.wasm
 WASM_BUILT := target/$(WASM_TARGET)/release/ratelimit_filter.wasm
 BRIDGE := dist/ratelimit-bridge
+# The bridge's container image holds a static build: musl, linked by zig (cargo-zigbuild,
+# from PyPI like the rest of .venv), so that the image needs no C library.
+STATIC_TARGET := x86_64-unknown-linux-musl
+BRIDGE_STATIC := dist/bridge/ratelimit-bridge
 # The tests find their servers here.
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
@@ -30,7 +34,7 @@ help:
 setup: $(STAMP) .rust-target
 
 .rust-target:
-	rustup target add $(WASM_TARGET)
+	rustup target add $(WASM_TARGET) $(STATIC_TARGET)
 	@touch $@
 
 $(STAMP): testbed/requirements.txt
@@ -54,9 +58,14 @@ build: .rust-target
 
 ## package: what each host takes, from dist/ratelimit.wasm: dist/ratelimit.schema.json,
 ## dist/kong/ (the filter + ratelimit.meta.json), Istio's Wasm image as dist/oci/ and
-## dist/ratelimit-oci.tar, dist/istio/wasmplugin.yaml with its digest; prints the digests
-package: build
-	$(PYTHON) tools/package.py
+## dist/ratelimit-oci.tar, dist/istio/wasmplugin.yaml with its digest; the bridge's image
+## (static, no shell, non-root) as dist/bridge/oci/ and dist/bridge/ratelimit-bridge-oci.tar,
+## dist/istio/bridge.yaml with its digest; prints the digests
+package: setup build
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CARGO) zigbuild --release --target $(STATIC_TARGET) -p ratelimit-bridge
+	@mkdir -p dist/bridge
+	cp target/$(STATIC_TARGET)/release/ratelimit-bridge $(BRIDGE_STATIC).new && mv -f $(BRIDGE_STATIC).new $(BRIDGE_STATIC)
+	$(PY) tools/package.py
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
 ## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
@@ -74,11 +83,13 @@ test-wasm: .rust-target
 	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
 		$(CARGO) test -p ratelimit-filter --target $(WASM_TARGET)
 
-# The tests that need neither Envoy nor Valkey: the packages (read back as the hosts read
-# them), the deploy/ manifests, the schema against schema/cases.json, the examples.
-PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_schema.py testbed/tests/test_docs.py
+# The tests of what `package` writes and of the deploy/ manifests, which need no Envoy:
+# the packages and the bridge's image read back as the hosts read them (the image also run
+# on a Valkey), the schema against schema/cases.json, the examples.
+PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_bridge_image.py \
+	testbed/tests/test_schema.py testbed/tests/test_docs.py
 
-## test-package: the package tests alone (no Envoy, no Valkey), after `package`
+## test-package: the package tests alone (no Envoy), after `package`
 test-package: setup package
 	$(PY) -m pytest -q $(PACKAGE_TESTS)
 

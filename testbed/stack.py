@@ -70,10 +70,11 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
     raise RuntimeError(f"{what} not ready after {timeout}s (last error: {last_error})")
 
 
-def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0):
+def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0, body=b""):
     """One HTTP/1.1 request on its own connection; `source` binds the client address
     (any 127.x.y.z works on loopback). `headers` is a dict, or a list of (name, value)
-    pairs to send a header more than once. Returns (status, lower-case headers, body)."""
+    pairs to send a header more than once; `body` (bytes) goes with a POST, PUT or PATCH.
+    Returns (status, lower-case headers, body)."""
     conn = http.client.HTTPConnection(
         "127.0.0.1", port, timeout=timeout,
         source_address=(source, 0) if source else None)
@@ -83,10 +84,10 @@ def request(port, path="/", headers=None, method="GET", source=None, timeout=10.
         conn.putrequest(method, path, skip_host="host" in names,
                         skip_accept_encoding="accept-encoding" in names)
         if method in ("POST", "PUT", "PATCH") and "content-length" not in names:
-            pairs.append(("content-length", "0"))  # as http.client's request() sends
+            pairs.append(("content-length", str(len(body))))  # as http.client's request() sends
         for name, value in pairs:
             conn.putheader(name, value)
-        conn.endheaders()
+        conn.endheaders(body or None)
         resp = conn.getresponse()
         body = resp.read().decode(errors="replace")
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body

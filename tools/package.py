@@ -10,9 +10,12 @@
 - dist/higress/: the same for dist/ratelimit-redis.wasm, the redis-call build Higress runs
   (Higress pulls Istio's image format): oci/, ratelimit-redis-oci.tar and wasmplugin.yaml
   from deploy/higress/wasmplugin.yaml.
+- dist/bridge/: the bridge's container image (tools/oci.py) of the static build the
+  Makefile leaves in dist/bridge/ratelimit-bridge, with Mozilla's CA roots (certifi) for
+  `rediss://`: oci/, ratelimit-bridge-oci.tar, and dist/istio/bridge.yaml:
+  deploy/istio/bridge.yaml with the image's digest pinned.
 
-Prints what Istio's `WasmPlugin.sha256` wants. Standard library only: it runs on a fresh
-clone before any virtualenv exists.
+Prints the digests: what Istio's `WasmPlugin.sha256` wants, and the bridge's image.
 """
 
 import hashlib
@@ -21,6 +24,7 @@ import re
 import shutil
 from pathlib import Path
 
+import certifi
 import oci
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +33,8 @@ WASM = DIST / "ratelimit.wasm"
 REDIS_WASM = DIST / "ratelimit-redis.wasm"
 SCHEMA = ROOT / "schema" / "ratelimit.schema.json"
 WASMPLUGIN = ROOT / "deploy" / "istio" / "wasmplugin.yaml"
+BRIDGE_YAML = ROOT / "deploy" / "istio" / "bridge.yaml"
+BRIDGE_DIR = DIST / "bridge"
 HIGRESS_WASMPLUGIN = ROOT / "deploy" / "higress" / "wasmplugin.yaml"
 # The placeholder in deploy/istio/wasmplugin.yaml that the image's digest replaces.
 DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
@@ -47,10 +53,10 @@ def version():
     return re.search(r'^version = "([^"]+)"', manifest, re.M).group(1)
 
 
-def pinned(wasm, layout, archive, template, rendered):
-    """Writes `wasm`'s image, and `template` with the image's digest as `rendered`; returns
-    the digest."""
-    digest = oci.write(wasm, layout, archive, version())
+def pinned(built, layout, archive, template, rendered):
+    """Writes image `built` (an `oci.image`), and `template` with the image's digest as
+    `rendered`; returns the digest."""
+    digest = oci.write(built, layout, archive, version())
     text = template.read_text()
     if text.count(DIGEST_PLACEHOLDER) != 1:
         raise SystemExit(f"{template} must hold {DIGEST_PLACEHOLDER} once, as its sha256")
@@ -71,12 +77,16 @@ def main():
     (kong / "ratelimit.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     tag = version()
-    digest = pinned(wasm, DIST / "oci", DIST / "ratelimit-oci.tar", WASMPLUGIN,
+    digest = pinned(oci.wasm_image(wasm), DIST / "oci", DIST / "ratelimit-oci.tar", WASMPLUGIN,
                     DIST / "istio" / "wasmplugin.yaml")
     higress = DIST / "higress"
-    redis_digest = pinned(REDIS_WASM.read_bytes(), higress / "oci",
+    redis_digest = pinned(oci.wasm_image(REDIS_WASM.read_bytes()), higress / "oci",
                           higress / "ratelimit-redis-oci.tar", HIGRESS_WASMPLUGIN,
                           higress / "wasmplugin.yaml")
+    bridge = oci.bridge_image((BRIDGE_DIR / "ratelimit-bridge").read_bytes(),
+                              Path(certifi.where()).read_bytes(), tag)
+    bridge_digest = pinned(bridge, BRIDGE_DIR / "oci", BRIDGE_DIR / "ratelimit-bridge-oci.tar",
+                           BRIDGE_YAML, DIST / "istio" / "bridge.yaml")
 
     print(f"""dist/ratelimit.schema.json
 dist/kong/ratelimit.wasm, dist/kong/ratelimit.meta.json (Kong's wasm_filters_path: dist/kong)
@@ -87,7 +97,10 @@ dist/oci/ (tag {tag}), dist/ratelimit-oci.tar: Istio's Wasm image (compat: one t
       = WasmPlugin.sha256 for an http(s):// url serving dist/ratelimit.wasm
 dist/higress/oci/, dist/higress/ratelimit-redis-oci.tar: Higress's image of dist/ratelimit-redis.wasm
   image manifest    {redis_digest}
-      pinned in dist/higress/wasmplugin.yaml""")
+      pinned in dist/higress/wasmplugin.yaml
+dist/bridge/oci/ (tag {tag}), dist/bridge/ratelimit-bridge-oci.tar: the bridge's image (linux/amd64, static, user {oci.BRIDGE_USER})
+  image manifest    {bridge_digest}
+      pinned in dist/istio/bridge.yaml""")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,10 @@ manifests checked against each other.
 There is no Kubernetes, Istio or Kong on this machine: these tests prove the artifacts have
 the form those hosts accept (Istio's image fetcher, Kong's filter metadata) and that the
 manifests name each other correctly, not that a cluster runs them. The image is read here
-independently of tools/oci.py, as Istio's pkg/wasm/imagefetcher.go does: the manifest,
-its last layer (a tar+gzip), the file called plugin.wasm in it; every digest and size is
-checked on the way."""
+independently of tools/oci.py (testbed/oci_layout.py), as Istio's pkg/wasm/imagefetcher.go
+does: the manifest, its last layer (a tar+gzip), the file called plugin.wasm in it; every
+digest and size is checked on the way. The bridge's image: test_bridge_image.py."""
 
-import gzip
-import hashlib
 import io
 import json
 import re
@@ -20,12 +18,11 @@ from pathlib import Path, PurePosixPath
 import yaml
 from jsonschema import Draft4Validator
 
+from testbed.oci_layout import Layout
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 DIST = ROOT / "dist"
 LAYOUT = DIST / "oci"
-OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 def wasm():
@@ -44,70 +41,44 @@ def counter_names():
     return names
 
 
-def read_blob(descriptor):
-    """The blob a descriptor names, after checking its digest and size."""
-    algorithm, _, hexdigest = descriptor["digest"].partition(":")
-    assert algorithm == "sha256", descriptor
-    data = (LAYOUT / "blobs" / "sha256" / hexdigest).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == hexdigest, descriptor
-    assert len(data) == descriptor["size"], descriptor
-    return data
+def image():
+    """Istio's image of dist/ratelimit.wasm, read back."""
+    return Layout(LAYOUT)
 
 
-def image_manifest():
-    """The layout's one image: its index descriptor and its manifest."""
-    assert json.loads((LAYOUT / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
-    index = json.loads((LAYOUT / "index.json").read_text())
-    assert index["schemaVersion"] == 2
-    (descriptor,) = index["manifests"]
-    assert descriptor["mediaType"] == OCI_MANIFEST
-    return descriptor, json.loads(read_blob(descriptor))
+def wasm_of(layout):
+    """The module Istio finds in an image: the file called plugin.wasm in its last layer."""
+    (layer,) = layout.layers()[-1:]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        found = [m for m in tar.getmembers() if PurePosixPath(m.name).name == "plugin.wasm"]
+        assert len(found) == 1 and found[0].isfile()
+        return tar.extractfile(found[0]).read()
 
 
 def test_istio_finds_plugin_wasm_in_the_last_layer_byte_for_byte():
-    descriptor, manifest = image_manifest()
+    layout = image()
     # Not Docker's manifest type: Istio then reads the image as the compat variant.
-    assert manifest["mediaType"] == OCI_MANIFEST != DOCKER_MANIFEST
-    assert descriptor["annotations"]["org.opencontainers.image.ref.name"] == crate_version()
-    assert len(manifest["layers"]) == 1
-    layer = manifest["layers"][-1]
-    assert layer["mediaType"] == OCI_LAYER
-    layer_tar = gzip.decompress(read_blob(layer))
-    with tarfile.open(fileobj=io.BytesIO(layer_tar)) as tar:
-        found = [m for m in tar.getmembers() if PurePosixPath(m.name).name == "plugin.wasm"]
-        assert len(found) == 1 and found[0].isfile()
-        assert tar.extractfile(found[0]).read() == wasm()
-    config = json.loads(read_blob(manifest["config"]))
-    assert config["rootfs"] == {"type": "layers",
-                                "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()]}
+    assert layout.descriptor["annotations"]["org.opencontainers.image.ref.name"] == crate_version()
+    assert len(layout.manifest["layers"]) == 1
+    assert wasm_of(layout) == wasm()
 
 
 def test_every_blob_is_referenced_and_named_by_its_digest():
-    descriptor, manifest = image_manifest()
-    referenced = {descriptor["digest"], manifest["config"]["digest"]}
-    referenced |= {layer["digest"] for layer in manifest["layers"]}
-    blobs = list((LAYOUT / "blobs" / "sha256").iterdir())
-    assert {"sha256:" + blob.name for blob in blobs} == referenced
-    for blob in blobs:
-        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+    layout = image()
+    assert layout.stored() == layout.referenced()
 
 
 def test_the_archive_holds_exactly_the_layout():
-    with tarfile.open(DIST / "ratelimit-oci.tar") as tar:
-        archived = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-    on_disk = {p.relative_to(LAYOUT).as_posix(): p.read_bytes()
-               for p in LAYOUT.rglob("*") if p.is_file()}
-    assert archived == on_disk
+    assert image().archived_equals(DIST / "ratelimit-oci.tar")
 
 
 def test_the_same_wasm_gives_the_same_image(tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     import oci
 
-    descriptor, _ = image_manifest()
-    again = [oci.write(wasm(), tmp_path / f"layout{i}", tmp_path / f"image{i}.tar", "again")
-             for i in range(2)]
-    assert again == [descriptor["digest"]] * 2
+    again = [oci.write(oci.wasm_image(wasm()), tmp_path / f"layout{i}",
+                       tmp_path / f"image{i}.tar", "again") for i in range(2)]
+    assert again == [image().descriptor["digest"]] * 2
     assert (tmp_path / "image0.tar").read_bytes() == (tmp_path / "image1.tar").read_bytes()
 
 
@@ -210,7 +181,7 @@ def test_the_wasmplugin_runs_after_jwt_authentication_on_the_verified_payload():
 
 
 def test_the_rendered_wasmplugin_pins_the_built_image():
-    descriptor, _ = image_manifest()
+    descriptor = image().descriptor
     template = manifests("wasmplugin.yaml")
     rendered = [d for d in yaml.safe_load_all((DIST / "istio" / "wasmplugin.yaml").read_text()) if d]
     plugin = one(rendered, "WasmPlugin")
@@ -311,14 +282,9 @@ def test_the_higress_wasmplugin_runs_the_redis_build_on_a_redis_service():
 
 
 def test_the_rendered_higress_wasmplugin_pins_its_image_of_the_redis_build():
-    layout = DIST / "higress" / "oci"
-    (descriptor,) = json.loads((layout / "index.json").read_text())["manifests"]
-    manifest = json.loads((layout / "blobs" / "sha256" / descriptor["digest"].split(":")[1])
-                          .read_text())
-    layer = layout / "blobs" / "sha256" / manifest["layers"][-1]["digest"].split(":")[1]
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer.read_bytes()))) as tar:
-        (member,) = [m for m in tar.getmembers() if m.name.endswith("plugin.wasm")]
-        assert tar.extractfile(member).read() == (DIST / "ratelimit-redis.wasm").read_bytes()
+    layout = Layout(DIST / "higress" / "oci")
+    descriptor = layout.descriptor
+    assert wasm_of(layout) == (DIST / "ratelimit-redis.wasm").read_bytes()
     (rendered,) = [d for d in yaml.safe_load_all((DIST / "higress" / "wasmplugin.yaml")
                                                  .read_text()) if d]
     assert rendered["spec"]["sha256"] == descriptor["digest"].removeprefix("sha256:")

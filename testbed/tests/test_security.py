@@ -1,13 +1,12 @@
 """End to end, the way an attacker would try it: hostile request data against the real
 ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
 
-import http.client
 import time
 
 import pytest
 
 from testbed.plugins import plugin, rule
-from testbed.stack import load_error
+from testbed.stack import load_error, request
 
 LONG_IDENTITIES = {f"h{i}": {"header": f"x-h{i}"} for i in range(4)}
 
@@ -123,21 +122,12 @@ def test_only_gateways_with_the_token_reach_the_bridge(stack_of, tmp_path, trans
     # Anyone else who reaches the bridge is turned away and changes nothing: refilling
     # alice's empty bucket was the attack.
     refill = "rl:per-user:alice,9007199254740,9007199254740,1,1\n"
-    status, _, _ = request_to(stack.bridge_port, "/v1/check", refill)
+    status, _, _ = request(stack.bridge_port, "/v1/check", {"content-type": "text/plain"},
+                           method="POST", body=refill.encode())
     assert status == 401
     assert stack.get(0, "/", alice)[0] == 429
     # A gateway with a wrong token gets its failure mode (closed: 503), never an answer.
     assert gateway("wrong-token").get(0, "/", alice)[0] == 503
-
-
-def request_to(port, path, body):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("POST", path, body=body, headers={"content-type": "text/plain"})
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()
 
 
 def test_after_redis_comes_back_the_first_request_is_checked_not_failed(stack_of):
