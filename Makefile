@@ -62,7 +62,11 @@ build: .rust-target
 ## (static, no shell, non-root) as dist/bridge/oci/ and dist/bridge/ratelimit-bridge-oci.tar,
 ## dist/istio/bridge.yaml with its digest; prints the digests
 package: setup build
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CARGO) zigbuild --release --target $(STATIC_TARGET) -p ratelimit-bridge
+	@# The checkout's and cargo's paths left out of the binary: another clone, elsewhere, of
+	@# the same commit builds the same image.
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+		RUSTFLAGS="--remap-path-prefix=$(CURDIR)=. --remap-path-prefix=$(HOME)/.cargo=~/.cargo --remap-path-prefix=$$(rustc --print sysroot)=rust" \
+		$(CARGO) zigbuild --release --target $(STATIC_TARGET) -p ratelimit-bridge
 	@mkdir -p dist/bridge
 	cp target/$(STATIC_TARGET)/release/ratelimit-bridge $(BRIDGE_STATIC).new && mv -f $(BRIDGE_STATIC).new $(BRIDGE_STATIC)
 	$(PY) tools/package.py
