@@ -150,7 +150,8 @@ pub struct Which {
     #[arg(long)]
     pub rule: String,
     /// A value of the rule's key as a gateway sees it (`alice`, `198.51.100.4`), once per
-    /// identity of the key, in order; none: every client of the rule.
+    /// identity of the key, in order. None: for `override`, every client of the rule; for
+    /// `usage` and `unblock`, the one bucket of a rule keyed on nothing.
     #[arg(long = "value", value_name = "CLIENT")]
     pub values: Vec<String>,
 }

@@ -64,3 +64,18 @@ def test_the_parser_judges_every_example_through_the_corpus():
     for name, config in deploy_examples().items():
         assert cases[name]["expect"] == "valid"
         assert cases[name]["config"] == config, f"schema/cases.json's copy of {name} is stale"
+
+
+def test_the_docs_name_every_counter_the_filter_has_and_no_other():
+    names = re.findall(r'=> "ratelimit\.([a-z0-9_]+)"', (ROOT / "filter/src/counters.rs").read_text())
+    assert len(names) >= 10, names
+    docs = (ROOT / "README.md").read_text() + "".join(
+        p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    for name in names:
+        assert f"`{name}`" in docs, f"the docs never mention the counter {name}"
+    # A Prometheus name in the docs or in envoy.yaml's comments is one Envoy really writes:
+    # `ratelimit_<counter>` or `ratelimit_<per-rule counter>_rule`, no `envoy_wasmcustom_`.
+    shown = docs + (ROOT / "envoy.yaml").read_text()
+    assert "envoy_wasmcustom_" not in shown
+    for name in set(re.findall(r"\bratelimit_([a-z0-9_]+?)(?:_rule)?\{", shown)):
+        assert name in names, f"the docs show ratelimit_{name}, which the filter does not count"
