@@ -21,7 +21,7 @@ export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
 export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
-.PHONY: all help build package setup test test-unit test-wasm test-e2e test-package lint demo \
+.PHONY: all help build package setup test test-unit test-wasm test-e2e test-package test-rules lint demo \
 	testbed soak clean bench bench-smoke bench-build
 
 all: build
@@ -69,9 +69,9 @@ package: build
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
 ## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
-## the packages and the schema against the parser's corpus, a few seconds of each fuzz
-## target, and a smoke run of the benchmark scripts so they cannot rot
-test: setup build lint test-unit fuzz-smoke test-wasm test-package test-e2e bench-smoke
+## the packages and the schema against the parser's corpus, the Prometheus rules, a few
+## seconds of each fuzz target, and a smoke run of the benchmark scripts so they cannot rot
+test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules test-e2e bench-smoke
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -90,6 +90,11 @@ PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_schema.py test
 ## test-package: the package tests alone (no Envoy, no Valkey), after `package`
 test-package: setup package
 	$(PY) -m pytest -q $(PACKAGE_TESTS)
+
+## test-rules: deploy/prometheus/'s rules checked and unit-tested by promtool (no servers)
+test-rules: $(PROM_STAMP)
+	$(RATELIMIT_PROMTOOL) check rules deploy/prometheus/*.rules.yaml
+	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests.yaml
 
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
