@@ -69,8 +69,8 @@ def metric_names(expr):
 
 def test_metric_names_skips_functions_keywords_matchers_and_clauses():
     expr = ('histogram_quantile(0.99, sum by (node, le) (rate(a_bucket{node=~"$n", x="rate(b)"}'
-            '[$__rate_interval]))) / on (job) group_left sum without (kind) (c:rec:rate5m offset 5m)'
-            ' > bool 1e3 and d unless absent(up{job="x"}) or sum(rate(e[5m])) by (f)')
+            '[$__rate_interval]))) / on (job) group_left sum without (kind) '
+            '(c:rec:rate5m offset 5m) > bool 1e3 and d unless absent(up{job="x"}) or sum(rate(e[5m])) by (f)')
     assert metric_names(expr) == {"a_bucket", "c:rec:rate5m", "d", "up", "e"}
 
 
@@ -153,8 +153,10 @@ class Live:
 
     def alerts(self, state="firing"):
         """{(alertname, instance or node or ''): labels} of the alerts in `state`."""
-        return {(a["labels"]["alertname"], a["labels"].get("instance", a["labels"].get("node", ""))):
-                a["labels"] for a in self.api("/api/v1/alerts")["alerts"] if a["state"] == state}
+        def where(labels):
+            return labels.get("instance", labels.get("node", ""))
+        return {(a["labels"]["alertname"], where(a["labels"])): a["labels"]
+                for a in self.api("/api/v1/alerts")["alerts"] if a["state"] == state}
 
     def names(self):
         return set(self.api("/api/v1/label/__name__/values"))
