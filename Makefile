@@ -108,8 +108,8 @@ test-package: setup package
 
 ## test-rules: deploy/prometheus/'s rules checked and unit-tested by promtool (no servers)
 test-rules: $(PROM_STAMP)
-	$(RATELIMIT_PROMTOOL) check rules deploy/prometheus/*.rules.yaml
-	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests.yaml
+	$(RATELIMIT_PROMTOOL) check rules deploy/prometheus/*.yaml
+	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
