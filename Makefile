@@ -14,6 +14,10 @@ WASM := dist/ratelimit.wasm
 # The same filter for Higress, running the script on Redis through its redis call.
 WASM_REDIS := dist/ratelimit-redis.wasm
 WASM_BUILT := target/$(WASM_TARGET)/release/ratelimit_filter.wasm
+# The redis-call build has a target directory of its own: in one, the two builds of the
+# filter would invalidate each other and a build with nothing changed would redo both.
+REDIS_TARGET_DIR := target/redis-call
+WASM_REDIS_BUILT := $(REDIS_TARGET_DIR)/$(WASM_TARGET)/release/ratelimit_filter.wasm
 BRIDGE := dist/ratelimit-bridge
 # The bridge's container image holds a static build: musl, linked by zig (cargo-zigbuild,
 # from PyPI like the rest of .venv), so that the image needs no C library.
@@ -55,12 +59,12 @@ $(PROM_STAMP): tools/prometheus.py | $(STAMP)
 ## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress) and dist/ratelimit-bridge
 build: .rust-target
 	@mkdir -p dist
-	@# Both builds of the filter leave the same file: each is copied before the next.
 	@# Replace, not overwrite: a running bridge keeps its old file ("text file busy").
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
 	cp $(WASM_BUILT) $(WASM).new && mv -f $(WASM).new $(WASM)
-	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter --features redis-call
-	cp $(WASM_BUILT) $(WASM_REDIS).new && mv -f $(WASM_REDIS).new $(WASM_REDIS)
+	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter --features redis-call \
+		--target-dir $(REDIS_TARGET_DIR)
+	cp $(WASM_REDIS_BUILT) $(WASM_REDIS).new && mv -f $(WASM_REDIS).new $(WASM_REDIS)
 	$(CARGO) build --release -p ratelimit-bridge
 	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
 	@ls -l $(WASM) $(WASM_REDIS) $(BRIDGE)
@@ -121,7 +125,8 @@ lint: .rust-target
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
-	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call -- -D warnings
+	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call \
+		--target-dir $(REDIS_TARGET_DIR) -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
 
 ## demo: two gateways, one Valkey, scripted traffic, a table, teardown
