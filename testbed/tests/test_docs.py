@@ -1,10 +1,15 @@
-"""The example configuration exists three times for three readers: the README, the shipped
-envoy.yaml, and filter/example-config.json (the filter's own tests load it). They must say
-the same thing; the filter's tests prove that one is valid, this proves the others equal it.
+"""The docs against the code.
+
+The example configuration exists three times for three readers: the README (and again in
+docs/configuration.md), the shipped envoy.yaml, and filter/example-config.json (the
+filter's own tests load it). They must say the same thing; the filter's tests prove that one
+is valid, this proves the others equal it.
 
 deploy/ holds three more, for Kong, Istio and Higress. Every example must pass the JSON Schema, and
 each is a case of schema/cases.json, which the parser judges too (a schema cannot see a
-rule's key naming an unknown identity)."""
+rule's key naming an unknown identity).
+
+The docs name every counter the filter has."""
 
 import json
 import re
@@ -16,12 +21,20 @@ from jsonschema import Draft4Validator
 from testbed.stack import default_plugin
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# The pages a reader is sent to, README first (its first example is the one shared with
+# envoy.yaml and filter/example-config.json).
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def readme_plugin_configs():
-    readme = (ROOT / "README.md").read_text()
-    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", readme, re.S)]
-    return [b for b in blocks if "rules" in b]
+def docs_plugin_configs():
+    """Every plugin configuration shown in a ```json block of the README or docs/, with the
+    page and block it comes from, the README's first."""
+    configs = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", page.read_text(), re.S)]
+        configs += [(f"{page.relative_to(ROOT)}, block {i}", b)
+                    for i, b in enumerate(blocks) if "rules" in b]
+    return configs
 
 
 def deploy_examples():
@@ -38,9 +51,10 @@ def deploy_examples():
 
 def test_the_readme_envoy_yaml_and_example_config_agree():
     example = json.loads((ROOT / "filter" / "example-config.json").read_text())
-    plugin_blocks = readme_plugin_configs()
-    assert plugin_blocks, "the README shows a plugin configuration"
-    assert plugin_blocks[0] == example
+    plugin_blocks = docs_plugin_configs()
+    assert plugin_blocks and plugin_blocks[0][0].startswith("README.md"), \
+        "the README shows a plugin configuration"
+    assert plugin_blocks[0][1] == example
     assert default_plugin() == example
 
 
@@ -49,7 +63,7 @@ def test_every_example_passes_the_schema():
     examples = {"filter/example-config.json":
                 json.loads((ROOT / "filter" / "example-config.json").read_text()),
                 "envoy.yaml": default_plugin(), **deploy_examples()}
-    examples.update((f"README.md, block {i}", b) for i, b in enumerate(readme_plugin_configs()))
+    examples.update(docs_plugin_configs())
     validator = Draft4Validator(schema)
     refused = {name: [e.message for e in validator.iter_errors(config)]
                for name, config in examples.items()}
@@ -69,8 +83,7 @@ def test_the_parser_judges_every_example_through_the_corpus():
 def test_the_docs_name_every_counter_the_filter_has_and_no_other():
     names = re.findall(r'=> "ratelimit\.([a-z0-9_]+)"', (ROOT / "filter/src/counters.rs").read_text())
     assert len(names) >= 10, names
-    docs = (ROOT / "README.md").read_text() + "".join(
-        p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    docs = "".join(p.read_text() for p in DOCS)
     for name in names:
         assert f"`{name}`" in docs, f"the docs never mention the counter {name}"
     # A Prometheus name in the docs or in envoy.yaml's comments is one Envoy really writes:
@@ -79,3 +92,4 @@ def test_the_docs_name_every_counter_the_filter_has_and_no_other():
     assert "envoy_wasmcustom_" not in shown
     for name in set(re.findall(r"\bratelimit_([a-z0-9_]+?)(?:_rule)?\{", shown)):
         assert name in names, f"the docs show ratelimit_{name}, which the filter does not count"
+
