@@ -200,3 +200,18 @@ def test_the_request_path_in_architecture_md_names_only_what_the_code_has():
 def test_the_readme_is_short_enough_to_read_first():
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail to docs/"
+
+
+def test_each_crates_layout_lists_exactly_its_modules():
+    """The `# Layout` of each crate's lib.rs names every module the crate declares, and no
+    other, so that a module added or removed cannot leave the reading order stale."""
+    stale = {}
+    for crate in ["filter", "bridge", "protocol", "wasmtime-harness", "test-support"]:
+        lib = (ROOT / crate / "src" / "lib.rs").read_text()
+        layout = re.search(r"^//! # Layout\n(.*?)(?=^//! # |^(?!//!))", lib, re.S | re.M)
+        assert layout, f"{crate}/src/lib.rs has no # Layout section"
+        listed = set(re.findall(r"^//! - `([a-z_]+)`", layout.group(1), re.M))
+        declared = set(re.findall(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod ([a-z_]+);", lib, re.M))
+        if listed != declared:
+            stale[crate] = {"unlisted": declared - listed, "no such module": listed - declared}
+    assert stale == {}
