@@ -1,5 +1,5 @@
 """Redis memory per bucket key: what one client costs a Redis that holds the buckets, for
-the README's sizing rule (keys = distinct active clients x rules).
+the sizing rule of docs/operations.md, "Redis memory" (keys = distinct active clients x rules).
 
 For each kind of key, writes KEYS fresh buckets with lua/token_bucket.lua itself (EVALSHA,
 one check of one rule per key, batches as the bridge sends them), then reports the mean

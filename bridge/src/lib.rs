@@ -1,5 +1,43 @@
 //! ratelimit-bridge: a stateless service that runs ratelimit.wasm's checks as atomic Lua
 //! script calls on Redis or Valkey, reached over HTTP or one gRPC stream per gateway worker.
+//!
+//! # Layout
+//!
+//! Bottom to top: each module uses only modules listed before it, tests aside
+//! (`tools/layers.py` keeps them free of cycles); `main.rs` is the command line on top.
+//! `docs/architecture.md` follows one exchange through them.
+//!
+//! - `check`: a check as the store runs it (one request's rules) and its outcome.
+//! - `slot`: Redis Cluster key slots.
+//! - `topology`: a Cluster's slot map: which node serves each slot.
+//! - `script`: the token bucket script's calling convention, shared with the filter.
+//! - `commit`: group commit across every gateway: one lane of calls per node and mode.
+//! - `batch`: a batch of checks into script calls per node: own buckets first, shared after.
+//! - `tally`: the calls' answers gathered per check, and what must be given back.
+//! - `metrics`: the Prometheus registry behind `GET /metrics`.
+//! - `keyspace`: the keys the bridge may touch: its prefixes, and the keys' grammar.
+//! - `overrides`: what an emergency override is, its records, the table that applies them.
+//! - `override_cache`: the overrides in force, and the bound on their staleness.
+//! - `backend`: the connection to Redis, and one script call on one node.
+//! - `redis_tls`: TLS to Redis: the rustls provider, CA and client certificate files.
+//! - `connect`: credentials and TLS for the Redis clients, and the URL as logged.
+//! - `store`: a batch run on a single Redis or a Cluster, every check all-or-nothing.
+//! - `wire`: one exchange: a batch in, its answer out, for both transports.
+//! - `budget`: one bound on the memory of every exchange at once (`--max-pending-mib`).
+//! - `slots`: the connection slots (`--max-connections`), and who gives one up.
+//! - `limits`: what one connection may hold: header, body and write deadlines.
+//! - `access`: who may check (the gateways' token) and who may change limits.
+//! - `grpc`: the stream transport, one long-lived gRPC stream per gateway worker.
+//! - `redis_memory`: the warning about a `maxmemory` policy that fails checks or evicts
+//!   overrides.
+//! - `health`: the background ping that reconnects to a Redis that is back.
+//! - `registry`: overrides in Redis: set, clear, list, and the refresh every 250 ms.
+//! - `usage`: a client's bucket, read without spending it (`peek`).
+//! - `unblock`: lifting a rule's block (the script's `unblock` mode).
+//! - `admin`: the `/admin/` endpoints, behind the operators' secret.
+//! - `server`: the network side: every endpoint on one port, and graceful shutdown.
+//! - `commands`: the `override`, `unblock` and `usage` commands and the Redis flags they
+//!   share with the server.
 
 pub mod access;
 pub mod admin;

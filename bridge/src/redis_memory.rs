@@ -47,7 +47,7 @@ impl Settings {
         };
         Some(format!(
             "redis has maxmemory {maxmemory} bytes with maxmemory-policy {policy}: {why}; \
-             set maxmemory-policy volatile-ttl (see the README's \"Redis memory\")"
+             set maxmemory-policy volatile-ttl (see docs/operations.md, \"Redis memory\")"
         ))
     }
 }

@@ -1,5 +1,5 @@
 //! A Redis with `maxmemory`, flooded with fresh clients' keys (each new `x-user-id` makes
-//! one). Under `volatile-ttl`, the policy the README asks for, Redis evicts the buckets
+//! one). Under `volatile-ttl`, the policy docs/operations.md asks for, Redis evicts the buckets
 //! closest to being full again (every bucket has a TTL: the time until it is full), so the
 //! flood never makes a check fail, a hot client's count stays exact, and the overrides
 //! (which have no TTL) are never evicted. Under `noeviction` every check fails once memory
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 const MAXMEMORY: &str = "4mb";
 /// Checks per script call, as a busy bridge sends them.
 const BATCH: usize = 256;
-/// Fresh clients: about three times what 4 MB holds (some 100 bytes a key, see the README).
+/// Fresh clients: about three times what 4 MB holds (some 100 bytes a key, see docs/operations.md).
 const FLOOD: usize = 400 * BATCH;
 /// The hot client's burst, which the flood must not change by one token.
 const HOT_BURST: u64 = 100;

@@ -6,7 +6,7 @@ use crate::host::{Proxy, RequestView, SharedData, Sole};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-/// The configuration the README documents (`filter/example-config.json`).
+/// The configuration the README and docs/configuration.md show (`filter/example-config.json`).
 pub const EXAMPLE: &str = include_str!("../example-config.json");
 
 /// What `FakeRequest::reads` records for a read of the route's name.

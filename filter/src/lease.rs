@@ -5,7 +5,7 @@
 //!
 //! Leased tokens are taken from the global bucket first, so no more is ever admitted than
 //! the bucket allows; the price is that tokens parked in a lease are not available to the
-//! other gateways until used or returned (the README sizes it). One ask per bucket is out
+//! other gateways until used or returned (docs/configuration.md sizes it). One ask per bucket is out
 //! at a time, so a worker never holds more than `tokens` of one bucket (plus what is left
 //! of a lease that lacked one request's cost).
 //!

@@ -1,5 +1,48 @@
 //! ratelimit.wasm: global token-bucket rate limiting for Envoy, Istio and Kong.
 //!
+//! # Layout
+//!
+//! Bottom to top: each module uses only modules listed before it, tests aside
+//! (`tools/layers.py` keeps them free of cycles). `docs/architecture.md` follows one
+//! request through them.
+//!
+//! - `host`: the host boundary, three small traits (`RequestView`, `SharedData`, `Proxy`)
+//!   that the glue implements over the ABI and the unit tests over `fakes`.
+//! - `header_map`: the ABI's serialized header map, every value of every header, read in
+//!   place.
+//! - `digest`: SHA-256, wherever hostile bytes must be shortened into a name.
+//! - `jwt`: one claim out of a JWT payload, trusting nothing about its shape.
+//! - `config_error`: the error every part of the configuration reports (field and problem).
+//! - `limit`: a rule's quota, in the exact integer units of the token bucket.
+//! - `backend`: the `backend` section: the bridge (gRPC or HTTP) or Redis itself.
+//! - `source`: the `identity` section: where each value comes from, whether it is trusted.
+//! - `path`: the one normal form rules match request paths in.
+//! - `matcher`: a rule's `match`: paths, and methods as the upstream serves them.
+//! - `scope`: Higress's `matchRules` (`_rules_`): which entry's rules a request takes.
+//! - `block`: a rule's `block`, blocking repeat offenders.
+//! - `breaker`: the circuit breaker, one per worker.
+//! - `deny_cache`: buckets known to lack a cost, and blocked clients, per worker.
+//! - `lease`: a rule's `lease` and a worker's leases of hot buckets.
+//! - `config`: the whole plugin configuration, parsed and validated all-or-nothing.
+//! - `loading`: what a gateway accepts as its configuration, and the words it refuses one
+//!   with (`ratelimit-bridge check-config` says the same).
+//! - `identity`: who is calling: hostile request data into bounded, key-safe values.
+//! - `rules`: which rules apply to a request, and the bucket each checks (`rules::plan`).
+//! - `protocol`: the filter's side of the wire format: a planned check as one line.
+//! - `shown`: the rule whose numbers a response shows.
+//! - `ietf`: the IETF draft-11 `RateLimit-Policy` and `RateLimit` fields.
+//! - `response`: what the client sees: the headers, the 429, the 503, the 400.
+//! - `counters`: the filter's counters, global and per rule, flushed once per tick.
+//! - `local`: `failure_mode: "local"`'s buckets in the host's shared data.
+//! - `exchange`: group commit: a worker's exchanges in flight and checks waiting.
+//! - `check`: one request's check, from its rules to its verdict (`check::settle`: how an
+//!   exchange ends; `check::shortcuts`: what a worker decides without the bridge).
+//! - `redis_call`: the redis-call build's side of Redis: a batch as one RESP `EVALSHA`.
+//! - `glue` (the wasm build only): the proxy-wasm binding, a root context per worker and an
+//!   HTTP context per request (`root`, `request`, `hub`, `transport`, `host`, `abi`, and
+//!   `redis` in the redis-call build).
+//! - `fakes` (tests only): the unit tests' stand-ins for the host.
+//!
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 

@@ -1,5 +1,24 @@
 //! The wire format between ratelimit.wasm and ratelimit-bridge, written once for both.
 //!
+//! # Layout
+//!
+//! Bottom to top: each module uses only modules listed before it, tests aside.
+//!
+//! - `limits`: every bound of the format, derived from each other.
+//! - `number`: decimal numbers without `core::fmt`, cheap in wasm.
+//! - `key`: the grammar of bucket keys, `prefix:rule[:value...]`: what the filter writes
+//!   and the bridge accepts.
+//! - `request`: the request side: one line per check, encoded by the filter, parsed
+//!   strictly by the bridge.
+//! - `reply`: the reply side: one line per check, rendered by the bridge, decoded strictly
+//!   by the filter.
+//! - `bucket`: the token bucket's exact integer arithmetic (`Shape`, `gcd`).
+//! - `stream`: the stream transport's envelope, the exchange id before each batch.
+//! - `script`: the token bucket script's calling convention, for the bridge and the
+//!   filter's redis-call build alike.
+//!
+//! # The format
+//!
 //! An *exchange* carries a batch of one or more *checks* (one per paused request), each
 //! with its rules; the reply answers every check on its own line, in order. Two transports
 //! carry the same batch:

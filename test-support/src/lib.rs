@@ -2,6 +2,12 @@
 //! `ratelimit-bridge`, each on a free loopback port, stopped when dropped; and a TLS proxy
 //! with test-time certificates to put in front of Valkey. Test-only code: it fails loudly,
 //! with how to fix the environment.
+//!
+//! # Layout
+//!
+//! - `pki`: certificates made at test time (a CA, server and client certificates).
+//! - `tls_proxy`: a TLS-terminating proxy in front of a plaintext server, using `pki`.
+//! - this file: the servers themselves, `Valkey` and `Bridge`, on free loopback ports.
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 

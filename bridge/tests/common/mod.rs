@@ -16,7 +16,7 @@ pub mod stream;
 
 pub use test_support::Valkey;
 
-/// What the bridge needs of an ACL user, and no more (as the README recommends): the
+/// What the bridge needs of an ACL user, and no more (as docs/operations.md recommends): the
 /// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots; `del` for
 /// a refund that fills a bucket), PING for /healthz and INFO for the memory policy's
 /// check. A cluster adds `cluster|slots`.
