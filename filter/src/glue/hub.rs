@@ -79,7 +79,7 @@ pub(super) struct Hub {
     pub(super) callouts: RefCell<HashMap<u32, u32>>,
     /// Redis calls in flight, by token (the redis-call build).
     #[cfg(feature = "redis-call")]
-    pub(super) redis_calls: RefCell<HashMap<u32, super::redis::Sent>>,
+    pub(super) redis_calls: RefCell<HashMap<u32, super::redis_host::Sent>>,
     pub(super) parked: RefCell<HashMap<u32, Parked>>,
     /// The open gRPC stream to the bridge, if any.
     pub(super) stream: Cell<Option<u32>>,
@@ -183,7 +183,8 @@ impl Hub {
             #[cfg(feature = "redis-call")]
             Transport::Redis => {
                 let invoke = crate::redis_call::Invoke::Sha;
-                super::redis::send(self, backend, id, body.to_string(), invoke).map(|()| None)?
+                super::redis_host::send(&self.redis_calls, backend, id, body.to_string(), invoke)
+                    .map(|()| None)?
             }
             _ => transport::send(backend, self.stream.get(), id, body)?,
         };

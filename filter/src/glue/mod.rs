@@ -12,6 +12,8 @@ mod host;
 mod hub;
 #[cfg(feature = "redis-call")]
 mod redis;
+#[cfg(feature = "redis-call")]
+mod redis_host;
 mod request;
 mod root;
 mod transport;
