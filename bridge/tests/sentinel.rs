@@ -12,6 +12,7 @@ mod common;
 
 use common::process::BridgeProcess;
 use common::sentinel::{Group, MASTER};
+use common::BRIDGE_ACL;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use test_support::free_port;
@@ -327,6 +328,41 @@ fn sentinels_and_the_master_may_each_have_their_own_password() {
         let log = bridge.log();
         assert!(!log.contains(data) && !log.contains(sentinel), "{log}");
     }
+    // Least-privilege users, as the guide writes them: the master's needs ROLE besides what
+    // a single server's does, the sentinels' one subcommand.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("ratelimit")
+        .arg(BRIDGE_ACL)
+        .arg(&["+role", ">rl-pw"])
+        .query(&mut group.node(group.primary.port))
+        .unwrap();
+    group.on_sentinels(redis::cmd("ACL").arg("SETUSER").arg("watcher").arg(&[
+        "on",
+        ">w-pw",
+        "-@all",
+        "+sentinel|get-master-addr-by-name",
+    ]));
+    let (user_file, watcher_file) = (files.write("rl", "rl-pw"), files.write("w", "w-pw"));
+    let bridge = BridgeProcess::start(&[
+        "--sentinel",
+        MASTER,
+        "--redis",
+        &group.urls(),
+        "--redis-username",
+        "ratelimit",
+        "--redis-password-file",
+        user_file.to_str().unwrap(),
+        "--sentinel-username",
+        "watcher",
+        "--sentinel-password-file",
+        watcher_file.to_str().unwrap(),
+    ]);
+    wait_until("healthy bridge", Duration::from_secs(10), || {
+        bridge.health() == 200
+    });
+    assert_eq!(take(&bridge, "rl:acl"), Ok(true));
+
     let bridge = BridgeProcess::start(&["--sentinel", MASTER, "--redis", &in_urls]);
     wait_until("the masked URL in the log", Duration::from_secs(5), || {
         bridge.log().contains("redis://:***@127.0.0.1:")

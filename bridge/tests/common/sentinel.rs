@@ -148,6 +148,13 @@ impl Group {
             .get_connection_with_timeout(Duration::from_secs(2))
     }
 
+    /// Runs `cmd` on every sentinel.
+    pub fn on_sentinels(&self, cmd: &redis::Cmd) {
+        for i in 0..self.sentinels.len() {
+            let _: () = cmd.query(&mut self.sentinel(i).unwrap()).unwrap();
+        }
+    }
+
     /// A field of `SENTINEL MASTER` as sentinel `i` sees it.
     fn sentinel_field(&self, i: usize, field: &str) -> Option<String> {
         let fields: Vec<String> = redis::cmd("SENTINEL")
