@@ -244,7 +244,8 @@ fn a_planned_failover_is_followed_while_the_old_master_still_accepts_writes() {
     let lost = admitted - (limit - remaining);
     println!(
         "planned failover: followed after {followed:?}; {} checks failed; {admitted} \
-         admitted of the straddling bucket, {lost} of them lost with the old master",
+         admitted of the straddling bucket, {remaining} left of {limit} on the new master: \
+         {lost} lost with the old master",
         failures.len()
     );
     for answer in &failures {
