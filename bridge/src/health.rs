@@ -28,12 +28,16 @@ pub async fn watch(store: Store) {
     // Whether Redis's memory policy is to be judged at its next answer, and the warning
     // given last (each is said once, not at every return of Redis).
     let (mut judge, mut warned) = (true, None);
+    let mut first_node = None;
     loop {
         let followed = store.follow().await;
         let now = followed.is_ok() && store.ping().await;
         if now {
             // A failover or a resharding moves slots without a check noticing at once.
-            store.read_topology().await;
+            let node = store.read_topology().await.name(0);
+            // Another node (a Sentinel master after a failover that failed no ping) has a
+            // configuration of its own.
+            judge |= first_node.replace(node.clone()).is_some_and(|n| n != node);
             if judge {
                 judge = !redis_memory::judge(&store, &mut warned).await;
             }

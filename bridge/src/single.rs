@@ -151,11 +151,13 @@ impl Single {
     /// refused a login or came back).
     async fn look(&self, following: &Following) -> Result<(), String> {
         let current = self.current();
-        let role = match &current {
-            Some(dialed) => sentinel::role(&mut dialed.conn.clone()).await,
-            None => Err("no master known yet".into()),
+        let role = async {
+            match &current {
+                Some(dialed) => sentinel::role(&mut dialed.conn.clone()).await,
+                None => Err("no master known yet".into()),
+            }
         };
-        let named = following.sentinels.ask().await;
+        let (role, named) = tokio::join!(role, following.sentinels.ask());
         if named.is_ok() && following.unanswered.swap(false, Ordering::Relaxed) {
             log::info!("the sentinels answer again");
         }
