@@ -119,8 +119,8 @@ fn the_bridge_follows_a_failover_to_the_promoted_replica() {
         .unwrap();
     assert_eq!(cached, [0], "the script is in the replica's cache already");
 
-    group.primary.stop(); // SIGKILL
     let killed = Instant::now();
+    group.primary.stop(); // SIGKILL
     let mut failed = 0;
     let served = loop {
         match take(&bridge, &format!("rl:during-{failed}")) {

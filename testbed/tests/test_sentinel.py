@@ -67,8 +67,8 @@ def test_the_limiter_follows_a_sentinel_failover_without_over_admitting_after_it
         for load in [*steady, straddle]:
             load.start()
         wait_for("steady answers", lambda: len(straddle.answers) >= 50)
+        killed = time.monotonic()  # before the signal: a failure may come before kill() returns
         old.process.kill()  # SIGKILL: nothing saved, nothing said
-        killed = time.monotonic()
         # Until the steady load has been answered 200 for 3 s after its last failure.
         while True:
             failures = [t for s in steady for t, status in s.answers if status != 200]
