@@ -60,6 +60,10 @@ class ValkeyCluster:
     def seeds(self):
         return ",".join(n.url for n in self.primaries)
 
+    def bridge_args(self):
+        """The bridge's flags for this cluster."""
+        return ["--cluster", "--redis", self.seeds()]
+
     def start(self):
         try:
             for n in self.nodes:

@@ -256,14 +256,15 @@ class Stack:
         self.valkey = Process("valkey", [
             VALKEY, "--port", str(self.redis_port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", *valkey_args], self.workdir)
-        # With a `cluster` (testbed/cluster.py, started by the caller) the bridge uses it
-        # instead of a Valkey of the stack's own.
+        # With a `cluster` (a ValkeyCluster of testbed/cluster.py or a SentinelGroup of
+        # testbed/sentinel.py, started by the caller) the bridge uses it instead of a Valkey
+        # of the stack's own: `redis_args` are the bridge's flags that name it.
         self.cluster = cluster
-        redis = ["--cluster", "--redis", cluster.seeds()] if cluster else \
+        self.redis_args = cluster.bridge_args() if cluster else \
             ["--redis", f"redis://127.0.0.1:{self.redis_port}"]
         self.bridge = Process("bridge", [
-            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}", *redis, "--threads", "1",
-            *bridge_args], self.workdir)
+            BRIDGE, "--listen", f"127.0.0.1:{self.bridge_port}", *self.redis_args,
+            "--threads", "1", *bridge_args], self.workdir)
         self.envoys = []
         self.ports = []
         self.admin_ports = []

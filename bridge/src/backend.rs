@@ -1,26 +1,31 @@
 //! The connection to Redis (or Valkey): one multiplexed, self-reconnecting connection to a
-//! single server, or one to a Redis Cluster; and one script call on one node, which is what
-//! the store's lanes (`commit`) send.
+//! single server or to the master that Redis Sentinels name (`single`), or one to a Redis
+//! Cluster; and one script call on one node, which is what the store's lanes (`commit`)
+//! send.
 //!
 //! A script call is never sent twice: it takes tokens, so one whose answer was lost may
 //! have run, and sending it again would take them twice. Neither client re-sends a command
 //! after an I/O error (see `Backend::single` and `Backend::cluster`); a call is sent again
 //! only after an answer that proves it did not run: `NOSCRIPT` (`redis::Script` loads the
-//! script first), and in a cluster no connection to send it on, or a node that does not
-//! serve a key's slot (yet): the store sends those again where the slot now lives.
+//! script first), `READONLY` (a master turned replica refuses the script's first write),
+//! no master known (with sentinels), and in a cluster no connection to send it on, or a
+//! node that does not serve a key's slot (yet): the store sends those again where the slot
+//! now lives.
 
 use crate::check::Check;
 use crate::commit::{CallError, Caller, PartReply};
 use crate::metrics::{self, Metrics};
 use crate::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
+use crate::sentinel::Sentinels;
+use crate::single::Single;
 use crate::topology::Topology;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::ServerErrorKind;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
@@ -44,7 +49,8 @@ pub struct Backend {
 
 #[derive(Clone)]
 enum Conn {
-    /// Pipelines concurrent commands on one connection and reconnects by itself.
+    /// Pipelines concurrent commands on one connection and reconnects by itself; with
+    /// sentinels, moves to the master they name.
     Single(Box<Single>),
     /// Connected on first use (the bridge starts while the cluster is down); the connection
     /// refreshes its topology after a `MOVED` or a failover.
@@ -54,54 +60,20 @@ enum Conn {
     },
 }
 
-/// One server's connection. The manager reconnects by itself after I/O errors only: once
-/// Redis refused its credentials it would keep failing, even after the server accepts them
-/// (a password rotation done in the wrong order, then fixed), until the bridge restarts.
-/// So a refused login makes the health loop remake it from the client and config.
-#[derive(Clone)]
-struct Single {
-    conn: Arc<RwLock<ConnectionManager>>,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-}
-
-impl Single {
-    fn conn(&self) -> ConnectionManager {
-        match self.conn.read() {
-            Ok(conn) => conn.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    fn remake(&self) {
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
-            Ok(fresh) => match self.conn.write() {
-                Ok(mut conn) => *conn = fresh,
-                Err(poisoned) => *poisoned.into_inner() = fresh,
-            },
-            Err(e) => log::warn!("cannot remake the redis connection: {e}"),
-        }
-    }
-}
-
 impl Backend {
     /// One server through `client`, which carries TLS and credentials (see `connect`).
     /// Prepares the connection without dialing: the bridge starts (and reports unhealthy)
-    /// even while Redis is down. The manager never re-sends a command: a failed one only
-    /// makes it reconnect in the background, and its "retries" are attempts to connect
-    /// (two, then the next command tries again; `health` makes sure one does).
+    /// even while Redis is down.
     pub fn single(client: redis::Client, options: StoreOptions) -> RedisResult<Backend> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-        Ok(Backend::with(Conn::Single(Box::new(Single {
-            conn: Arc::new(RwLock::new(conn)),
-            client,
-            config,
-        }))))
+        let single = Single::new(client, manager_config(options))?;
+        Ok(Backend::with(Conn::Single(Box::new(single))))
+    }
+
+    /// The master `sentinels` name, on the same connection as a single server's, found on
+    /// first use and followed through failovers (`follow`).
+    pub fn sentinel(sentinels: Sentinels, options: StoreOptions) -> Backend {
+        let single = Single::following(sentinels, manager_config(options));
+        Backend::with(Conn::Single(Box::new(single)))
     }
 
     /// A Redis Cluster through `builder`, which carries TLS and credentials. Without the
@@ -142,7 +114,13 @@ impl Backend {
         invocation: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
         match &self.conn {
-            Conn::Single(single) => invocation.invoke_async(&mut single.conn()).await,
+            Conn::Single(single) => {
+                let reply = invocation.invoke_async(&mut single.conn().await?).await;
+                if let Err(e) = &reply {
+                    single.trouble(e);
+                }
+                reply
+            }
             Conn::Cluster { .. } => {
                 invocation
                     .invoke_async(&mut self.cluster_conn().await?)
@@ -154,7 +132,13 @@ impl Backend {
     /// Runs one command (whose keys share one slot, in a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
         match &self.conn {
-            Conn::Single(single) => cmd.query_async(&mut single.conn()).await,
+            Conn::Single(single) => {
+                let reply = cmd.query_async(&mut single.conn().await?).await;
+                if let Err(e) = &reply {
+                    single.trouble(e);
+                }
+                reply
+            }
             Conn::Cluster { .. } => cmd.query_async(&mut self.cluster_conn().await?).await,
         }
     }
@@ -185,23 +169,40 @@ impl Backend {
             .cloned()
     }
 
-    /// Whether Redis answers a `PING` now (in a cluster: a node).
+    /// Whether Redis answers a `PING` now (in a cluster: a node; with sentinels: whether
+    /// the master answers `ROLE` as a master).
     pub async fn ping(&self) -> bool {
-        let cmd = redis::cmd("PING");
         match &self.conn {
-            Conn::Single(single) => match single.conn().req_packed_command(&cmd).await {
-                Ok(_) => true,
-                Err(e) => {
-                    if e.kind() == ErrorKind::AuthenticationFailed {
-                        single.remake();
-                    }
-                    false
-                }
-            },
+            Conn::Single(single) => single.ping().await,
             Conn::Cluster { .. } => match self.cluster_conn().await {
-                Ok(mut conn) => conn.req_packed_command(&cmd).await.is_ok(),
+                Ok(mut conn) => conn.req_packed_command(&redis::cmd("PING")).await.is_ok(),
                 Err(_) => false,
             },
+        }
+    }
+
+    /// With sentinels: the connection moved to the master they name now, or why no master
+    /// answers (see `Single::follow`). Otherwise nothing to do.
+    pub async fn follow(&self) -> Result<(), String> {
+        match &self.conn {
+            Conn::Single(single) => single.follow().await,
+            Conn::Cluster { .. } => Ok(()),
+        }
+    }
+
+    /// With sentinels: the master's `host:port`, once known.
+    pub fn master(&self) -> Option<Arc<str>> {
+        match &self.conn {
+            Conn::Single(single) => single.master(),
+            Conn::Cluster { .. } => None,
+        }
+    }
+
+    /// Waits `pause`, or less when a command meets a failover's trouble (with sentinels).
+    pub async fn idle(&self, pause: Duration) {
+        match &self.conn {
+            Conn::Single(single) => single.idle(pause).await,
+            Conn::Cluster { .. } => tokio::time::sleep(pause).await,
         }
     }
 
@@ -210,7 +211,7 @@ impl Backend {
     pub async fn info(&self, section: &str) -> RedisResult<String> {
         let cmd = redis::cmd("INFO").arg(section).clone();
         match &self.conn {
-            Conn::Single(single) => cmd.query_async(&mut single.conn()).await,
+            Conn::Single(single) => cmd.query_async(&mut single.conn().await?).await,
             Conn::Cluster { .. } => {
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
                 let mut conn = self.cluster_conn().await?;
@@ -284,15 +285,30 @@ impl Caller for Backend {
     }
 }
 
-/// Whether the cluster refused a command without running it: no connection to send it on,
-/// or a node that does not serve a key's slot (a redirect, a slot failing over or
-/// migrating, a node still loading). Never an I/O error: the command may have run.
+/// The connection manager's settings. It never re-sends a command: a failed one only makes
+/// it reconnect in the background, and its "retries" are attempts to connect (two, then the
+/// next command tries again; `health` makes sure one does).
+fn manager_config(options: StoreOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// Whether Redis refused a command without running it: no connection to send it on (no
+/// master known, with sentinels), a replica refusing a write (`READONLY`: the script
+/// stops at its first write, having written nothing), or a node that does not serve a
+/// key's slot (a redirect, a slot failing over or migrating, a node still loading). Never
+/// an I/O error: the command may have run.
 pub fn did_not_run(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::MasterNameNotFoundBySentinel
             | ErrorKind::Server(
-                ServerErrorKind::Moved
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
                     | ServerErrorKind::Ask
                     | ServerErrorKind::TryAgain
                     | ServerErrorKind::ClusterDown

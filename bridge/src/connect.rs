@@ -2,15 +2,21 @@
 //! and a username and password that need not sit in the URL (a URL is visible in the process
 //! list and in the environment). The same settings go to a single server and to every node of
 //! a cluster, including the nodes the cluster client discovers, which redis-rs dials with the
-//! seeds' credentials and TLS parameters. Also: the URL as it may be logged.
+//! seeds' credentials and TLS parameters; and to the master that Redis Sentinels name, whose
+//! address comes from them while everything else comes from the flags (the sentinels
+//! themselves have credentials of their own, or none). Also: the URL as it may be logged.
 
 use crate::redis_tls::{self, TlsFiles};
 use redis::cluster::ClusterClientBuilder;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
-use std::path::PathBuf;
+use redis::{
+    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, TlsCertificates,
+};
+use std::path::{Path, PathBuf};
 
 const USER_FLAG: &str = "--redis-username";
 const PASSWORD_FLAG: &str = "--redis-password-file";
+const SENTINEL_USER_FLAG: &str = "--sentinel-username";
+const SENTINEL_PASSWORD_FLAG: &str = "--sentinel-password-file";
 
 /// What to add to the `--redis` URLs when connecting.
 #[derive(Debug, Clone, Default)]
@@ -23,7 +29,137 @@ pub struct RedisAccess {
     pub password_file: Option<PathBuf>,
 }
 
+/// How to log in to the sentinels themselves (`--sentinel-username`,
+/// `--sentinel-password-file`): a sentinel often has a password of its own, or none, so the
+/// `--redis` credentials, which are the master's, are never sent to it.
+#[derive(Debug, Clone, Default)]
+pub struct SentinelLogin {
+    /// ACL user on the sentinels.
+    pub username: Option<String>,
+    /// File holding the sentinels' password (whitespace around it ignored).
+    pub password_file: Option<PathBuf>,
+}
+
+/// What `--sentinel` connects with: each sentinel, and how to reach the master they name.
+pub struct SentinelClients {
+    /// Each sentinel's `host:port` (for logs and errors) and its client.
+    pub sentinels: Vec<(String, redis::Client)>,
+    /// How to reach a master at the address the sentinels give.
+    pub master: NodeAccess,
+}
+
+/// How to reach a node whose address only the sentinels know: TLS when the sentinels' URLs
+/// are `rediss://` (with the `--redis-ca-file` trust and client certificate), and the
+/// credentials and database of the `--redis` URLs and flags.
+#[derive(Clone)]
+pub struct NodeAccess {
+    /// Database, credentials and protocol of the `--redis` URLs with the flags applied.
+    settings: RedisConnectionInfo,
+    /// `None`: plaintext; `Some(None)`: TLS trusting the system's roots; `Some(Some(_))`:
+    /// TLS with the CA and client certificate of the flags.
+    tls: Option<Option<TlsCertificates>>,
+}
+
+impl NodeAccess {
+    /// A client for the node at `host:port`. A TLS certificate must name `host` as the
+    /// sentinels give it (an IP, unless they announce hostnames).
+    pub fn client(&self, host: &str, port: u16) -> Result<redis::Client, String> {
+        let addr = match self.tls {
+            None => ConnectionAddr::Tcp(host.into(), port),
+            Some(_) => ConnectionAddr::TcpTls {
+                host: host.into(),
+                port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| format!("{host}:{port}: {e}"))?
+            .set_redis_settings(self.settings.clone());
+        match &self.tls {
+            Some(Some(certificates)) => redis::Client::build_with_tls(info, certificates.clone()),
+            _ => redis::Client::open(info),
+        }
+        .map_err(|e| format!("{host}:{port}: {e}"))
+    }
+}
+
 impl RedisAccess {
+    /// The sentinels at `urls` (`--sentinel`), logged in to with `login`, and how to reach
+    /// the master they name. The URLs' own credentials and database are the master's, so
+    /// every URL must carry the same (or none); the master is reached over TLS exactly when
+    /// the sentinels are.
+    pub fn sentinel(
+        &self,
+        urls: &[String],
+        login: &SentinelLogin,
+    ) -> Result<SentinelClients, String> {
+        let infos = urls
+            .iter()
+            .map(|url| parse(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(first) = infos.first() else {
+            return Err("--redis: no sentinel address".into());
+        };
+        let same = |a: &RedisConnectionInfo, b: &RedisConnectionInfo| {
+            (a.username(), a.password(), a.db()) == (b.username(), b.password(), b.db())
+        };
+        if infos
+            .iter()
+            .any(|info| !same(info.redis_settings(), first.redis_settings()))
+        {
+            return Err(
+                "--redis: with --sentinel, every URL must carry the same user, \
+                        password and database (the master's), or none"
+                    .into(),
+            );
+        }
+        let master = self
+            .authenticated(first.clone(), self.password()?.as_deref())?
+            .redis_settings()
+            .clone();
+        let certificates = self.certificates(&infos)?;
+        let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
+        let login_password = login
+            .password_file
+            .as_deref()
+            .map(|path| read_password(SENTINEL_PASSWORD_FLAG, path))
+            .transpose()?;
+        let mut sentinel = RedisConnectionInfo::default();
+        if let Some(username) = &login.username {
+            if login_password.is_none() {
+                return Err(format!(
+                    "{SENTINEL_USER_FLAG} needs {SENTINEL_PASSWORD_FLAG}"
+                ));
+            }
+            sentinel = sentinel.set_username(username);
+        }
+        if let Some(password) = &login_password {
+            sentinel = sentinel.set_password(password);
+        }
+        let sentinels = infos
+            .into_iter()
+            .map(|info| {
+                let name = info.addr().to_string();
+                let info = info.set_redis_settings(sentinel.clone());
+                match &certificates {
+                    Some(certificates) => redis::Client::build_with_tls(info, certificates.clone()),
+                    None => redis::Client::open(info),
+                }
+                .map(|client| (name.clone(), client))
+                .map_err(|e| format!("--redis {name}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SentinelClients {
+            sentinels,
+            master: NodeAccess {
+                settings: master,
+                tls: tls.then_some(certificates),
+            },
+        })
+    }
+
     /// A client for the one server at `url`.
     pub fn single(&self, url: &str) -> Result<redis::Client, String> {
         let info = self.authenticated(parse(url)?, self.password()?.as_deref())?;
@@ -82,19 +218,10 @@ impl RedisAccess {
     }
 
     fn password(&self) -> Result<Option<String>, String> {
-        let Some(path) = &self.password_file else {
-            return Ok(None);
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{PASSWORD_FLAG} {}: {e}", path.display()))?;
-        let password = text.trim();
-        if password.is_empty() {
-            return Err(format!(
-                "{PASSWORD_FLAG} {}: the file is empty",
-                path.display()
-            ));
-        }
-        Ok(Some(password.to_string()))
+        self.password_file
+            .as_deref()
+            .map(|path| read_password(PASSWORD_FLAG, path))
+            .transpose()
     }
 
     /// The TLS certificates for `seeds`, which must all be `rediss://` if there are any: a
@@ -119,6 +246,18 @@ impl RedisAccess {
         redis_tls::use_ring();
         self.tls.load()
     }
+}
+
+/// The password in the file at `path`, given with `flag`: its content, whitespace around it
+/// trimmed.
+fn read_password(flag: &str, path: &Path) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+    let password = text.trim();
+    if password.is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    Ok(password.to_string())
 }
 
 fn parse(url: &str) -> Result<ConnectionInfo, String> {
@@ -148,114 +287,5 @@ pub fn redact(urls: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn redact_hides_passwords_only() {
-        for (url, logged) in [
-            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
-            ("redis://alice@h:1/0", "redis://alice@h:1/0"),
-            ("rediss://alice:s3cr%40t@h:1", "rediss://alice:***@h:1"),
-            ("redis://:pw@h:1", "redis://:***@h:1"),
-            ("redis://u:p@ss/w@rd@h:1/2", "redis://u:***@h:1/2"),
-            (
-                "redis://a:x@h1:1,redis://h2:2,redis://a:y@h3:3",
-                "redis://a:***@h1:1,redis://h2:2,redis://a:***@h3:3",
-            ),
-            ("not a url", "not a url"),
-        ] {
-            assert_eq!(redact(url), logged, "{url}");
-        }
-    }
-
-    fn password_file(name: &str, text: &str) -> PathBuf {
-        let path =
-            std::env::temp_dir().join(format!("ratelimit-connect-{}-{name}", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    #[test]
-    fn flags_set_the_credentials() {
-        let path = password_file("flags", "  s3cret\n");
-        let access = RedisAccess {
-            username: Some("alice".into()),
-            password_file: Some(path.clone()),
-            ..RedisAccess::default()
-        };
-        let password = access.password();
-        std::fs::remove_file(path).unwrap();
-        let password = password.unwrap();
-        assert_eq!(password.as_deref(), Some("s3cret"), "trimmed");
-        let info = access
-            .authenticated(parse("redis://h:1").unwrap(), password.as_deref())
-            .unwrap();
-        assert_eq!(info.redis_settings().username(), Some("alice"));
-        assert_eq!(info.redis_settings().password(), Some("s3cret"));
-    }
-
-    #[test]
-    fn conflicting_or_incomplete_credentials_are_refused_naming_the_flag() {
-        let empty = password_file("empty", " \n");
-        let given = password_file("given", "pw");
-        let cases = [
-            (
-                Some("bob"),
-                None,
-                "redis://alice:pw@h:1",
-                "--redis-username",
-            ),
-            (
-                None,
-                Some(given.clone()),
-                "redis://:pw@h:1",
-                "--redis-password-file",
-            ),
-            (Some("bob"), None, "redis://h:1", "needs a password"),
-            (None, None, "redis://alice@h:1", "needs a password"),
-            (None, Some(empty.clone()), "redis://h:1", "is empty"),
-            (
-                None,
-                Some("/nonexistent/pw".into()),
-                "redis://h:1",
-                "/nonexistent/pw",
-            ),
-        ];
-        for (username, password_file, url, expected) in cases {
-            let access = RedisAccess {
-                username: username.map(String::from),
-                password_file,
-                ..RedisAccess::default()
-            };
-            let err = access.single(url).err().unwrap();
-            assert!(err.contains(expected), "{url}: {err}");
-            assert!(!err.contains(":pw@"), "{err}");
-        }
-        std::fs::remove_file(empty).unwrap();
-        std::fs::remove_file(given).unwrap();
-    }
-
-    #[test]
-    fn tls_files_need_rediss_urls() {
-        let access = RedisAccess {
-            tls: TlsFiles {
-                ca_file: Some("/nonexistent/ca.pem".into()),
-                ..TlsFiles::default()
-            },
-            ..RedisAccess::default()
-        };
-        let err = access.single("redis://h:1").err().unwrap();
-        assert!(err.contains("need a rediss:// URL"), "{err}");
-        let seeds = ["rediss://h:1".to_string(), "redis://h:2".to_string()];
-        let err = access.cluster(&seeds).err().unwrap();
-        assert!(err.contains("some URLs are rediss://"), "{err}");
-        let err = access.single("rediss://h:1").err().unwrap();
-        assert!(
-            err.contains("--redis-ca-file /nonexistent/ca.pem: "),
-            "{err}"
-        );
-    }
-}
+#[path = "connect_tests.rs"]
+mod tests;

@@ -7,6 +7,10 @@
 //! does, so a restart is noticed even when no check came in meanwhile. Each time Redis
 //! answers after it did not (and at start), its memory policy is judged (`redis_memory`):
 //! a restarted Redis may come back with another configuration.
+//!
+//! With sentinels, each round first asks them where the master is (`Store::follow`), so
+//! the connection moves to a new master within a round of the sentinels naming it, and
+//! at once when a check meets a master turned replica or a lost connection.
 
 use crate::redis_memory;
 use crate::store::Store;
@@ -24,11 +28,16 @@ pub async fn watch(store: Store) {
     // Whether Redis's memory policy is to be judged at its next answer, and the warning
     // given last (each is said once, not at every return of Redis).
     let (mut judge, mut warned) = (true, None);
+    let mut first_node = None;
     loop {
-        let now = store.ping().await;
+        let followed = store.follow().await;
+        let now = followed.is_ok() && store.ping().await;
         if now {
             // A failover or a resharding moves slots without a check noticing at once.
-            store.read_topology().await;
+            let node = store.read_topology().await.name(0);
+            // Another node (a Sentinel master after a failover that failed no ping) has a
+            // configuration of its own.
+            judge |= first_node.replace(node.clone()).is_some_and(|n| n != node);
             if judge {
                 judge = !redis_memory::judge(&store, &mut warned).await;
             }
@@ -39,7 +48,8 @@ pub async fn watch(store: Store) {
             if now {
                 log::info!("redis answers again");
             } else {
-                log::warn!("redis does not answer; checking again every {WHILE_UNHEALTHY:?}");
+                let why = followed.err().map_or(String::new(), |e| format!(" ({e})"));
+                log::warn!("redis does not answer{why}; checking again every {WHILE_UNHEALTHY:?}");
             }
             healthy = now;
         }
@@ -48,6 +58,6 @@ pub async fn watch(store: Store) {
         } else {
             WHILE_UNHEALTHY
         };
-        tokio::time::sleep(pause).await;
+        store.idle(pause).await;
     }
 }

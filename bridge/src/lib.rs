@@ -18,10 +18,13 @@
 //! - `keyspace`: the keys the bridge may touch: its prefixes, and the keys' grammar.
 //! - `overrides`: what an emergency override is, its records, the table that applies them.
 //! - `override_cache`: the overrides in force, and the bound on their staleness.
-//! - `backend`: the connection to Redis, and one script call on one node.
 //! - `redis_tls`: TLS to Redis: the rustls provider, CA and client certificate files.
 //! - `connect`: credentials and TLS for the Redis clients, and the URL as logged.
-//! - `store`: a batch run on a single Redis or a Cluster, every check all-or-nothing.
+//! - `sentinel`: asking Redis Sentinels where the master is, their answers read strictly.
+//! - `single`: the connection to one server, or to the master the sentinels name.
+//! - `backend`: the connection to Redis, and one script call on one node.
+//! - `store`: a batch run on a single Redis, a Sentinel group's master or a Cluster, every
+//!   check all-or-nothing.
 //! - `wire`: one exchange: a batch in, its answer out, for both transports.
 //! - `budget`: one bound on the memory of every exchange at once (`--max-pending-mib`).
 //! - `slots`: the connection slots (`--max-connections`), and who gives one up.
@@ -59,7 +62,9 @@ pub mod redis_memory;
 pub mod redis_tls;
 pub mod registry;
 pub mod script;
+pub mod sentinel;
 pub mod server;
+pub mod single;
 pub mod slot;
 pub mod slots;
 pub mod store;

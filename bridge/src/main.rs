@@ -229,10 +229,10 @@ async fn serve(args: Args) -> Result<(), String> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    let mode = if args.redis.cluster {
-        "cluster"
-    } else {
-        "single"
+    let mode = match (&args.redis.sentinel, args.redis.cluster) {
+        (Some(name), _) => format!("sentinel {name:?}"),
+        (None, true) => "cluster".into(),
+        (None, false) => "single".into(),
     };
     log::info!("listening on {} (redis {mode} {redis})", args.listen);
     let limits = Limits {

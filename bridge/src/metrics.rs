@@ -133,6 +133,7 @@ pub fn redis_failure(e: &RedisError) -> &'static str {
         ErrorKind::Io => "io",
         ErrorKind::AuthenticationFailed => "auth",
         ErrorKind::ClusterConnectionNotFound => "no_connection",
+        ErrorKind::MasterNameNotFoundBySentinel => "no_master",
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => "reply",
         ErrorKind::Server(ServerErrorKind::NoScript) => "noscript",
         ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => "moved",

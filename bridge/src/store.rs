@@ -1,7 +1,8 @@
 //! Redis (or Valkey) as the bridge uses it: batches of checks run as token bucket script
 //! calls, one per node, merged with every other exchange's calls to that node (`commit`),
 //! each check all-or-nothing (`batch` plans the calls, `tally` reads the answers), on a
-//! single server or a Redis Cluster whose slot map the store keeps (`topology`).
+//! single server, the master Redis Sentinels name (`sentinel`), or a Redis Cluster whose
+//! slot map the store keeps (`topology`).
 //!
 //! Calls a Cluster refused without running them (a slot that moved or is failing over)
 //! are sent again where the slot now lives, a few times; nothing else is ever sent twice
@@ -16,6 +17,7 @@ use crate::keyspace::Keyspace;
 use crate::metrics::Metrics;
 use crate::override_cache::OverrideCache;
 use crate::script::{part_rules, Mode, Part};
+use crate::sentinel::Sentinels;
 use crate::tally::Tally;
 use crate::topology::Topology;
 use futures_util::future::join_all;
@@ -62,6 +64,15 @@ impl Store {
             Topology::single(),
             options,
         ))
+    }
+
+    /// The master `sentinels` name, followed through failovers (the health loop asks them).
+    pub fn with_sentinel(sentinels: Sentinels, options: StoreOptions) -> Store {
+        Store::over(
+            Backend::sentinel(sentinels, options),
+            Topology::single(),
+            options,
+        )
     }
 
     /// A Redis Cluster reached through any of `seeds`.
@@ -284,9 +295,21 @@ impl Store {
             .map_err(|e| format!("redis: {e}"))
     }
 
-    /// Whether Redis answers a `PING` now (in a cluster: a node).
+    /// Whether Redis answers a `PING` now (in a cluster: a node; with sentinels: whether
+    /// the master answers as a master).
     pub async fn ping(&self) -> bool {
         self.backend.ping().await
+    }
+
+    /// With sentinels: asks them where the master is and moves there if it moved; why no
+    /// master answers, if none does. Otherwise nothing to do.
+    pub async fn follow(&self) -> Result<(), String> {
+        self.backend.follow().await
+    }
+
+    /// Waits `pause`, or less when a command meets a failover's trouble (with sentinels).
+    pub async fn idle(&self, pause: Duration) {
+        self.backend.idle(pause).await
     }
 
     /// `INFO <section>` (in a cluster: of one primary).
@@ -313,10 +336,17 @@ impl Store {
         }
     }
 
-    /// Reads the slot map again (a cluster only), unless it was read a moment ago.
+    /// Reads the slot map again (a cluster only), unless it was read a moment ago. With
+    /// sentinels, the one node is named after the master now known (its lane and metrics).
     pub async fn read_topology(&self) -> Arc<Topology> {
         if !self.backend.is_cluster() {
-            return self.current_topology();
+            let current = self.current_topology();
+            return match self.backend.master() {
+                Some(master) if current.name(0) != master => {
+                    self.set_topology(Topology::single_at(master))
+                }
+                _ => current,
+            };
         }
         let mut read_at = self.read_at.lock().await;
         if read_at.is_some_and(|at| at.elapsed() < TOPOLOGY_GAP) {
@@ -325,18 +355,22 @@ impl Store {
         match self.backend.topology().await {
             Ok(fresh) => {
                 *read_at = Some(Instant::now());
-                let fresh = Arc::new(fresh);
-                match self.topology.write() {
-                    Ok(mut t) => *t = fresh.clone(),
-                    Err(poisoned) => *poisoned.into_inner() = fresh.clone(),
-                }
-                fresh
+                self.set_topology(fresh)
             }
             Err(e) => {
                 log::debug!("cannot read the cluster's slot map: {e}");
                 self.current_topology()
             }
         }
+    }
+
+    fn set_topology(&self, fresh: Topology) -> Arc<Topology> {
+        let fresh = Arc::new(fresh);
+        match self.topology.write() {
+            Ok(mut t) => *t = fresh.clone(),
+            Err(poisoned) => *poisoned.into_inner() = fresh.clone(),
+        }
+        fresh
     }
 
     /// Sends `calls` in `mode`, all at once; their parts' replies, call by call.

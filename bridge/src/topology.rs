@@ -26,8 +26,13 @@ const UNSERVED: u16 = u16::MAX;
 impl Topology {
     /// A single server: every key on node 0.
     pub fn single() -> Topology {
+        Topology::single_at(Arc::from("single"))
+    }
+
+    /// A single server named `name` (the master's address, with sentinels).
+    pub fn single_at(name: Arc<str>) -> Topology {
         Topology {
-            nodes: vec![Arc::from("single")],
+            nodes: vec![name],
             owners: Vec::new(),
         }
     }

@@ -43,9 +43,8 @@ def start(stack_of, tmp_path, *rules):
 
 def bridge(stack, *args):
     """`ratelimit-bridge ARGS` on the stack's Valkey (or Cluster): its JSON output."""
-    redis = ["--cluster", "--redis", stack.cluster.seeds()] if stack.cluster else \
-        ["--redis", f"redis://127.0.0.1:{stack.redis_port}"]
-    done = subprocess.run([BRIDGE, *args, *redis], capture_output=True, text=True, timeout=30)
+    done = subprocess.run([BRIDGE, *args, *stack.redis_args], capture_output=True, text=True,
+                          timeout=30)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
