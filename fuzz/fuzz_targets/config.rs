@@ -17,14 +17,18 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = Config::parse(json) else {
         return;
     };
-    // An identity that cannot be told (repeated, unreadable) refuses the request: nothing
-    // to plan.
+    // An identity that cannot be told (repeated, unreadable), or one missing that a rule
+    // will not do without, refuses the request: nothing to plan. A shadow rule reported as
+    // refusing for a missing identity is one the request applies to.
+    let mut shadowed = Vec::new();
     let Ok(planned) = plan(
         &config,
         &Request::from_lines(parts.next().unwrap_or_default()),
+        |rule| shadowed.push(rule),
     ) else {
         return;
     };
+    assert!(shadowed.iter().all(|&r| config.rules[r].shadow));
     assert!(planned.windows(2).all(|w| w[0].rule < w[1].rule));
     for p in &planned {
         assert!(key::parse_key(&p.key).is_ok(), "{}", p.key);
