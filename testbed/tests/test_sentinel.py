@@ -94,8 +94,11 @@ def test_the_limiter_follows_a_sentinel_failover_without_over_admitting_after_it
         # The bridge follows the sentinels to the promoted replica.
         new = group.master()
         assert new is not old and new in group.replicas and new.role() == "master"
+        # On a loaded machine the sentinels may fail over twice (the first promoted replica
+        # judged down in turn): the bridge follows each move, from the old master to the last.
         log = stack.logs("bridge")
-        assert f"moved: now 127.0.0.1:{new.port}, was 127.0.0.1:{old.port}" in log, log
+        assert f"moved: now 127.0.0.1:{new.port}, was " in log, log
+        assert f", was 127.0.0.1:{old.port}" in log, log
         assert request(stack.bridge_port, "/healthz")[0] == 200
         metrics = request(stack.bridge_port, "/metrics")[2]
         assert f'node="127.0.0.1:{new.port}"' in metrics
