@@ -10,7 +10,7 @@ from pathlib import Path
 
 import valkey
 
-from .stack import VALKEY, Process, free_port, wait_for
+from .stack import VALKEY, Process, free_port, redis_command, wait_for
 
 NAME = "mymaster"
 
@@ -26,12 +26,7 @@ class DataNode:
             "--save", "", "--appendonly", "no", *replicaof], workdir)
 
     def cmd(self, *args):
-        client = valkey.Valkey(host="127.0.0.1", port=self.port, socket_timeout=5,
-                               decode_responses=True)
-        try:
-            return client.execute_command(*args)
-        finally:
-            client.close()
+        return redis_command(self.port, *args)
 
     def role(self):
         return self.cmd("ROLE")[0]
@@ -88,12 +83,7 @@ class SentinelGroup:
         return self
 
     def sentinel(self, i, *args):
-        client = valkey.Valkey(host="127.0.0.1", port=self.sentinel_ports[i], socket_timeout=5,
-                               decode_responses=True)
-        try:
-            return client.execute_command(*args)
-        finally:
-            client.close()
+        return redis_command(self.sentinel_ports[i], *args)
 
     def known(self):
         for i in range(len(self.sentinels)):

@@ -95,6 +95,16 @@ def request(port, path="/", headers=None, method="GET", source=None, timeout=10.
         conn.close()
 
 
+def redis_command(port, *args):
+    """One command to the Valkey on `port`, on a connection of its own; replies decoded to
+    text (lists, dicts as the `valkey` client returns them)."""
+    client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
+    try:
+        return client.execute_command(*args)
+    finally:
+        client.close()
+
+
 def bucket_units(port, key):
     """A bucket's level in units, read from the Valkey on `port` as lua/token_bucket.lua
     stores it: struct '<Bddd' (tag 3, units, Redis ms, the units' den)."""
@@ -316,14 +326,8 @@ class Stack:
                  proc=self.bridge.proc, log=self.bridge.log)
 
     def redis(self, *args):
-        """One command to the stack's Valkey; replies decoded to text (lists, dicts as the
-        `valkey` client returns them)."""
-        client = valkey.Valkey(host="127.0.0.1", port=self.redis_port, socket_timeout=5,
-                               decode_responses=True)
-        try:
-            return client.execute_command(*args)
-        finally:
-            client.close()
+        """One command to the stack's Valkey (`redis_command`)."""
+        return redis_command(self.redis_port, *args)
 
     def reconfigure(self, plugin):
         """A reloadable stack's gateways load `plugin` as Envoy's file-based discovery
