@@ -1,5 +1,6 @@
 //! Redis Cluster key slots (CRC16/XMODEM of the key or of its `{hash tag}`, mod 16384), so
-//! the bridge can split a check into one script call per slot.
+//! the bridge can find the node that serves each key of a check and send each node one
+//! script call.
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;

@@ -1,4 +1,4 @@
-//! ratelimit.wasm: global token-bucket rate limiting for Envoy, Istio and Kong.
+//! ratelimit.wasm: global token-bucket rate limiting for Envoy, Istio, Kong and Higress.
 //!
 //! # Layout
 //!
