@@ -47,16 +47,17 @@ DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
 LABEL_PATTERNS = [{"label": "rule", "pattern": "_rule(=([A-Za-z0-9._-]+))$"}]
 
 
-def version():
-    """The filter crate's version: the image's tag."""
-    manifest = (ROOT / "filter" / "Cargo.toml").read_text()
+def version(crate="filter"):
+    """A crate's version: the tag of its image (the filter's for the Wasm images, the
+    bridge's for the bridge's)."""
+    manifest = (ROOT / crate / "Cargo.toml").read_text()
     return re.search(r'^version = "([^"]+)"', manifest, re.M).group(1)
 
 
-def pinned(built, layout, archive, template, rendered):
-    """Writes image `built` (an `oci.image`), and `template` with the image's digest as
-    `rendered`; returns the digest."""
-    digest = oci.write(built, layout, archive, version())
+def pinned(built, layout, archive, template, rendered, tag):
+    """Writes image `built` (an `oci.image`) tagged `tag`, and `template` with the image's
+    digest as `rendered`; returns the digest."""
+    digest = oci.write(built, layout, archive, tag)
     text = template.read_text()
     if text.count(DIGEST_PLACEHOLDER) != 1:
         raise SystemExit(f"{template} must hold {DIGEST_PLACEHOLDER} once, as its sha256")
@@ -76,17 +77,17 @@ def main():
     meta = {"config_schema": schema, "metrics": {"label_patterns": LABEL_PATTERNS}}
     (kong / "ratelimit.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
-    tag = version()
+    tag, bridge_tag = version(), version("bridge")
     digest = pinned(oci.wasm_image(wasm), DIST / "oci", DIST / "ratelimit-oci.tar", WASMPLUGIN,
-                    DIST / "istio" / "wasmplugin.yaml")
+                    DIST / "istio" / "wasmplugin.yaml", tag)
     higress = DIST / "higress"
     redis_digest = pinned(oci.wasm_image(REDIS_WASM.read_bytes()), higress / "oci",
                           higress / "ratelimit-redis-oci.tar", HIGRESS_WASMPLUGIN,
-                          higress / "wasmplugin.yaml")
+                          higress / "wasmplugin.yaml", tag)
     bridge = oci.bridge_image((BRIDGE_DIR / "ratelimit-bridge").read_bytes(),
-                              Path(certifi.where()).read_bytes(), tag)
+                              Path(certifi.where()).read_bytes(), bridge_tag)
     bridge_digest = pinned(bridge, BRIDGE_DIR / "oci", BRIDGE_DIR / "ratelimit-bridge-oci.tar",
-                           BRIDGE_YAML, DIST / "istio" / "bridge.yaml")
+                           BRIDGE_YAML, DIST / "istio" / "bridge.yaml", bridge_tag)
 
     print(f"""dist/ratelimit.schema.json
 dist/kong/ratelimit.wasm, dist/kong/ratelimit.meta.json (Kong's wasm_filters_path: dist/kong)
@@ -98,7 +99,7 @@ dist/oci/ (tag {tag}), dist/ratelimit-oci.tar: Istio's Wasm image (compat: one t
 dist/higress/oci/, dist/higress/ratelimit-redis-oci.tar: Higress's image of dist/ratelimit-redis.wasm
   image manifest    {redis_digest}
       pinned in dist/higress/wasmplugin.yaml
-dist/bridge/oci/ (tag {tag}), dist/bridge/ratelimit-bridge-oci.tar: the bridge's image (linux/amd64, static, user {oci.BRIDGE_USER})
+dist/bridge/oci/ (tag {bridge_tag}), dist/bridge/ratelimit-bridge-oci.tar: the bridge's image (linux/amd64, static, user {oci.BRIDGE_USER})
   image manifest    {bridge_digest}
       pinned in dist/istio/bridge.yaml""")
 
