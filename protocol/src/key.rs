@@ -14,6 +14,7 @@
 //! written `prefix:rule:#<digest>`, which the grammar already holds as one value.
 
 use crate::limits::MAX_KEY_LEN;
+use crate::split;
 
 /// Longest name: a key prefix, a rule (and, in the filter, an identity or a tier).
 pub const MAX_NAME_LEN: usize = 64;
@@ -55,7 +56,7 @@ pub fn parse_key(key: &str) -> Result<BucketKey<'_>, &'static str> {
     if key.len() > MAX_KEY_LEN {
         return Err("longer than a key can be");
     }
-    let mut segments = key.splitn(3, SEPARATOR);
+    let mut segments = split::split(key, SEPARATOR as u8);
     let (prefix, rule) = (segments.next(), segments.next());
     let (Some(prefix), Some(rule)) = (prefix, rule) else {
         return Err("no prefix:rule");
@@ -66,9 +67,9 @@ pub fn parse_key(key: &str) -> Result<BucketKey<'_>, &'static str> {
     if !is_name(rule) {
         return Err("the rule is no name");
     }
-    let values = segments.next();
+    let values = segments.rest();
     if let Some(values) = values {
-        if !values.split(SEPARATOR).all(is_value) {
+        if !split::split(values, SEPARATOR as u8).all(is_value) {
             return Err("a value is not as the filter escapes it");
         }
     }

@@ -6,6 +6,7 @@
 //!
 //! - `limits`: every bound of the format, derived from each other.
 //! - `number`: decimal numbers without `core::fmt`, cheap in wasm.
+//! - `split`: text split at one ASCII byte, cheaper than `str::split` for short fields.
 //! - `key`: the grammar of bucket keys, `prefix:rule[:value...]`: what the filter writes
 //!   and the bridge accepts.
 //! - `request`: the request side: one line per check, encoded by the filter, parsed
@@ -69,6 +70,7 @@ mod number;
 mod reply;
 mod request;
 pub mod script;
+mod split;
 mod stream;
 
 pub use bucket::{gcd, Level, Shape};

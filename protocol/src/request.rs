@@ -4,6 +4,7 @@
 
 use crate::limits::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
 use crate::number::push_u64;
+use crate::split;
 use std::fmt;
 
 /// One rule of a check: the bucket and how it fills and drains.
@@ -165,7 +166,7 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
     }
     let text = std::str::from_utf8(body).map_err(|_| BadBatch("body is not UTF-8".into()))?;
     let mut checks = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    for (n, line) in split::lines(text).enumerate() {
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
@@ -189,7 +190,7 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
 
 fn parse_check(line: &str) -> Result<Vec<RuleSpec>, String> {
     let mut rules: Vec<RuleSpec> = Vec::new();
-    for field in line.split(' ') {
+    for field in split::split(line, b' ') {
         if rules.len() == MAX_RULES {
             return Err(format!("more than {MAX_RULES} rules"));
         }
@@ -207,7 +208,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         Some(rest) => (true, rest),
         None => (false, field),
     };
-    let mut parts = field.split(',');
+    let mut parts = split::split(field, b',');
     let key = parts.next().unwrap_or_default();
     // `~` (shadow) and `+` (refund) mark a rule and a line, never a key.
     let marked = key.starts_with(['~', '+']);
@@ -233,18 +234,24 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
                 .filter(|v| (1..MAX_EXACT).contains(v))
                 .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
         };
-        let number = match part.split_once('+') {
+        // Only the cost may carry a lease.
+        let lease_split = if count == 3 {
+            part.split_once('+')
+        } else {
+            None
+        };
+        let number = match lease_split {
             // `0+L` asks for a lease alone: a worker topping up its lease ahead of need.
-            Some(("0", wanted)) if count == 3 => {
+            Some(("0", wanted)) => {
                 lease = bounded(wanted)?;
                 count += 1;
                 continue;
             }
-            Some((cost, wanted)) if count == 3 => {
+            Some((cost, wanted)) => {
                 lease = bounded(wanted)?;
                 cost
             }
-            _ => part,
+            None => part,
         };
         *slot = bounded(number)?;
         count += 1;
