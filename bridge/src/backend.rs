@@ -51,11 +51,11 @@ pub struct Backend {
 enum Conn {
     /// Pipelines concurrent commands on one connection and reconnects by itself; with
     /// sentinels, moves to the master they name.
-    Single(Box<Single>),
+    Single(Arc<Single>),
     /// Connected on first use (the bridge starts while the cluster is down); the connection
     /// refreshes its topology after a `MOVED` or a failover.
     Cluster {
-        client: Box<ClusterClient>,
+        client: Arc<ClusterClient>,
         conn: Arc<OnceCell<ClusterConnection>>,
     },
 }
@@ -66,14 +66,14 @@ impl Backend {
     /// even while Redis is down.
     pub fn single(client: redis::Client, options: StoreOptions) -> RedisResult<Backend> {
         let single = Single::new(client, manager_config(options))?;
-        Ok(Backend::with(Conn::Single(Box::new(single))))
+        Ok(Backend::with(Conn::Single(Arc::new(single))))
     }
 
     /// The master `sentinels` name, on the same connection as a single server's, found on
     /// first use and followed through failovers (`follow`).
     pub fn sentinel(sentinels: Sentinels, options: StoreOptions) -> Backend {
         let single = Single::following(sentinels, manager_config(options));
-        Backend::with(Conn::Single(Box::new(single)))
+        Backend::with(Conn::Single(Arc::new(single)))
     }
 
     /// A Redis Cluster through `builder`, which carries TLS and credentials. Without the
@@ -87,7 +87,7 @@ impl Backend {
             .retries(0)
             .build()?;
         Ok(Backend::with(Conn::Cluster {
-            client: Box::new(client),
+            client: Arc::new(client),
             conn: Arc::new(OnceCell::new()),
         }))
     }
@@ -262,18 +262,20 @@ impl Caller for Backend {
             }
         }
         let started = Instant::now();
-        let reply: RedisResult<Vec<i64>> = self.invoke(&invocation).await;
+        let reply: RedisResult<Vec<u8>> = self.invoke(&invocation).await;
         let result = reply.as_ref().map(|_| ()).map_err(metrics::redis_failure);
         let (checks, keys) = (rules.len(), layout.keys.len());
         let elapsed = started.elapsed();
         self.metrics
             .script_call(node, mode.arg(), checks, keys, elapsed, result);
-        let values = match reply {
-            Ok(values) => values,
+        let packed = match reply {
+            Ok(packed) => packed,
             Err(e) if did_not_run(&e) => return fail(CallError::NotRun(format!("redis: {e}"))),
             Err(e) => return fail(CallError::Failed(format!("redis: {e}"))),
         };
-        let (now, outcomes) = match script::decode(&values, rules.iter().sum()) {
+        let decoded =
+            script::integers(&packed).and_then(|v| script::decode(&v, rules.iter().sum()));
+        let (now, outcomes) = match decoded {
             Ok(decoded) => decoded,
             Err(e) => return fail(CallError::Failed(e)),
         };

@@ -120,35 +120,24 @@ pub fn without_leases(checks: &[Check], spanning: &[bool]) -> Vec<Check> {
 /// Puts `placed` parts (in batch order) into calls: one per node, split where one call
 /// would grow past its bounds (keys, parts, shapes; see `Fill`). A part is never split, so
 /// each part stays all-or-nothing.
-pub fn group(checks: &[Check], placed: Vec<Placed>) -> Vec<Call> {
-    let mut by_node: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
+pub fn group(checks: &[Check], mut placed: Vec<Placed>) -> Vec<Call> {
+    // Stable: each node's parts stay in batch order.
+    placed.sort_by_key(|(node, _)| *node);
+    let mut calls: Vec<Call> = Vec::new();
+    let mut fill = Fill::default();
     for (node, part) in placed {
-        by_node.entry(node).or_default().push(part);
-    }
-    let mut calls = Vec::new();
-    for (node, parts) in by_node {
-        let mut fill = Fill::default();
-        let mut call = Call {
-            node,
-            parts: Vec::new(),
-        };
-        for part in parts {
-            let rules: Vec<&RuleSpec> = part_rules(checks, &part).collect();
-            if !fill.fits([rules.iter().copied()]) {
-                calls.push(std::mem::replace(
-                    &mut call,
-                    Call {
-                        node,
-                        parts: Vec::new(),
-                    },
-                ));
-                fill = Fill::default();
-            }
-            fill.add([rules.iter().copied()]);
-            call.parts.push(part);
+        let joins =
+            calls.last().is_some_and(|c| c.node == node) && fill.fits([part_rules(checks, &part)]);
+        if !joins {
+            calls.push(Call {
+                node,
+                parts: Vec::new(),
+            });
+            fill = Fill::default();
         }
-        if !call.parts.is_empty() {
-            calls.push(call);
+        fill.add([part_rules(checks, &part)]);
+        if let Some(call) = calls.last_mut() {
+            call.parts.push(part);
         }
     }
     calls

@@ -14,7 +14,8 @@
 use crate::check::{Check, RuleSpec};
 use crate::script::{self, Mode, ScriptOutcome, Shape, MAX_PART_RULES, MAX_SHAPES};
 pub use crate::script::{MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL};
-use std::collections::{HashMap, HashSet};
+use hashbrown::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

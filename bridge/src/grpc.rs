@@ -18,6 +18,7 @@ use crate::metrics::{Failure, Transport};
 use crate::store::Store;
 use crate::wire;
 use bytes::{Buf, Bytes, BytesMut};
+use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue};
@@ -137,6 +138,13 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_MESSAGES));
     // When the message now partway in must be complete.
     let mut due: Option<Instant> = None;
+    // One future for the whole stream, polled wherever the loop waits: made anew per frame,
+    // its registration with the watch was a noticeable share of a message's cost.
+    let stopping = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    }
+    .fuse();
+    let mut stopping = std::pin::pin!(stopping);
     let (status, why) = 'read: loop {
         let overdue = async move {
             match due {
@@ -146,7 +154,7 @@ pub async fn serve(
         };
         let frame = tokio::select! {
             frame = body.frame() => frame,
-            _ = shutdown.wait_for(|stop| *stop) => break (UNAVAILABLE, "bridge shutting down".into()),
+            () = &mut stopping => break (UNAVAILABLE, "bridge shutting down".into()),
             () = overdue => break (
                 DEADLINE_EXCEEDED,
                 format!("a message did not arrive whole within {message_timeout:?}"),
@@ -177,7 +185,7 @@ pub async fn serve(
             };
             let charge = tokio::select! {
                 charge = share.charge(message.len()) => charge,
-                _ = shutdown.wait_for(|stop| *stop) => None,
+                () = &mut stopping => None,
             };
             let Some(charge) = charge else {
                 break 'read (UNAVAILABLE, "bridge shutting down".into());

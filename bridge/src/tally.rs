@@ -48,10 +48,12 @@ impl Tally {
                 continue;
             };
             let admitted = t.record(part, reply, false);
-            if admitted {
-                t.took.push((call.node, part.clone()));
-            } else {
+            if !admitted {
                 t.denied = true;
+            } else if part.rules.len() < t.rules.len() {
+                // Only a part of the check may have to give back: a part of all its rules
+                // is the whole check, which nothing else can deny.
+                t.took.push((call.node, part.clone()));
             }
         }
     }

@@ -5,8 +5,8 @@
 //! only the transport differs; every decision above it is shared.
 //!
 //! Replies come from the network through the host: they are read strictly (exactly the
-//! array of integers the call asked for, nothing before or after) and anything else fails
-//! the exchange, never the VM.
+//! string of packed integers the call asked for, nothing before or after) and anything
+//! else fails the exchange, never the VM.
 
 use crate::protocol::{CheckResult, RuleResult};
 use ratelimit_protocol::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
@@ -81,7 +81,7 @@ pub fn is_noscript(reply: &[u8]) -> bool {
 }
 
 /// Reads the script's reply to a batch whose checks have `rules_per_check` rules: one
-/// result per check, in order. A Redis error, or a reply that is not exactly the array of
+/// result per check, in order. A Redis error, or a reply that is not exactly the string of
 /// integers expected, fails the whole exchange.
 pub fn decode_reply(reply: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckResult>, String> {
     let rules: usize = rules_per_check.iter().sum();
@@ -104,7 +104,8 @@ pub fn decode_reply(reply: &[u8], rules_per_check: &[usize]) -> Result<Vec<Check
     Ok(results)
 }
 
-/// The `expected` integers of a RESP array that must be exactly that.
+/// The `expected` integers of a script reply: a RESP bulk string of exactly that many
+/// packed integers (see `script::integers`), nothing before or after it.
 fn integers(reply: &[u8], expected: usize) -> Result<Vec<i64>, String> {
     if reply.len() > MAX_REPLY_LEN {
         return Err("redis reply too long".into());
@@ -112,32 +113,28 @@ fn integers(reply: &[u8], expected: usize) -> Result<Vec<i64>, String> {
     let mut cursor = Cursor { rest: reply };
     let (kind, header) = cursor.line().ok_or("empty or truncated redis reply")?;
     match kind {
-        b'*' => {}
+        b'$' => {}
         b'-' => return Err(format!("redis: {}", printable(header))),
         _ => {
             return Err(format!(
-                "redis answered {:?}, not an array",
+                "redis answered {:?}, not a string",
                 char::from(kind)
             ))
         }
     }
-    if parse_i64(header) != i64::try_from(expected).ok() {
+    let len = expected
+        .checked_mul(script::INTEGER_LEN)
+        .ok_or("too many rules")?;
+    if parse_i64(header) != i64::try_from(len).ok() {
         return Err(format!(
-            "redis answered an array of {}, not {expected} integers",
+            "redis answered a string of {} bytes, not {expected} integers",
             printable(header)
         ));
     }
-    let mut values = Vec::with_capacity(expected);
-    for _ in 0..expected {
-        match cursor.line() {
-            Some((b':', n)) => values.push(parse_i64(n).ok_or("bad integer in redis reply")?),
-            _ => return Err("redis reply holds something other than integers".into()),
-        }
-    }
-    if !cursor.rest.is_empty() {
-        return Err("trailing bytes after the redis reply".into());
-    }
-    Ok(values)
+    let (Some(packed), Some(b"\r\n")) = (cursor.rest.get(..len), cursor.rest.get(len..)) else {
+        return Err("redis reply truncated, or bytes after it".into());
+    };
+    script::integers(packed)
 }
 
 /// Reads RESP lines off the front of a reply.

@@ -1,7 +1,7 @@
 //! The token bucket script's calling convention, written once for both of its callers (the
 //! bridge, through redis-rs, and the filter's redis-call build, in raw RESP): how a script
 //! call's keys and arguments are laid out (`lua/token_bucket.lua` documents the layout) and
-//! how its flat integer reply is checked and read back.
+//! how its reply, a string of packed integers, is checked and read back.
 //!
 //! One call carries many checks, or parts of checks, applied in order. What Redis pays per
 //! rule is kept small: rules that share their parameters (the same configured limit for
@@ -215,7 +215,30 @@ pub const FOREIGN_VALUE: &str =
 /// value the script did not write (the check took nothing).
 pub type ScriptOutcome = Option<RuleResult>;
 
-/// Reads a script reply for `rules` rules: Redis time, then each rule's outcome in order.
+/// Bytes per integer of a script reply.
+pub const INTEGER_LEN: usize = 8;
+
+/// The integers of a script reply, which packs them into one string (see the script's
+/// `Returns`): little-endian, 64 bits each.
+pub fn integers(reply: &[u8]) -> Result<Vec<i64>, String> {
+    if reply.len() % INTEGER_LEN != 0 {
+        return Err(format!(
+            "a script reply of {} bytes is no string of 64-bit integers",
+            reply.len()
+        ));
+    }
+    Ok(reply
+        .chunks_exact(INTEGER_LEN)
+        .map(|chunk| {
+            let mut bytes = [0; INTEGER_LEN];
+            bytes.copy_from_slice(chunk);
+            i64::from_le_bytes(bytes)
+        })
+        .collect())
+}
+
+/// Reads the integers of a script reply (`integers`) for `rules` rules: Redis time, then
+/// each rule's outcome in order.
 pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), String> {
     let (Some(&now), Some(rest)) = (reply.first(), reply.get(1..)) else {
         return Err("empty script reply".into());

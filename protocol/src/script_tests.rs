@@ -16,6 +16,17 @@ fn script_replies_of_the_wrong_shape_are_errors() {
 }
 
 #[test]
+fn a_reply_is_read_as_little_endian_64_bit_integers() {
+    let values = [0, 1, -1, -3, 1 << 53, i64::MIN, i64::MAX, 1_767_225_600_000];
+    let packed: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(integers(&packed).unwrap(), values);
+    assert_eq!(integers(&[]).unwrap(), Vec::<i64>::new());
+    for len in [1, 7, 9, 15] {
+        assert!(integers(&packed[..len]).is_err(), "{len} bytes");
+    }
+}
+
+#[test]
 fn a_rule_admits_when_it_has_nothing_to_wait_for() {
     let (now, rules) = decode(&[5, 1, 2, 3, 4, 5, 0, -1, -1, -1], 3).unwrap();
     assert_eq!(now, 5);
