@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -162,6 +163,14 @@ def costs(before, after, checks):
             **in_bridge(histograms(before["metrics"], after["metrics"]))}
 
 
+def against_loadgen(result, checks):
+    """The load generator's CPU per check, and the bridge's in units of it: both ends of
+    the same exchanges on the same HTTP/2 and tokio stack, so the ratio moves far less
+    with the machine's speed (which varied twofold within an hour here) than either."""
+    loadgen_us = result["cpu_s"] * 1e6 / max(1, checks)
+    return {"loadgen_cpu_us_per_check": loadgen_us}
+
+
 def in_bridge(hists):
     """The batch histograms, and the p99 of an exchange's time in the bridge (Redis
     included) from its own histogram, in ms."""
@@ -191,13 +200,31 @@ def stream_run(backend, workdir, conf, name, checks_per_exchange, rate=None):
            "rate": rate, "exchanges_per_s": r["rps"], "checks_per_s": r["grpc"]["checks_per_s"],
            "failed_checks": r["grpc"]["failed_checks"], "errors": r["errors"],
            "p50": r["latency_us"]["p50"], "p99": r["latency_us"]["p99"],
-           **costs(before, backend.snapshot(), r["grpc"]["checks"])}
+           **costs(before, backend.snapshot(), r["grpc"]["checks"]),
+           **against_loadgen(r, r["grpc"]["checks"])}
     show(f"{backend.label}, {load}, {checks_per_exchange} per exchange", row)
     return row
 
 
-def stream_runs(backend, workdir, conf):
-    """The backend's runs: a warm-up, closed loops of each exchange size, the open loop."""
+def set_cost(client, commands=30_000, rounds=3):
+    """Valkey CPU µs per plain `SET`, pipelined, the median of `rounds`: the baseline of
+    Redis's per-rule cost in the same run (the same server binary, on the machine as fast
+    as it is now)."""
+    costs = []
+    for _ in range(rounds):
+        before = redis_cost.cpu_seconds(client.info("cpu"))
+        for start in range(0, commands, 1000):
+            redis_cost.pipeline(client, [("SET", f"fleet-baseline:{i}", "x")
+                                         for i in range(start, start + 1000)])
+        costs.append((redis_cost.cpu_seconds(client.info("cpu")) - before) * 1e6 / commands)
+    client.execute_command("FLUSHALL")
+    return statistics.median(costs)
+
+
+def stream_runs(backend, workdir, conf, baseline):
+    """The backend's runs: a warm-up, closed loops of each exchange size, the open loop;
+    each row with the `SET` cost measured on `baseline` (a Valkey client) just before."""
+    set_us = set_cost(baseline)
     tag = backend.label.replace(" ", "-").lower()
     loadgen(workdir, f"fleet-{tag}-warmup", [backend.url], conf["fleet_warmup"],
             concurrency=STREAMS, body="\n".join([CHECK] * max(EXCHANGES)), grpc=True,
@@ -206,6 +233,8 @@ def stream_runs(backend, workdir, conf):
     rate = OPEN_LOOP_SHARE * rows[0]["exchanges_per_s"]
     rows.append(stream_run(backend, workdir, conf, f"fleet-{tag}-open-1", 1, max(1.0, rate)))
     rows.append(stream_run(backend, workdir, conf, f"fleet-{tag}-modest-1", 1, MODEST_RATE))
+    for row in rows:
+        row["redis_set_us"] = set_us
     return rows
 
 
@@ -265,12 +294,14 @@ def measure(workdir, conf):
 
     try:
         single = bridge("1 Valkey", "single")
-        out["runs"] += stream_runs(single, str(workdir), conf)
+        # Valkey's cost of a plain SET is measured on this server before either backend's
+        # runs, as the Redis figures' baseline.
+        out["runs"] += stream_runs(single, str(workdir), conf, single.clients[0])
         out["envoy"] = through_envoy(single, str(workdir), conf)
         cluster = ValkeyCluster(3).start()
         clustered = bridge("3-primary cluster", "cluster", [p.port for p in cluster.primaries],
                            on=cluster)
-        out["runs"] += stream_runs(clustered, str(workdir), conf)
+        out["runs"] += stream_runs(clustered, str(workdir), conf, single.clients[0])
     finally:
         for b in backends:
             b.close()
@@ -286,13 +317,18 @@ def num(value, fmt):
     return "-" if value is None else format(value, fmt)
 
 
+def ratio(value, unit):
+    return value / unit if unit else None
+
+
 def table(fleet):
     """The section's table: one row per run, the Envoy run last."""
     rows = ["| checks per exchange | Redis | load | checks/s | script calls per check | "
-            "Redis CPU µs per check | per rule-check | bridge CPU µs per check | batch size "
+            "Redis CPU µs per check | per rule-check | per rule-check in SETs | "
+            "bridge CPU µs per check | in loadgen's | batch size "
             "(checks per call) | bridge batch histogram (mean) | p50 ms | p99 ms | "
             "p99 in the bridge ms (≤) | errors |",
-            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in [*fleet["runs"], *([fleet["envoy"]] if fleet.get("envoy") else [])]:
         hist = r["bridge_batches"]
         means = ", ".join(f"{name}: {num(h['mean'], '.2f')}" for name, h in hist.items()) \
@@ -301,7 +337,10 @@ def table(fleet):
             f"| {num(r['checks_per_exchange'], '.2f' if 'filter' in r else 'd')} | {r['redis']} | "
             f"{r['load']} | {r['checks_per_s']:.0f} | {num(r['script_calls_per_check'], '.3f')} | "
             f"{r['redis_cpu_us_per_check']:.1f} | {r['redis_cpu_us_per_rule_check']:.1f} | "
-            f"{r['bridge_cpu_us_per_check']:.1f} | {num(r['batch_size'], '.2f')} | "
+            f"{num(ratio(r['redis_cpu_us_per_rule_check'], r.get('redis_set_us')), '.1f')} | "
+            f"{r['bridge_cpu_us_per_check']:.1f} | "
+            f"{num(ratio(r['bridge_cpu_us_per_check'], r.get('loadgen_cpu_us_per_check')), '.2f')} | "
+            f"{num(r['batch_size'], '.2f')} | "
             f"{means or 'none'} | "
             f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | "
             f"{num(r.get('bridge_p99_ms'), '.2f')} | {r['errors']} |")
@@ -335,6 +374,12 @@ is the filter's `checks_sent` per stream message.
 - **Redis CPU**: `used_cpu_sys + used_cpu_user` summed over the primaries; **bridge
   CPU**: `utime + stime` of the bridge process; deltas over the run per answered check
   (per rule-check: divided by {f['rules_per_check']} more).
+- **Baselines side by side**, as this machine's speed varies (twofold within an hour, both
+  figures above moving together): **in SETs** is the Redis CPU per rule-check over
+  Valkey's CPU per plain pipelined `SET`, measured on the same server just before the
+  backend's runs; **in loadgen's** is the bridge's CPU per check over the load
+  generator's (its `getrusage`), which does the other end of the same HTTP/2 exchanges on
+  the same tokio stack.
 - **p50 / p99**: per exchange (per request through Envoy), as the load generator saw it.
   Everything shares this machine's two cores with it. **p99 in the bridge**: from the
   bridge's `exchange_seconds` histogram, an exchange read to answered (Redis included):

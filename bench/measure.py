@@ -7,6 +7,7 @@ process is a stack.Process stopped in `finally`.
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import time
@@ -123,6 +124,7 @@ def loadgen(workdir, name, urls, duration, concurrency=16, warmup=0.0, headers=(
         argv.append("--grpc")
     if connections != 1:
         argv += ["--connections", str(connections)]
+    before = children_cpu_seconds()
     proc = stack.Process(name, argv, workdir).start()
     try:
         code = proc.proc.wait(timeout=warmup + duration + 60)
@@ -131,7 +133,15 @@ def loadgen(workdir, name, urls, duration, concurrency=16, warmup=0.0, headers=(
     if code != 0 or not out.exists():
         raise RuntimeError(f"loadgen {name} failed ({code}):\n"
                            + Path(proc.log).read_text(errors="replace")[-2000:])
-    return json.loads(out.read_text())
+    # The only child reaped meanwhile is this loadgen (servers run on): its own CPU, a
+    # baseline of the same HTTP/2 and tokio work on the other end of every exchange.
+    return {**json.loads(out.read_text()), "cpu_s": children_cpu_seconds() - before}
+
+
+def children_cpu_seconds():
+    """User + system CPU of this process's children that ended and were waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def sent(result):

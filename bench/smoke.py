@@ -52,6 +52,10 @@ def fleet_row(r, at, expect):
                 "redis_cpu_us_per_rule_check", "bridge_cpu_us_per_check"):
         expect(r[key] is not None and r[key] > 0, f"{at}: {key} {r[key]}")
     expect(0 < r["p50"] <= r["p99"], f"{at}: percentiles {r['p50']}, {r['p99']}")
+    if "filter" not in r:
+        # The baselines beside a loadgen --grpc run (not the run through Envoy).
+        for key in ("loadgen_cpu_us_per_check", "redis_set_us"):
+            expect(r.get(key) is not None and r[key] > 0, f"{at}: {key} {r.get(key)}")
     for name, h in (r["bridge_batches"] or {}).items():
         expect(h["count"] > 0 and h["mean"] > 0, f"{at}: bridge batch histogram {name}: {h}")
     expect(r.get("bridge_p99_ms") is not None and r["bridge_p99_ms"] > 0,
