@@ -5,7 +5,7 @@
 //! (`deny_cache`), so that one an operator lifts (`ratelimit-bridge unblock`) is lifted
 //! everywhere.
 
-use crate::config_error::{err, ConfigError};
+use crate::error::{err, ConfigError};
 use crate::limit::parse_duration_ms;
 pub use ratelimit_protocol::Block;
 use serde::Deserialize;
