@@ -88,6 +88,12 @@ impl Config {
     }
 
     /// Parses and validates a plugin configuration.
+    ///
+    /// `#[inline]` so that the JSON deserializer's generic code is instantiated in the
+    /// crate that calls this, not here: in the filter, beside the same instantiations for
+    /// its JWT reader, one copy of each in the .wasm rather than one per crate (measured:
+    /// ratelimit.wasm 4.8 KB smaller than with `parse` and `load` instantiated here).
+    #[inline]
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
         let de = &mut serde_json::Deserializer::from_slice(json);
         let raw: RawConfig = match serde_path_to_error::deserialize(de) {
@@ -103,6 +109,9 @@ impl Config {
 }
 
 impl RawConfig {
+    /// `#[inline]` with `Config::parse`, whose `RawConfig` it takes apart: the drop code of
+    /// what is left is then made in the same crate as the rest of the parse.
+    #[inline]
     fn validate(self) -> Result<Config, ConfigError> {
         let backend = self.backend.validate()?;
         check_name("key_prefix", &self.key_prefix)?;

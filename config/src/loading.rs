@@ -18,7 +18,9 @@ pub enum Build {
     RedisCall,
 }
 
-/// The configuration `json` as `build` would load it, or why it refuses it.
+/// The configuration `json` as `build` would load it, or why it refuses it. `#[inline]`
+/// for `Config::parse`'s sake: see there.
+#[inline]
 pub fn load(json: &[u8], build: Build) -> Result<Config, ConfigError> {
     let config = Config::parse(json)?;
     config.backend.check_build(build == Build::RedisCall)?;
