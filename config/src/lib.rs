@@ -2,8 +2,9 @@
 //! gateway is given, parsed and validated all-or-nothing into the form the filter runs on;
 //! the limits in the token bucket's exact units; and the bucket keys, made in one place so
 //! that the bridge's `usage`, overrides and `check-config` name and judge exactly what the
-//! gateways do. Nothing here runs a request: it is what the filter's runtime reads, and
-//! what the bridge links instead of the whole filter.
+//! gateways do. No state, no host, no I/O: the filter's runtime reads what is here (and
+//! calls its pure functions, keys and paths, per request), and the bridge links it instead
+//! of the whole filter.
 //!
 //! # Layout
 //!
