@@ -17,8 +17,10 @@
 //! bridge is asked again (a blocked client costs a worker one check a second at most); its
 //! `Retry-After` still counts down to the block's end.
 //!
-//! Bounded: at most `cap` entries per worker. When it is full, expired entries go first,
-//! then the eighth that expires soonest, so inserting stays cheap under a flood of keys.
+//! Bounded: at most `cap` entries per worker (`deny_cache_entries`, whose default and
+//! ceiling are the configuration's: `ratelimit_config::options`). When it is full, expired
+//! entries go first, then the eighth that expires soonest, so inserting stays cheap under
+//! a flood of keys.
 
 use hashbrown::HashMap;
 use ratelimit_config::limit::Limit;
