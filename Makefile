@@ -104,11 +104,12 @@ test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules te
 test-unit: setup build
 	$(CARGO) test --workspace
 
-# The filter's unit tests compiled to wasm32-wasip1, run by the harness's WASI runner.
+# The unit tests of the filter and of the configuration it compiles in, compiled to
+# wasm32-wasip1, run by the harness's WASI runner.
 test-wasm: .rust-target
 	$(CARGO) build -p wasmtime-harness --bin wasi-run
 	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
-		$(CARGO) test -p ratelimit-filter --target $(WASM_TARGET)
+		$(CARGO) test -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET)
 
 # The tests of what `package` writes and of the deploy/ manifests, which need no Envoy:
 # the packages and the bridge's image read back as the hosts read them (the image also run
@@ -128,13 +129,14 @@ test-rules: $(PROM_STAMP)
 test-e2e: setup build
 	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
 
-## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32)
+## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
+## filter and the configuration it compiles in)
 lint: .rust-target
 	$(PYTHON) tools/layers.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
+	$(CARGO) clippy -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call \
 		--target-dir $(REDIS_TARGET_DIR) -- -D warnings
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings

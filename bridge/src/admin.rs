@@ -14,7 +14,7 @@ use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use hyper::header::HeaderMap;
 use hyper::{Method, StatusCode};
-use ratelimit_filter::config::Config;
+use ratelimit_config::config::Config;
 use serde_json::Value;
 
 /// Where the admin endpoints live.

@@ -13,7 +13,7 @@ use crate::store::{Store, StoreOptions};
 use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use clap::{Args, Subcommand, ValueEnum};
-use ratelimit_filter::loading::{self, Build};
+use ratelimit_config::loading::{self, Build};
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;

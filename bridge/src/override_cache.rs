@@ -46,7 +46,7 @@ impl OverrideCache {
 mod tests {
     use super::*;
     use crate::overrides::{Override, Target};
-    use ratelimit_filter::limit::Limit;
+    use ratelimit_config::limit::Limit;
 
     #[test]
     fn a_table_is_applied_while_fresh_only() {

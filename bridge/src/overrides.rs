@@ -15,9 +15,8 @@
 
 use crate::check::{Check, RuleSpec};
 use crate::keyspace::is_name;
-use ratelimit_filter::identity;
-use ratelimit_filter::limit::{parse_duration_ms, Limit};
-use ratelimit_filter::rules::bucket_key;
+use ratelimit_config::keys::{self, bucket_key};
+use ratelimit_config::limit::{parse_duration_ms, Limit};
 use ratelimit_protocol::Overridden;
 use std::collections::HashMap;
 
@@ -67,7 +66,7 @@ impl Target {
         }
         let escaped = values
             .iter()
-            .map(|v| identity::typed(v).ok_or_else(|| format!("value {v:?} is empty")))
+            .map(|v| keys::typed(v).ok_or_else(|| format!("value {v:?} is empty")))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Target {
             prefix: prefix.into(),

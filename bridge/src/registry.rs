@@ -11,7 +11,7 @@
 use crate::override_cache::REFRESH_EVERY;
 use crate::overrides::{self, index_key, record_key, Override, Table, Target};
 use crate::store::Store;
-use ratelimit_filter::limit::Limit;
+use ratelimit_config::limit::Limit;
 
 /// The script that writes and removes overrides.
 pub const OVERRIDES_LUA: &str = include_str!("../../lua/overrides.lua");

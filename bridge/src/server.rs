@@ -21,7 +21,7 @@ use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use ratelimit_filter::config::Config as Plugin;
+use ratelimit_config::config::Config as Plugin;
 use ratelimit_protocol::{GRPC_METHOD, GRPC_SERVICE, MAX_BODY, PATH};
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,14 +1,15 @@
 //! What a client has left of a rule, without spending any of it: the operator's view of a
 //! bucket (`ratelimit-bridge usage`, `GET /admin/usage`). The plugin configuration is read
-//! by the filter's own parser and the key made by the filter's own code from the values an
-//! operator types (`alice`), so usage names exactly the bucket a gateway checks. The
-//! bucket is read by the script's `peek` mode with a cost of 0: nothing is taken or written,
-//! and the answer is the level now (whole tokens) and when the bucket is full again.
+//! by the filter's own parser and the key made by the filter's own code (`ratelimit-config`)
+//! from the values an operator types (`alice`), so usage names exactly the bucket a gateway
+//! checks. The bucket is read by the script's `peek` mode with a cost of 0: nothing is
+//! taken or written, and the answer is the level now (whole tokens) and when the bucket is
+//! full again.
 
 use crate::overrides::{overridden, Table, Target};
 use crate::registry;
 use crate::store::Store;
-use ratelimit_filter::config::Config;
+use ratelimit_config::config::Config;
 use ratelimit_protocol::RuleSpec;
 use serde_json::{json, Value};
 use std::path::Path;

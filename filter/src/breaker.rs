@@ -1,33 +1,9 @@
 //! A circuit breaker per worker: after a run of backend failures the filter stops calling
 //! out for a growing interval and applies the failure mode at once, so a dead backend adds
-//! no latency; one probe at a time tests whether it is back.
+//! no latency; one probe at a time tests whether it is back. When it opens and for how long
+//! is the configuration's `circuit_breaker` (`ratelimit_config::options::BreakerConfig`).
 
-use serde::Deserialize;
-
-/// When to open and for how long.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct BreakerConfig {
-    /// Consecutive failures that open the breaker; 0 turns it off.
-    pub failures: u32,
-    /// First open interval; each failed probe doubles it, up to `max_open_ms`.
-    pub open_ms: u64,
-    /// Ceiling of the doubling; none (the default): `open_ms`, no doubling, so that a
-    /// worker probes every `open_ms` however long the outage and recovers within that of
-    /// the backend answering again (a doubling to 30 s kept gateways failing for 21 s
-    /// after Redis was back).
-    pub max_open_ms: Option<u64>,
-}
-
-impl Default for BreakerConfig {
-    fn default() -> Self {
-        BreakerConfig {
-            failures: 5,
-            open_ms: 1_000,
-            max_open_ms: None,
-        }
-    }
-}
+use ratelimit_config::options::BreakerConfig;
 
 /// What `allow` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 //! testable natively.
 
 use crate::breaker::{Breaker, Permit};
-use crate::config::{Config, FailureMode};
 use crate::counters::{Counter, RuleCounts};
 use crate::deny_cache::DenyCache;
 use crate::host::Proxy;
@@ -14,6 +13,8 @@ use crate::local;
 use crate::protocol::{self, CheckResult, RuleResult};
 use crate::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::rules::{self, PlannedRule, Unplanned};
+use ratelimit_config::config::Config;
+use ratelimit_config::options::FailureMode;
 
 /// State a worker keeps across its requests.
 #[derive(Debug)]

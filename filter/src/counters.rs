@@ -276,7 +276,7 @@ mod tests {
         PlannedRule {
             rule,
             key: format!("rl:{rule}"),
-            limit: crate::limit::Limit {
+            limit: ratelimit_config::limit::Limit {
                 requests: 1,
                 per_ms: 1_000,
                 burst: 1,

@@ -17,17 +17,14 @@
 //! bridge is asked again (a blocked client costs a worker one check a second at most); its
 //! `Retry-After` still counts down to the block's end.
 //!
-//! Bounded: at most `cap` entries per worker. When it is full, expired entries go first,
-//! then the eighth that expires soonest, so inserting stays cheap under a flood of keys.
+//! Bounded: at most `cap` entries per worker (`deny_cache_entries`, whose default and
+//! ceiling are the configuration's: `ratelimit_config::options`). When it is full, expired
+//! entries go first, then the eighth that expires soonest, so inserting stays cheap under
+//! a flood of keys.
 
-use crate::limit::Limit;
 use hashbrown::HashMap;
+use ratelimit_config::limit::Limit;
 
-/// Entries per worker by default (`deny_cache_entries`); each costs its key (at most
-/// `MAX_KEY_LEN` bytes, typically a few dozen) and about 80 bytes more.
-pub const DEFAULT_ENTRIES: u64 = 10_000;
-/// Most entries per worker that may be configured.
-pub const MAX_ENTRIES: u64 = 1_000_000;
 /// How long a worker trusts a block it learned from the bridge: a lifted block reaches
 /// every gateway within about this long.
 pub const BLOCK_TRUST_MS: u64 = 1_000;

@@ -2,21 +2,17 @@
 //!
 //! Every value that leaves this module is escaped to a small alphabet (so it can never
 //! forge a key separator or a Redis Cluster hash tag) and bounded in length (oversized
-//! values are replaced by a digest), before it becomes part of a Redis key. An identity a
-//! request carries but that cannot be told (repeated, an unreadable JWT) refuses the
+//! values are replaced by a digest), before it becomes part of a Redis key: escaped by
+//! `ratelimit_config::keys`, as the bridge escapes a value an operator types. An identity
+//! a request carries but that cannot be told (repeated, an unreadable JWT) refuses the
 //! request: it never exempts it from its rules.
 
-use crate::digest;
 use crate::host::{RequestView, Sole};
 use crate::jwt::{self, Reading};
-use crate::source::{Address, Forwarded, Source};
-use ratelimit_protocol::key;
+use ratelimit_config::keys::{escape, key_safe};
+use ratelimit_config::source::{Address, Forwarded, Source};
 use std::borrow::Cow;
-use std::fmt::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-
-/// Longest escaped value kept verbatim in a key; longer ones become a digest.
-pub use ratelimit_protocol::key::MAX_VALUE_LEN;
 
 /// An identity a request carries but whose value cannot be told. Such a request is refused
 /// (`400`), never let through: ignoring the identity would exempt it from every rule keyed
@@ -92,30 +88,6 @@ fn trimmed(bytes: &[u8]) -> &[u8] {
     bytes.trim_ascii()
 }
 
-/// A value as an operator types it (`alice`), made what a gateway makes of the same value
-/// in a header or a JWT claim: trimmed, escaped, a digest when long; `None` when empty.
-/// An address is typed as the gateway keys it (`198.51.100.4`, `2001:db8:1:2::/64`).
-pub fn typed(value: &str) -> Option<String> {
-    key_safe(trimmed(value.as_bytes())).map(Cow::into_owned)
-}
-
-/// `escape`d, borrowed when there is nothing to escape; `None` when empty.
-fn key_safe(bytes: &[u8]) -> Option<Cow<'_, str>> {
-    if bytes.is_empty() {
-        return None;
-    }
-    let verbatim = bytes.len() <= MAX_VALUE_LEN && bytes.iter().all(|&b| is_key_safe(b));
-    match std::str::from_utf8(bytes) {
-        Ok(text) if verbatim => Some(Cow::Borrowed(text)),
-        _ => Some(Cow::Owned(escape(bytes))),
-    }
-}
-
-/// A byte a key carries as it is: `[A-Za-z0-9._@+=!~-]` (the keys' grammar, `key`).
-fn is_key_safe(b: u8) -> bool {
-    key::is_safe_byte(b)
-}
-
 fn parse_ip(text: &[u8]) -> Option<IpAddr> {
     let text = std::str::from_utf8(text).ok()?.trim();
     text.parse::<IpAddr>()
@@ -166,24 +138,6 @@ fn forwarded_ip(req: &impl RequestView, forwarded: Forwarded) -> Option<IpAddr> 
         .flat_map(|copy| copy.split(|&b| b == b',').rev())
         .nth(hops.checked_sub(1)? + skip)?;
     parse_ip(entry)
-}
-
-/// Percent-escapes everything but `[A-Za-z0-9._@+=!~-]`; values longer than
-/// `MAX_VALUE_LEN` once escaped become `#` and the SHA-256 of the raw bytes in hex (`#` is
-/// itself escaped, so a digest never equals a verbatim value): a value of `key`'s grammar.
-pub fn escape(raw: &[u8]) -> String {
-    let mut out = String::with_capacity(raw.len().min(MAX_VALUE_LEN));
-    for &b in raw {
-        if is_key_safe(b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-        if out.len() > MAX_VALUE_LEN {
-            return format!("{}{}", key::DIGEST_MARK, digest::sha256_hex(raw));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

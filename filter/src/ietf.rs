@@ -2,8 +2,8 @@
 //! 2026), emitted with `headers.ietf_draft`: `RateLimit-Policy` and `RateLimit`, both
 //! structured-field Lists of String Items (RFC 9651).
 
-use crate::config::Config;
 use crate::shown::Shown;
+use ratelimit_config::config::Config;
 use ratelimit_protocol::push_u64;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11, section 3): a structured

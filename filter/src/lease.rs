@@ -9,64 +9,21 @@
 //! at a time, so a worker never holds more than `tokens` of one bucket (plus what is left
 //! of a lease that lacked one request's cost).
 //!
+//! What a rule's `lease` may say is `ratelimit_config::lease`; this is what a worker does
+//! with one.
+//!
 //! A lease down to less than half its `tokens` is topped up in the background: an ask of
 //! its own, for what it lacks, that no request waits for. A hot bucket's requests are then
 //! all admitted from the lease, none waiting for an ask.
 
-use crate::backend::MAX_TIMEOUT_MS;
-use crate::config_error::{err, ConfigError};
-use crate::limit::{parse_duration_ms, Limit};
 use hashbrown::HashMap;
+use ratelimit_config::backend::MAX_TIMEOUT_MS;
+use ratelimit_config::lease::LeasePolicy;
+use ratelimit_config::limit::Limit;
 use ratelimit_protocol::RuleResult;
-use serde::Deserialize;
 
 /// Buckets a worker tracks for leases (held, asked for, or seen once within their ttl).
 pub const MAX_ENTRIES: usize = 10_000;
-/// Longest lease.
-pub const MAX_TTL_MS: u64 = 60_000;
-/// A lease's life by default.
-pub const DEFAULT_TTL_MS: u64 = 1_000;
-
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawLease {
-    tokens: u64,
-    ttl: Option<String>,
-}
-
-/// A rule's lease: how many tokens to ask for beyond the cost, and for how long to hold them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeasePolicy {
-    pub tokens: u64,
-    pub ttl_ms: u64,
-}
-
-impl RawLease {
-    pub(crate) fn validate(self, field: &str, limit: &Limit) -> Result<LeasePolicy, ConfigError> {
-        if !(1..=limit.burst).contains(&self.tokens) {
-            return err(
-                format!("{field}.tokens"),
-                format!("must be 1 to the burst ({})", limit.burst),
-            );
-        }
-        let ttl_ms = match self.ttl.as_deref() {
-            None => DEFAULT_TTL_MS,
-            Some(text) => match parse_duration_ms(text) {
-                Some(ms) if ms <= MAX_TTL_MS => ms,
-                _ => {
-                    return err(
-                        format!("{field}.ttl"),
-                        format!("{text:?} is not a duration like 500ms or 2s, of at most 1m"),
-                    )
-                }
-            },
-        };
-        Ok(LeasePolicy {
-            tokens: self.tokens,
-            ttl_ms,
-        })
-    }
-}
 
 /// Tokens to give back to a bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]

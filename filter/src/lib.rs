@@ -1,5 +1,9 @@
 //! ratelimit.wasm: global token-bucket rate limiting for Envoy, Istio, Kong and Higress.
 //!
+//! The configuration (its types, parser and validation, limits, bucket keys) is the
+//! `ratelimit-config` crate, which the bridge shares; this crate is the runtime that reads
+//! it.
+//!
 //! # Layout
 //!
 //! Bottom to top: each module uses only modules listed before it, tests aside
@@ -10,22 +14,13 @@
 //!   that the glue implements over the ABI and the unit tests over `fakes`.
 //! - `header_map`: the ABI's serialized header map, every value of every header, read in
 //!   place.
-//! - `digest`: SHA-256, wherever hostile bytes must be shortened into a name.
 //! - `jwt`: one claim out of a JWT payload, trusting nothing about its shape.
-//! - `config_error`: the error every part of the configuration reports (field and problem).
-//! - `limit`: a rule's quota, in the exact integer units of the token bucket.
-//! - `backend`: the `backend` section: the bridge (gRPC or HTTP) or Redis itself.
-//! - `source`: the `identity` section: where each value comes from, whether it is trusted.
-//! - `path`: the one normal form rules match request paths in.
-//! - `matcher`: a rule's `match`: paths, and methods as the upstream serves them.
-//! - `scope`: Higress's `matchRules` (`_rules_`): which entry's rules a request takes.
-//! - `block`: a rule's `block`, blocking repeat offenders.
+//! - `matcher`: whether a rule's `match` covers a request: paths, and methods as the
+//!   upstream serves them.
+//! - `scope`: which of Higress's `matchRules` entries (`_rules_`) a request falls in.
 //! - `breaker`: the circuit breaker, one per worker.
 //! - `deny_cache`: buckets known to lack a cost, and blocked clients, per worker.
-//! - `lease`: a rule's `lease` and a worker's leases of hot buckets.
-//! - `config`: the whole plugin configuration, parsed and validated all-or-nothing.
-//! - `loading`: what a gateway accepts as its configuration, and the words it refuses one
-//!   with (`ratelimit-bridge check-config` says the same).
+//! - `lease`: a worker's leases of hot buckets.
 //! - `identity`: who is calling: hostile request data into bounded, key-safe values.
 //! - `rules`: which rules apply to a request, and the bucket each checks (`rules::plan`).
 //! - `protocol`: the filter's side of the wire format: a planned check as one line.
@@ -46,15 +41,10 @@
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.
 
-pub mod backend;
-pub mod block;
 pub mod breaker;
 pub mod check;
-pub mod config;
-pub mod config_error;
 pub mod counters;
 pub mod deny_cache;
-pub mod digest;
 pub mod exchange;
 #[cfg(test)]
 pub(crate) mod fakes;
@@ -64,18 +54,14 @@ pub mod identity;
 pub mod ietf;
 pub mod jwt;
 pub mod lease;
-pub mod limit;
-pub mod loading;
 pub mod local;
 pub mod matcher;
-pub mod path;
 pub mod protocol;
 pub mod redis_call;
 pub mod response;
 pub mod rules;
 pub mod scope;
 pub mod shown;
-pub mod source;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

@@ -17,11 +17,11 @@
 //! two workers at the same instant may lose one take (shared data has no create-if-absent),
 //! admitting one extra request once.
 
-use crate::config::LocalOptions;
-use crate::digest;
 use crate::host::SharedData;
 use crate::protocol::RuleResult;
 use crate::rules::PlannedRule;
+use ratelimit_config::digest;
+use ratelimit_config::options::LocalOptions;
 use ratelimit_protocol::{Level, Shape};
 
 /// Compare-and-swap attempts before giving up on a contended bucket.
@@ -177,9 +177,9 @@ fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_BUCKETS;
     use crate::fakes::FakeShared;
-    use crate::limit::Limit;
+    use ratelimit_config::limit::Limit;
+    use ratelimit_config::options::DEFAULT_BUCKETS;
 
     fn share(share: f64) -> LocalOptions {
         LocalOptions {

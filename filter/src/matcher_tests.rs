@@ -1,9 +1,9 @@
 //! Methods as the upstream serves them: `HEAD` is a `GET`, a method in any case is that
 //! method, and a method-override header the configuration names is honoured.
 
-use crate::config::Config;
 use crate::fakes::FakeRequest;
 use crate::rules::plan;
+use ratelimit_config::config::Config;
 
 /// One rule on `methods` (per IP), `extra` at the top level of the configuration.
 fn config(methods: &str, extra: &str) -> Config {
@@ -86,39 +86,4 @@ fn a_method_override_the_configuration_names_is_the_method() {
         &posts,
         &post().with("x-http-method-override", "GET")
     ));
-}
-
-#[test]
-fn method_override_names_are_checked_at_load() {
-    let rule = r#""rules": [{"name": "r", "limit": {"requests": 1, "per": "1s"}}]"#;
-    let refused = |value: &str| {
-        let json =
-            format!(r#"{{"backend": {{"cluster": "b"}}, {rule}, "method_override": {value}}}"#);
-        Config::parse(json.as_bytes())
-            .err()
-            .map(|e| (e.field, e.problem))
-    };
-    let at = |value: &str| refused(value).map(|(field, _)| field);
-    assert_eq!(
-        at(r#"["x-a", "x b"]"#).as_deref(),
-        Some("method_override[1]")
-    );
-    assert_eq!(at(r#"[":method"]"#).as_deref(), Some("method_override[0]"));
-    assert_eq!(
-        at(r#"["X-A", "x-a"]"#).as_deref(),
-        Some("method_override[1]")
-    );
-    let nine = format!("[{}]", ["\"h\""; 9].join(","));
-    assert_eq!(at(&nine).as_deref(), Some("method_override"));
-    assert_eq!(
-        refused(r#"["x-a", "x-a"]"#)
-            .map(|(_, problem)| problem)
-            .as_deref(),
-        Some("\"x-a\" is listed twice")
-    );
-    assert_eq!(
-        refused(r#"["x y"]"#).map(|(_, problem)| problem).as_deref(),
-        Some("\"x y\" is not a valid header name")
-    );
-    assert_eq!(refused("[]"), None);
 }

@@ -1,8 +1,8 @@
 //! The filter's side of the wire format (specified in the `ratelimit-protocol` crate): a
 //! planned check becomes one line of an exchange's batch.
 
-use crate::limit::Limit;
 use crate::rules::PlannedRule;
+use ratelimit_config::limit::Limit;
 pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,
     GRPC_SERVICE, MAX_REPLY_LEN, PATH,
@@ -48,7 +48,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Limit;
+    use ratelimit_config::limit::Limit;
 
     fn planned(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> PlannedRule {
         let limit = Limit {

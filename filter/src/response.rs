@@ -1,9 +1,9 @@
 //! What the client sees: rate-limit headers, the 429 reply, the failure-mode 503.
 
-use crate::config::Config;
 use crate::identity::{self, BadIdentity};
 use crate::ietf;
 pub use crate::shown::Shown;
+use ratelimit_config::config::Config;
 use ratelimit_protocol::u64_digits;
 
 /// A reply the filter sends itself instead of forwarding the request.

@@ -1,22 +1,17 @@
-//! Which rules apply to a request, and the bucket each of them checks.
+//! Which rules apply to a request, and the bucket each of them checks (its key made by
+//! `ratelimit_config::keys::bucket_key`, as the bridge makes it).
 
-use crate::block::Block;
-use crate::config::{Config, Missing, Rule, MAX_NAME_LEN};
-use crate::digest;
 use crate::host::RequestView;
 use crate::identity::{self, BadIdentity};
-use crate::limit::Limit;
-use crate::matcher::Methods;
-use crate::path;
+use crate::matcher::{self, Methods};
 use crate::scope;
-use ratelimit_protocol::key::{DIGEST_MARK, SEPARATOR};
-use ratelimit_protocol::MAX_KEY_LEN;
+use ratelimit_config::config::Config;
+use ratelimit_config::keys::bucket_key;
+use ratelimit_config::limit::Limit;
+use ratelimit_config::path;
+use ratelimit_config::source::Missing;
+use ratelimit_protocol::Block;
 use std::borrow::Cow;
-
-/// Length of a key whose identity values were replaced by their digest: `prefix:rule:#`
-/// and 64 hex digits. It must fit the bridge's bound, whatever the names.
-const DIGESTED_KEY_LEN: usize = MAX_NAME_LEN + 1 + MAX_NAME_LEN + 2 + 64;
-const _: () = assert!(DIGESTED_KEY_LEN <= MAX_KEY_LEN);
 
 /// One bucket to check for the current request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +81,7 @@ pub fn plan(
     };
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
-        if rule.scope != scope || !rule.matcher.matches(&methods, &path) {
+        if rule.scope != scope || !matcher::matches(&rule.matcher, &methods, &path) {
             continue;
         }
         resolve(config, req, &mut values, &rule.key)?;
@@ -138,49 +133,6 @@ fn resolve<'r>(
         }
     }
     Ok(())
-}
-
-/// The Redis key of the bucket of rule `rule` (under `prefix`) for a client whose identity
-/// values, escaped as `identity` makes them, are `values` (one per identity of the rule's
-/// key, in order): `prefix:rule[:value...]`. The one place keys are made: the filter's
-/// planning, and the bridge's `usage` and overrides, which must name the same buckets. Its
-/// keys are those of the grammar the bridge holds every check to (`ratelimit_protocol::key`).
-///
-/// Bounded by construction: past `MAX_KEY_LEN`, the values are replaced by `#` and the
-/// SHA-256 of them all. Values are escaped and never hold `:` or `#`, so the joined values
-/// are unambiguous and a digested key never equals a verbatim one (a rule's verbatim keys
-/// have one component per identity; a rule of one identity never needs the digest).
-pub fn bucket_key(
-    prefix: &str,
-    rule: &str,
-    values: impl IntoIterator<Item = impl AsRef<str>>,
-) -> String {
-    let head = prefix.len() + 1 + rule.len();
-    let mut key = String::with_capacity(head + 64);
-    key.push_str(prefix);
-    key.push(SEPARATOR);
-    key.push_str(rule);
-    for value in values {
-        key.push(SEPARATOR);
-        key.push_str(value.as_ref());
-    }
-    if key.len() <= MAX_KEY_LEN {
-        return key;
-    }
-    let hex = digest::sha256_hex(key.as_bytes().get(head + 1..).unwrap_or_default());
-    key.truncate(head);
-    key.push(SEPARATOR);
-    key.push(DIGEST_MARK);
-    key.push_str(&hex);
-    key
-}
-
-impl Rule {
-    /// The limit for a client of `tier` (none, or one the rule does not name: its limit).
-    pub fn limit_for(&self, tier: Option<&str>) -> Limit {
-        tier.and_then(|t| self.tiers.iter().find(|(name, _)| name == t))
-            .map_or(self.limit, |(_, limit)| *limit)
-    }
 }
 
 #[cfg(test)]

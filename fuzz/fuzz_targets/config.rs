@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::config::Config;
+use ratelimit_config::config::Config;
 use ratelimit_filter::protocol::encode_check;
 use ratelimit_filter::rules::plan;
 use ratelimit_fuzz::Request;

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::config::{Address, Forwarded, Source};
+use ratelimit_config::source::{Address, Forwarded, Source};
 use ratelimit_filter::host::{RequestView, Sole};
 use ratelimit_filter::identity::{resolve, BadIdentity, Problem};
 use ratelimit_fuzz::{bearer, payload, Request};

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::path::normalize;
+use ratelimit_config::path::normalize;
 
 fuzz_target!(|raw: &[u8]| {
     let normal = normalize(raw);

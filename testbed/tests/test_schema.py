@@ -3,7 +3,7 @@
 schema/ratelimit.schema.json is what Kong validates a filter configuration with
 (`config_schema` in dist/kong/ratelimit.meta.json) and what editors can check a
 configuration against; it is only worth having if it says what the parser says. Both judge
-the same corpus, schema/cases.json: the parser in filter/src/config_cases_tests.rs, the
+the same corpus, schema/cases.json: the parser in config/src/config_cases_tests.rs, the
 schema here, each against the corpus's labels, so they agree with each other. A case the
 schema cannot judge is labelled `parser-only` and must stay accepted by the schema (if the
 schema learns to refuse it, relabel it `invalid`)."""
@@ -47,7 +47,7 @@ def test_the_schema_gives_every_case_its_label():
         elif label not in ("valid", "invalid", "parser-only"):
             wrong.append(f"case {case['name']!r} has the unknown label {label!r}")
     assert not wrong, ("the schema disagrees with schema/cases.json (the parser is judged by "
-                       "filter/src/config_cases_tests.rs):\n" + "\n".join(wrong))
+                       "config/src/config_cases_tests.rs):\n" + "\n".join(wrong))
 
 
 def test_every_case_has_a_unique_name_and_parser_only_cases_say_why():

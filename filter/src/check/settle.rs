@@ -3,9 +3,9 @@
 
 use super::{Admission, Verdict, Worker};
 use crate::breaker::Failure;
-use crate::config::Config;
 use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
+use ratelimit_config::config::Config;
 
 /// Decodes a callout's reply to checks of `rule_counts` rules each; the error says why the
 /// whole callout is unusable.

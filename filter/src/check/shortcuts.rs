@@ -3,13 +3,13 @@
 //! answers.
 
 use super::{Admission, Outcome, Verdict, Worker};
-use crate::config::Config;
 use crate::counters::Counter;
 use crate::deny_cache::{self, DenyCache, Reason};
 use crate::lease::Leases;
 use crate::protocol::{self, RuleResult};
 use crate::response::{self, LocalReply, Shown};
 use crate::rules::PlannedRule;
+use ratelimit_config::config::Config;
 
 impl Admission {
     /// The reply the deny cache knows for this request, if any of its buckets is known to

@@ -3,12 +3,12 @@
 
 use super::abi;
 use crate::check::{Outcome, Verdict};
-use crate::config::Config;
 use crate::counters::{self, Counter, Counters, RuleCounts, PER_RULE};
 use crate::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::protocol;
 use proxy_wasm::types::BufferType;
+use ratelimit_config::config::Config;
 use std::cell::{OnceCell, RefCell};
 
 /// The current (effective) context's request, the clock and shared data.

@@ -5,13 +5,13 @@
 use super::abi;
 use super::host::{carry_out, Metrics, ProxyHost, RuleMetrics};
 use super::transport;
-use crate::backend::Transport;
 use crate::check::{conclude_exchange, Admission, Concluding, Verdict, Worker};
-use crate::config::Config;
 use crate::exchange::{Exchanges, Member, NO_REQUEST};
 use crate::host::Proxy;
 use crate::protocol::{self, CheckResult};
 use hashbrown::HashMap;
+use ratelimit_config::backend::Transport;
+use ratelimit_config::config::Config;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;

@@ -9,9 +9,9 @@
 
 use super::hub::{carry_out_all, Hub};
 use super::redis_host;
-use crate::backend::Backend;
 use crate::redis_call::{decode_reply, is_noscript, Invoke};
 use hashbrown::HashMap;
+use ratelimit_config::backend::Backend;
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 

@@ -3,9 +3,9 @@
 //! service, sending a script call, reading its reply. Below the hub, which sends through
 //! them; `redis` routes the replies back up to it.
 
-use crate::backend::Backend;
 use crate::redis_call::{script_query, Invoke};
 use hashbrown::HashMap;
+use ratelimit_config::backend::Backend;
 use ratelimit_protocol::MAX_REPLY_LEN;
 use std::cell::RefCell;
 

@@ -4,10 +4,10 @@
 use super::abi;
 use super::host::{callout_reply, carry_out, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Parked, Shared, Verdicts};
-use crate::backend::Transport;
 use crate::check::{decode_callout, Admission, Start, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
+use ratelimit_config::backend::Transport;
 use std::rc::Rc;
 
 /// Where a request's check stands.

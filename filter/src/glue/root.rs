@@ -7,14 +7,14 @@ use super::host::{callout_reply, Metrics, ProxyHost};
 use super::hub::{carry_out_all, with_worker, Hub, Shared};
 use super::request::{Phase, Request};
 use super::transport;
-use crate::backend::Transport;
 use crate::check::{decode_callout, Admission};
-use crate::config::Config;
 use crate::host::Proxy;
-use crate::loading::{self, Build};
 use crate::protocol;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
+use ratelimit_config::backend::Transport;
+use ratelimit_config::config::Config;
+use ratelimit_config::loading::{self, Build};
 use std::rc::Rc;
 use std::time::Duration;
 

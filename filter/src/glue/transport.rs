@@ -7,10 +7,10 @@
 //! worker. Opening goes through the SDK, which must learn the token to route the replies.
 
 use super::abi;
-use crate::backend::{Backend, Transport};
 use crate::protocol::{self, GRPC_METHOD, GRPC_SERVICE, MAX_REPLY_LEN};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, Status};
+use ratelimit_config::backend::{Backend, Transport};
 use ratelimit_protocol::MAX_ID_LINE;
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! A minimal WASI runner on the harness's wasmtime, usable as the cargo runner of
-//! `wasm32-wasip1`, so the filter's unit tests also run as 32-bit wasm:
+//! `wasm32-wasip1`, so the unit tests of the filter and of its configuration also run as
+//! 32-bit wasm:
 //!
-//! `CARGO_TARGET_WASM32_WASIP1_RUNNER=target/debug/wasi-run cargo test -p ratelimit-filter --target wasm32-wasip1`
+//! `CARGO_TARGET_WASM32_WASIP1_RUNNER=target/debug/wasi-run cargo test -p ratelimit-config -p ratelimit-filter --target wasm32-wasip1`
 //!
 //! Arguments and environment pass through; stdout and stderr are the real ones; the guest's
 //! `proc_exit` code becomes this process's exit code.
@@ -32,9 +33,14 @@ fn main() -> ExitCode {
         ..HostState::default()
     };
     // A test binary of the filter exports proxy-wasm's `_initialize` as well as `_start`:
-    // `Host::with_state` runs the former, `main` is the latter.
+    // `Host::with_state` runs the former, `main` is the latter. One without `_initialize`
+    // (the configuration's) is a plain command, whose `_start` `with_state` ran already: a
+    // second would trap (wasi-libc's `_start` runs once).
     let run =
-        Host::with_state(&wasm, state).and_then(|mut host| host.call::<(), ()>("_start", 0, ()));
+        Host::with_state(&wasm, state).and_then(|mut host| match host.exports("_initialize") {
+            true => host.call::<(), ()>("_start", 0, ()).map(drop),
+            false => Ok(()),
+        });
     match run {
         Ok(_) | Err(HarnessError::Exit(0)) => ExitCode::SUCCESS,
         Err(HarnessError::Exit(code)) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -1,5 +1,7 @@
-//! The one digest of the filter: SHA-256, wherever hostile bytes must be shortened into a
-//! name (an oversized identity value, a key past the bridge's bound, a local-mode slot).
+//! The one digest of the filter and its configuration: SHA-256, wherever hostile bytes must
+//! be shortened into a name (an oversized identity value, a key past the bridge's bound,
+//! the filter's local-mode slot). Here, beside the keys that need it, so that the bridge
+//! digests a value an operator types exactly as a gateway does.
 //!
 //! Collision resistance matters: a client that could choose two values with one digest
 //! would share (and drain) another client's bucket.

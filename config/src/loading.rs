@@ -1,9 +1,10 @@
 //! What a gateway accepts as its plugin configuration, and the words it refuses one with:
-//! one decision for the gateway (`glue::root`) and for `ratelimit-bridge check-config`, so
-//! that a pipeline that checks a configuration offline sees exactly the line the gateway
-//! would log.
+//! one decision for the gateway (the filter's `glue::root`) and for `ratelimit-bridge
+//! check-config`, so that a pipeline that checks a configuration offline sees exactly the
+//! line the gateway would log.
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
+use crate::error::ConfigError;
 
 /// How a gateway's log line about a refused configuration begins.
 pub const REFUSED: &str = "invalid plugin configuration";
@@ -17,7 +18,9 @@ pub enum Build {
     RedisCall,
 }
 
-/// The configuration `json` as `build` would load it, or why it refuses it.
+/// The configuration `json` as `build` would load it, or why it refuses it. `#[inline]`
+/// for `Config::parse`'s sake: see there.
+#[inline]
 pub fn load(json: &[u8], build: Build) -> Result<Config, ConfigError> {
     let config = Config::parse(json)?;
     config.backend.check_build(build == Build::RedisCall)?;

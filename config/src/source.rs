@@ -5,7 +5,7 @@
 //! unverified JWT) must never pick a client's tier, and IPv6 clients are keyed on a prefix
 //! so that rotating addresses inside one allocation does not dodge per-IP rules.
 
-use crate::config_error::{err, ConfigError};
+use crate::error::{err, ConfigError};
 use serde::Deserialize;
 
 /// The prefix IPv6 clients are keyed on by default: the /64 a single site or subscriber

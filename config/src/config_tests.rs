@@ -1,5 +1,10 @@
 use super::*;
-use crate::fakes::EXAMPLE;
+use crate::backend::Transport;
+use crate::options::FailureMode;
+use crate::source::{Address, Forwarded, Source};
+
+/// The configuration the README and docs/configuration.md show.
+const EXAMPLE: &str = include_str!("../../filter/example-config.json");
 
 fn refused(json: &str) -> ConfigError {
     match Config::parse(json.as_bytes()) {
@@ -43,7 +48,7 @@ fn defaults_apply_when_fields_are_omitted() {
     assert_eq!(c.failure_mode, FailureMode::Closed);
     assert_eq!(c.key_prefix, "rl");
     assert_eq!(c.backend.timeout_ms, 25);
-    assert_eq!(c.backend.transport, crate::backend::Transport::Grpc);
+    assert_eq!(c.backend.transport, Transport::Grpc);
     assert_eq!(c.backend.max_inflight, 1);
     assert_eq!(c.rules[0].cost, 1);
     assert_eq!(c.rules[0].matcher, Matcher::default());

@@ -2,10 +2,10 @@
 //! a client denied `after` times within `within` is refused on every gateway for `for`,
 //! without taking tokens. The state lives in Redis, in the bucket's own value, set by the
 //! same script call that denies; each worker trusts a block it learned for a second at most
-//! (`deny_cache`), so that one an operator lifts (`ratelimit-bridge unblock`) is lifted
-//! everywhere.
+//! (the filter's `deny_cache`), so that one an operator lifts (`ratelimit-bridge unblock`)
+//! is lifted everywhere.
 
-use crate::config_error::{err, ConfigError};
+use crate::error::{err, ConfigError};
 use crate::limit::parse_duration_ms;
 pub use ratelimit_protocol::Block;
 use serde::Deserialize;

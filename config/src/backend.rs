@@ -2,7 +2,7 @@
 //! configuration. Either the bridge (`cluster`, over gRPC or HTTP) or, in the redis-call
 //! build for Higress, Redis itself (`redis`); one build speaks to one of them.
 
-use crate::config_error::{err, ConfigError};
+use crate::error::{err, ConfigError};
 use serde::Deserialize;
 
 /// Most exchanges a worker may keep in flight.
@@ -259,8 +259,9 @@ impl Backend {
 mod tests {
     use crate::backend::Transport;
     use crate::config::Config;
+    use crate::error::ConfigError;
 
-    fn parse(backend: &str) -> Result<Config, crate::config::ConfigError> {
+    fn parse(backend: &str) -> Result<Config, ConfigError> {
         let json = format!(
             r#"{{"backend": {backend}, "rules": [{{"name": "r", "key": [], "limit": {{"requests": 1, "per": "1s"}}}}]}}"#
         );

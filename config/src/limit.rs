@@ -5,7 +5,7 @@
 //! millisecond, where `num / den` is `requests / per_ms` reduced. Config validation keeps
 //! every quantity the Lua script handles below 2^53, the exact-integer range of its doubles.
 
-use crate::config_error::ConfigError;
+use crate::error::ConfigError;
 use ratelimit_protocol::gcd;
 use serde::Deserialize;
 

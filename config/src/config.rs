@@ -1,0 +1,197 @@
+//! The plugin configuration: the JSON users write, and the validated form the filter runs on.
+//!
+//! Parsing is all-or-nothing: `Config::parse` either returns a complete configuration or an
+//! error naming the offending field (`rules[2].limit.per: ...`), so a bad config is refused at
+//! load and never half-applied.
+
+use crate::backend::{Backend, RawBackend};
+use crate::error::{err, plain, ConfigError};
+use crate::keys::check_name;
+use crate::matcher::{method_overrides, Matcher};
+use crate::options::{self, BreakerConfig, FailureMode, HeaderOptions, LocalOptions, Mode};
+use crate::rule::{RawRule, Rule};
+use crate::scope::{RawScope, Scope, MAX_SCOPES};
+use crate::source::{Identity, RawIdentity};
+use ratelimit_protocol::MAX_RULES;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    backend: RawBackend,
+    #[serde(default)]
+    failure_mode: FailureMode,
+    #[serde(default = "default_prefix")]
+    key_prefix: String,
+    #[serde(default)]
+    identity: BTreeMap<String, RawIdentity>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+    /// Higress's matchRules (see `scope`).
+    #[serde(default, rename = "_rules_")]
+    scopes: Vec<RawScope<RawRule>>,
+    #[serde(default)]
+    headers: HeaderOptions,
+    local_share: Option<f64>,
+    local_buckets: Option<u64>,
+    #[serde(default)]
+    circuit_breaker: BreakerConfig,
+    #[serde(default = "default_deny_cache_entries")]
+    deny_cache_entries: u64,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    method_override: Vec<String>,
+}
+
+fn default_deny_cache_entries() -> u64 {
+    options::DEFAULT_DENY_CACHE_ENTRIES
+}
+
+fn default_prefix() -> String {
+    "rl".into()
+}
+
+/// The validated plugin configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub backend: Backend,
+    pub failure_mode: FailureMode,
+    pub key_prefix: String,
+    pub identities: Vec<Identity>,
+    /// The top-level rules, then each `_rules_` entry's (`Rule::scope`).
+    pub rules: Vec<Rule>,
+    /// Higress's matchRules: which routes or domains have rules of their own.
+    pub scopes: Vec<Scope>,
+    /// Some rule matches on `:method` or `:path`: only then are they read and the path
+    /// normalized, per request.
+    pub matches_requests: bool,
+    pub headers: HeaderOptions,
+    /// With `failure_mode: "local"`: the share of each limit enforced alone, and how many
+    /// buckets per rule clients hash into.
+    pub local: LocalOptions,
+    pub circuit_breaker: BreakerConfig,
+    /// Most entries of a worker's deny cache (0: off).
+    pub deny_cache_entries: u64,
+    /// The whole plugin is in shadow mode: every rule is.
+    pub shadow: bool,
+    /// Headers that name the method the upstream serves a request as, such as
+    /// `x-http-method-override` (lower case): a rule on methods matches those too.
+    pub method_override: Vec<String>,
+}
+
+impl Config {
+    /// The name of rule `index` (a `PlannedRule::rule`); empty for an index it has not.
+    pub fn rule_name(&self, index: usize) -> &str {
+        self.rules.get(index).map_or("", |r| r.name.as_str())
+    }
+
+    /// Parses and validates a plugin configuration.
+    ///
+    /// `#[inline]` so that the JSON deserializer's generic code is instantiated in the
+    /// crate that calls this, not here: in the filter, beside the same instantiations for
+    /// its JWT reader, one copy of each in the .wasm rather than one per crate (measured:
+    /// ratelimit.wasm 4.8 KB smaller than with `parse` and `load` instantiated here).
+    #[inline]
+    pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_slice(json);
+        let raw: RawConfig = match serde_path_to_error::deserialize(de) {
+            Ok(raw) => raw,
+            Err(e) => {
+                let path = e.path().to_string();
+                let field = if path == "." { "config".into() } else { path };
+                return err(field, plain(&e.into_inner().to_string()));
+            }
+        };
+        raw.validate()
+    }
+}
+
+impl RawConfig {
+    /// `#[inline]` with `Config::parse`, whose `RawConfig` it takes apart: the drop code of
+    /// what is left is then made in the same crate as the rest of the parse.
+    #[inline]
+    fn validate(self) -> Result<Config, ConfigError> {
+        let backend = self.backend.validate()?;
+        check_name("key_prefix", &self.key_prefix)?;
+        let local =
+            LocalOptions::validate(self.failure_mode, self.local_share, self.local_buckets)?;
+        let circuit_breaker = self.circuit_breaker.validate()?;
+        let deny_cache_entries = options::deny_cache_entries(self.deny_cache_entries)?;
+        let method_override = method_overrides(self.method_override)?;
+        let mut identities = Vec::with_capacity(self.identity.len());
+        for (name, raw) in self.identity {
+            let field = format!("identity.{name}");
+            check_name(&field, &name)?;
+            identities.push(raw.validate(name, &field)?);
+        }
+        let mut config = Config {
+            backend,
+            failure_mode: self.failure_mode,
+            key_prefix: self.key_prefix,
+            identities,
+            rules: Vec::new(),
+            scopes: Vec::new(),
+            matches_requests: false,
+            headers: self.headers,
+            local,
+            circuit_breaker,
+            deny_cache_entries,
+            shadow: self.mode == Mode::Shadow,
+            method_override,
+        };
+        if self.rules.is_empty() && self.scopes.is_empty() {
+            return err("rules", "at least one rule is needed");
+        }
+        config.add_rules("rules", self.rules, None)?;
+        if self.scopes.len() > MAX_SCOPES {
+            return err("_rules_", format!("at most {MAX_SCOPES} entries"));
+        }
+        for (i, raw) in self.scopes.into_iter().enumerate() {
+            let field = format!("_rules_[{i}]");
+            config.scopes.push(raw.scope(&field)?);
+            if raw.rules.is_empty() {
+                return err(format!("{field}.rules"), "at least one rule is needed");
+            }
+            config.add_rules(&format!("{field}.rules"), raw.rules, Some(i))?;
+        }
+        Ok(config)
+    }
+}
+
+impl Config {
+    /// Validates and adds one list of rules (the top-level `rules`, or a `_rules_` entry's).
+    /// Names are unique across all lists: they key the buckets and name the metrics.
+    fn add_rules(
+        &mut self,
+        field: &str,
+        raw: Vec<RawRule>,
+        scope: Option<usize>,
+    ) -> Result<(), ConfigError> {
+        if raw.len() > MAX_RULES {
+            return err(field, format!("at most {MAX_RULES} rules are supported"));
+        }
+        for (i, raw) in raw.into_iter().enumerate() {
+            let mut rule = raw.validate(&format!("{field}[{i}]"), &self.identities, self.shadow)?;
+            if self.rules.iter().any(|r| r.name == rule.name) {
+                return err(
+                    format!("{field}[{i}].name"),
+                    format!("{:?} is used twice", rule.name),
+                );
+            }
+            rule.scope = scope;
+            self.matches_requests |= rule.matcher != Matcher::default();
+            self.rules.push(rule);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "config_cases_tests.rs"]
+mod cases;

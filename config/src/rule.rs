@@ -1,0 +1,185 @@
+//! One rule of the configuration (`rules[]`, or a `_rules_` entry's): what it is keyed on,
+//! what it matches, its limit and tiers, and what it adds (a block, a lease, shadow mode),
+//! validated against the configuration's identities. A rule's name is checked here; that it
+//! is unique across all the lists is the whole configuration's to check (`config`).
+
+use crate::block::{BlockPolicy, RawBlock};
+use crate::error::{err, ConfigError};
+use crate::keys::check_name;
+use crate::lease::{LeasePolicy, RawLease};
+use crate::limit::{Limit, RawLimit};
+use crate::matcher::{Matcher, RawMatch};
+use crate::options::Mode;
+use crate::source::{Identity, Missing};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    name: String,
+    #[serde(default)]
+    key: Vec<String>,
+    #[serde(default, rename = "match")]
+    matcher: RawMatch,
+    limit: RawLimit,
+    #[serde(default = "default_cost")]
+    cost: u64,
+    #[serde(default)]
+    tiers: BTreeMap<String, RawLimit>,
+    #[serde(default = "default_tier_identity")]
+    tier_identity: String,
+    block: Option<RawBlock>,
+    lease: Option<RawLease>,
+    mode: Option<Mode>,
+    missing: Option<Missing>,
+}
+
+fn default_cost() -> u64 {
+    1
+}
+
+fn default_tier_identity() -> String {
+    "tier".into()
+}
+
+/// One validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub name: String,
+    /// Indexes into `Config::identities` whose values make up the bucket key.
+    pub key: Vec<usize>,
+    /// For each of `key`, what to do with a request that lacks it: the rule's `missing`,
+    /// else the identity's.
+    pub missing: Vec<Missing>,
+    pub matcher: Matcher,
+    pub limit: Limit,
+    /// Tokens one request takes.
+    pub cost: u64,
+    /// Index of the identity whose value selects a tier, when the rule has tiers.
+    pub tier_identity: Option<usize>,
+    /// Tier value → limit used instead of `limit` for clients of that tier.
+    pub tiers: Vec<(String, Limit)>,
+    /// Block clients denied too often.
+    pub block: Option<BlockPolicy>,
+    /// Lease tokens of a hot bucket to the worker.
+    pub lease: Option<LeasePolicy>,
+    /// Shadow mode (the rule's or the whole plugin's): never denies.
+    pub shadow: bool,
+    /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
+    pub scope: Option<usize>,
+}
+
+impl Rule {
+    /// The limit for a client of `tier` (none, or one the rule does not name: its limit).
+    /// The filter plans with it, and the bridge's `usage` reads a bucket with it.
+    pub fn limit_for(&self, tier: Option<&str>) -> Limit {
+        tier.and_then(|t| self.tiers.iter().find(|(name, _)| name == t))
+            .map_or(self.limit, |(_, limit)| *limit)
+    }
+}
+
+/// Position of the identity called `name`.
+fn identity_index(identities: &[Identity], name: &str) -> Option<usize> {
+    identities.iter().position(|i| i.name == name)
+}
+
+impl RawRule {
+    /// The rule at `field`, keyed on `identities` (the configuration's, by name); in shadow
+    /// mode if the whole plugin is (`plugin_shadow`) or the rule says so.
+    pub(crate) fn validate(
+        self,
+        field: &str,
+        identities: &[Identity],
+        plugin_shadow: bool,
+    ) -> Result<Rule, ConfigError> {
+        check_name(&format!("{field}.name"), &self.name)?;
+        let mut key = Vec::with_capacity(self.key.len());
+        for (i, name) in self.key.iter().enumerate() {
+            let Some(index) = identity_index(identities, name) else {
+                return err(
+                    format!("{field}.key[{i}]"),
+                    format!("no identity named {name:?}"),
+                );
+            };
+            if key.contains(&index) {
+                return err(
+                    format!("{field}.key[{i}]"),
+                    format!("{name:?} is listed twice"),
+                );
+            }
+            key.push(index);
+        }
+        if key.is_empty() && self.missing.is_some() {
+            return err(
+                format!("{field}.missing"),
+                "only applies to a rule with a key",
+            );
+        }
+        let of_identity = |id: usize| identities.get(id).map(|i| i.missing);
+        let missing = (key.iter())
+            .map(|&id| self.missing.or(of_identity(id)).unwrap_or_default())
+            .collect();
+        let matcher = self.matcher.validate(&format!("{field}.match"))?;
+        if self.cost == 0 {
+            return err(format!("{field}.cost"), "must be at least 1");
+        }
+        let limit = self.limit.validate(&format!("{field}.limit"), self.cost)?;
+        let mut tiers = Vec::with_capacity(self.tiers.len());
+        for (tier, raw) in self.tiers {
+            check_name(&format!("{field}.tiers"), &tier)?;
+            tiers.push((
+                tier.clone(),
+                raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?,
+            ));
+        }
+        let tier_identity = if tiers.is_empty() {
+            None
+        } else {
+            match identity_index(identities, &self.tier_identity) {
+                Some(index) if identities.get(index).is_some_and(|i| i.trusted) => Some(index),
+                Some(_) => {
+                    return err(
+                        format!("{field}.tier_identity"),
+                        format!(
+                            "identity {:?} is a value the client writes itself, so a client \
+                             could pick its own tier: use a verified JWT claim, or mark the \
+                             identity \"trusted\": true if a filter before this one sets it \
+                             (and drops what the client sent)",
+                            self.tier_identity
+                        ),
+                    )
+                }
+                None => {
+                    return err(
+                        format!("{field}.tier_identity"),
+                        format!("tiers need an identity named {:?}", self.tier_identity),
+                    )
+                }
+            }
+        };
+        let block = match self.block {
+            Some(raw) => Some(raw.validate(&format!("{field}.block"))?),
+            None => None,
+        };
+        let lease = match self.lease {
+            Some(raw) => Some(raw.validate(&format!("{field}.lease"), &limit)?),
+            None => None,
+        };
+        let shadow = plugin_shadow || self.mode == Some(Mode::Shadow);
+        Ok(Rule {
+            name: self.name,
+            key,
+            missing,
+            matcher,
+            limit,
+            cost: self.cost,
+            tier_identity,
+            tiers,
+            block,
+            lease,
+            shadow,
+            scope: None,
+        })
+    }
+}
