@@ -20,7 +20,6 @@ use crate::check::{Check, RuleSpec};
 use crate::commit::Fill;
 use crate::script::{part_rules, Part};
 use crate::topology::Topology;
-use std::collections::BTreeMap;
 
 /// The work of one script call: parts of checks, in batch order, all on one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,20 +68,29 @@ pub fn plan(checks: &[Check], topology: &Topology) -> Plan {
         peek: vec![false; checks.len()],
         ..Plan::default()
     };
+    // Each rule's node, computed once (a key's slot is a CRC of it); reused check by check.
+    let mut nodes: Vec<usize> = Vec::new();
     for (i, check) in checks.iter().enumerate() {
-        let node = check.first().map_or(0, |r| topology.node_of(&r.key));
-        if topology.len() < 2 || check.iter().all(|r| topology.node_of(&r.key) == node) {
+        nodes.clear();
+        if topology.len() >= 2 {
+            nodes.extend(check.iter().map(|r| topology.node_of(&r.key)));
+        }
+        let node = nodes.first().copied().unwrap_or(0);
+        if nodes.iter().all(|&n| n == node) {
             plan.first.push((node, Part::whole(i, check.len())));
             continue;
         }
-        // (shared, node) -> the rules there, in the check's order.
-        let mut places: BTreeMap<(bool, usize), Vec<usize>> = BTreeMap::new();
-        for (r, rule) in check.iter().enumerate() {
-            places
-                .entry((is_shared(&rule.key), topology.node_of(&rule.key)))
-                .or_default()
-                .push(r);
+        // (shared, node) and the rules there, in the check's order: a few places, so a
+        // vector searched in turn costs less than a map.
+        let mut places: Vec<((bool, usize), Vec<usize>)> = Vec::new();
+        for (r, (rule, &node)) in check.iter().zip(&nodes).enumerate() {
+            let place = (is_shared(&rule.key), node);
+            match places.iter_mut().find(|(p, _)| *p == place) {
+                Some((_, rules)) => rules.push(r),
+                None => places.push((place, vec![r])),
+            }
         }
+        places.sort_unstable_by_key(|(place, _)| *place);
         plan.spanning[i] = true;
         let mut shared_nodes = 0;
         for ((shared, node), rules) in places {

@@ -5,17 +5,31 @@
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
-fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |mut crc, &b| {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
+/// CRC16/XMODEM of every byte value, so that a key costs a table lookup per byte rather
+/// than eight shifts (the slot of every rule of every check is computed on a Cluster).
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut crc = (byte as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            bit += 1;
         }
-        crc
+        table[byte] = crc;
+        byte += 1;
+    }
+    table
+};
+
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &b| {
+        (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ b)]
     })
 }
 
