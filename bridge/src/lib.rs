@@ -23,6 +23,7 @@
 //! - `sentinel`: asking Redis Sentinels where the master is, their answers read strictly.
 //! - `single`: the connection to one server, or to the master the sentinels name.
 //! - `backend`: the connection to Redis, and one script call on one node.
+//! - `slot_map`: the slot map a store plans with, read again when a slot moved.
 //! - `store`: a batch run on a single Redis, a Sentinel group's master or a Cluster, every
 //!   check all-or-nothing.
 //! - `wire`: one exchange: a batch in, its answer out, for both transports.
@@ -66,6 +67,7 @@ pub mod sentinel;
 pub mod server;
 pub mod single;
 pub mod slot;
+pub mod slot_map;
 pub mod slots;
 pub mod store;
 pub mod tally;

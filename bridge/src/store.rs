@@ -2,7 +2,7 @@
 //! calls, one per node, merged with every other exchange's calls to that node (`commit`),
 //! each check all-or-nothing (`batch` plans the calls, `tally` reads the answers), on a
 //! single server, the master Redis Sentinels name (`sentinel`), or a Redis Cluster whose
-//! slot map the store keeps (`topology`).
+//! slot map the store keeps (`slot_map`, `topology`).
 //!
 //! Calls a Cluster refused without running them (a slot that moved or is failing over)
 //! are sent again where the slot now lives, a few times; nothing else is ever sent twice
@@ -18,22 +18,21 @@ use crate::metrics::Metrics;
 use crate::override_cache::OverrideCache;
 use crate::script::{part_rules, Mode, Part};
 use crate::sentinel::Sentinels;
+use crate::slot_map::SlotMap;
 use crate::tally::Tally;
 use crate::topology::Topology;
 use futures_util::future::join_all;
 use redis::cluster::ClusterClientBuilder;
 use redis::FromRedisValue;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Attempts at a call on a cluster, when the cluster refused it without running it.
 const CLUSTER_ATTEMPTS: u32 = 3;
 /// Pause before the next attempt, times the attempts made: time for a failover or a slot
 /// move to settle, and for the store to read the new slot map.
 const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
-/// The slot map is read again at most this often, however many calls a move refuses.
-const TOPOLOGY_GAP: Duration = Duration::from_millis(20);
 
 /// The shared handle to Redis; cheap to clone.
 #[derive(Clone)]
@@ -43,10 +42,8 @@ pub struct Store {
     lanes: Arc<Lanes<Backend>>,
     /// How long a check may wait in a lane.
     max_wait: Duration,
-    /// The slot map the calls are planned with; empty until a cluster is first reached.
-    topology: Arc<RwLock<Arc<Topology>>>,
-    /// When the slot map was last read: one read serves every call a move refused.
-    read_at: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    /// The slot map the calls are planned with.
+    slot_map: SlotMap,
     keyspace: Arc<Keyspace>,
     overrides: Arc<OverrideCache>,
 }
@@ -101,8 +98,7 @@ impl Store {
             )),
             max_wait: options.response_timeout,
             backend,
-            topology: Arc::new(RwLock::new(Arc::new(topology))),
-            read_at: Arc::default(),
+            slot_map: SlotMap::new(topology),
             keyspace: Arc::default(),
             overrides: Arc::default(),
         }
@@ -147,7 +143,7 @@ impl Store {
         if checks.is_empty() {
             return Vec::new();
         }
-        let topology = self.topology().await;
+        let topology = self.slot_map.get(&self.backend).await;
         let plan = batch::plan(checks, &topology);
         let unleased: Vec<Check>;
         let spanning = plan.spanning.contains(&true);
@@ -231,7 +227,7 @@ impl Store {
         if checks.is_empty() {
             return Vec::new();
         }
-        let topology = self.topology().await;
+        let topology = self.slot_map.get(&self.backend).await;
         let mut placed = Vec::new();
         for (i, check) in checks.iter().enumerate() {
             let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -320,57 +316,10 @@ impl Store {
             .map_err(|e| format!("redis: {e}"))
     }
 
-    /// The slot map, read now if none was yet.
-    async fn topology(&self) -> Arc<Topology> {
-        let current = self.current_topology();
-        if !current.is_empty() {
-            return current;
-        }
-        self.read_topology().await
-    }
-
-    fn current_topology(&self) -> Arc<Topology> {
-        match self.topology.read() {
-            Ok(t) => t.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    /// Reads the slot map again (a cluster only), unless it was read a moment ago. With
-    /// sentinels, the one node is named after the master now known (its lane and metrics).
+    /// Reads the slot map again (a cluster only), unless it was read a moment ago; with
+    /// sentinels, names the one node after the master now known (see `slot_map`).
     pub async fn read_topology(&self) -> Arc<Topology> {
-        if !self.backend.is_cluster() {
-            let current = self.current_topology();
-            return match self.backend.master() {
-                Some(master) if current.name(0) != master => {
-                    self.set_topology(Topology::single_at(master))
-                }
-                _ => current,
-            };
-        }
-        let mut read_at = self.read_at.lock().await;
-        if read_at.is_some_and(|at| at.elapsed() < TOPOLOGY_GAP) {
-            return self.current_topology();
-        }
-        match self.backend.topology().await {
-            Ok(fresh) => {
-                *read_at = Some(Instant::now());
-                self.set_topology(fresh)
-            }
-            Err(e) => {
-                log::debug!("cannot read the cluster's slot map: {e}");
-                self.current_topology()
-            }
-        }
-    }
-
-    fn set_topology(&self, fresh: Topology) -> Arc<Topology> {
-        let fresh = Arc::new(fresh);
-        match self.topology.write() {
-            Ok(mut t) => *t = fresh.clone(),
-            Err(poisoned) => *poisoned.into_inner() = fresh.clone(),
-        }
-        fresh
+        self.slot_map.read(&self.backend).await
     }
 
     /// Sends `calls` in `mode`, all at once; their parts' replies, call by call.
