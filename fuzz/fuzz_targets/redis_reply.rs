@@ -1,6 +1,7 @@
 //! Holds the redis-call build's reading of Redis replies (raw RESP from the network,
-//! through the host) to refusing anything but the exact array of integers a script call
-//! asked for, without panicking, and to reading back any well-formed array of that length.
+//! through the host) to refusing anything but the exact string of packed integers a script
+//! call asked for, without panicking, and to reading back any well-formed one of that
+//! length.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,17 +15,19 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(results) = decode_reply(reply, &counts) {
         assert_eq!(results.len(), counts.len());
     }
-    // The same counts answered well: Redis time, then per rule remaining, full, wait.
+    // The same counts answered well: Redis time, then per rule remaining, full, wait, as
+    // one bulk string of little-endian 64-bit integers.
     let rules: usize = counts.iter().sum();
-    let mut good = format!("*{}\r\n:1767225600000\r\n", 1 + 3 * rules);
+    let mut values = vec![1_767_225_600_000i64];
     for (i, byte) in reply.iter().chain(b"7").cycle().take(3 * rules).enumerate() {
-        good.push_str(&format!(
-            ":{}\r\n",
-            i64::from(*byte) - i64::from(i % 3 == 2)
-        ));
+        values.push(i64::from(*byte) - i64::from(i % 3 == 2));
     }
-    let results =
-        decode_reply(good.as_bytes(), &counts).unwrap_or_else(|e| panic!("{e}: {good:?}"));
+    let mut good = format!("${}\r\n", 8 * values.len()).into_bytes();
+    for v in &values {
+        good.extend_from_slice(&v.to_le_bytes());
+    }
+    good.extend_from_slice(b"\r\n");
+    let results = decode_reply(&good, &counts).unwrap_or_else(|e| panic!("{e}: {good:?}"));
     for (result, &n) in results.iter().zip(&counts) {
         match result {
             CheckResult::Checked { rules, .. } => assert_eq!(rules.len(), n),
