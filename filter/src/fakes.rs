@@ -4,12 +4,22 @@
 
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::rules::PlannedRule;
+use ratelimit_config::config::Config;
 use ratelimit_config::limit::Limit;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 /// The configuration the README and docs/configuration.md show (`filter/example-config.json`).
 pub const EXAMPLE: &str = include_str!("../example-config.json");
+
+/// `EXAMPLE` parsed, its `failure_mode` (`closed`) made `failure_mode`.
+pub fn example(failure_mode: &str) -> Config {
+    let json = EXAMPLE.replace(
+        r#""failure_mode": "closed""#,
+        &format!(r#""failure_mode": "{failure_mode}""#),
+    );
+    Config::parse(json.as_bytes()).unwrap()
+}
 
 /// What `FakeRequest::reads` records for a read of the route's name.
 pub const ROUTE_READ: &str = "(route name)";
