@@ -9,22 +9,15 @@
 
 mod common;
 
+use common::buckets::options;
 use common::cluster::{Cluster, OneNodeCluster, RANGES};
 use ratelimit_bridge::check::{Check, RuleSpec};
 use ratelimit_bridge::slot::slot;
-use ratelimit_bridge::store::{Store, StoreOptions};
-use std::time::Duration;
+use ratelimit_bridge::store::Store;
 
 /// A rule on `key` with a bucket of `burst`, a token an hour: what a test spends stays spent.
 fn hourly(key: &str, burst: u64) -> RuleSpec {
     RuleSpec::plain(key, burst, 1, 3_600_000, 1)
-}
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(5),
-    }
 }
 
 /// Which of the three primaries serves `key`.
