@@ -9,21 +9,15 @@
 
 mod common;
 
+use common::buckets::options;
 use common::cluster::{Cluster, OneNodeCluster, RANGES};
 use ratelimit_bridge::check::{Check, RuleSpec};
 use ratelimit_bridge::slot::slot;
-use ratelimit_bridge::store::{Store, StoreOptions};
-use std::time::Duration;
+use ratelimit_bridge::store::Store;
 
-fn rule(key: &str, burst: u64) -> RuleSpec {
+/// A rule on `key` with a bucket of `burst`, a token an hour: what a test spends stays spent.
+fn hourly(key: &str, burst: u64) -> RuleSpec {
     RuleSpec::plain(key, burst, 1, 3_600_000, 1)
-}
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(5),
-    }
 }
 
 /// Which of the three primaries serves `key`.
@@ -48,7 +42,9 @@ async fn three_nodes() -> (Cluster, Store) {
     let cluster = Cluster::start(None, None);
     let store = Store::cluster(&[cluster.seed()], options()).unwrap();
     for tag in ["{b}", "{c}", "{a}"] {
-        let warm = store.check(&vec![rule(&format!("rl:warm:{tag}"), 1)]).await;
+        let warm = store
+            .check(&vec![hourly(&format!("rl:warm:{tag}"), 1)])
+            .await;
         assert!(warm.unwrap().1[0].allowed, "the script is loaded");
     }
     for i in 0..3 {
@@ -65,10 +61,10 @@ fn script_calls(cluster: &Cluster, i: usize) -> String {
 async fn a_batch_over_many_slots_of_one_node_is_one_call_each_check_atomic() {
     let node = OneNodeCluster::start();
     let store = Store::cluster(&[node.url()], options()).unwrap();
-    let warm = store.check(&vec![rule("{a}warm-up", 1)]).await.unwrap();
+    let warm = store.check(&vec![hourly("{a}warm-up", 1)]).await.unwrap();
     assert!(warm.1[0].allowed, "the script is loaded");
     let _: () = node.cmd(redis::cmd("CONFIG").arg("RESETSTAT"));
-    let (roomy, tight) = (rule("{a}user", 10), rule("{b}ip", 1));
+    let (roomy, tight) = (hourly("{a}user", 10), hourly("{b}ip", 1));
     assert_ne!(slot(roomy.key.as_bytes()), slot(tight.key.as_bytes()));
 
     let both: Check = vec![roomy.clone(), tight];
@@ -97,7 +93,10 @@ async fn a_batch_over_many_slots_of_one_node_is_one_call_each_check_atomic() {
 async fn a_client_over_its_limit_never_touches_the_buckets_it_shares_elsewhere() {
     let (cluster, store) = three_nodes().await;
     // A global bucket on one node, this client's own (empty) bucket on another.
-    let (global, own) = (rule("rl:global{b}", 1000), rule("rl:per-user:{c}alice", 1));
+    let (global, own) = (
+        hourly("rl:global{b}", 1000),
+        hourly("rl:per-user:{c}alice", 1),
+    );
     let (g, o) = (node_of(&global.key), node_of(&own.key));
     assert_ne!(g, o);
     assert!(store.check(&vec![own.clone()]).await.unwrap().1[0].allowed);
@@ -125,8 +124,8 @@ async fn a_client_over_its_limit_never_touches_the_buckets_it_shares_elsewhere()
 async fn a_check_denied_on_one_node_gives_back_what_its_own_buckets_took_on_another() {
     let (cluster, store) = three_nodes().await;
     let (user, ip) = (
-        rule("rl:per-user:{b}alice", 10),
-        rule("rl:per-ip:{c}10.0.0.1", 1),
+        hourly("rl:per-user:{b}alice", 10),
+        hourly("rl:per-ip:{c}10.0.0.1", 1),
     );
     let (u, i) = (node_of(&user.key), node_of(&ip.key));
     assert_ne!(u, i);
@@ -155,14 +154,14 @@ async fn a_check_denied_on_one_node_gives_back_what_its_own_buckets_took_on_anot
 #[tokio::test]
 async fn shared_buckets_on_several_nodes_are_peeked_and_a_peek_counts_towards_a_block() {
     let (cluster, store) = three_nodes().await;
-    let roomy = rule("rl:all{b}", 10);
+    let roomy = hourly("rl:all{b}", 10);
     let tight = RuleSpec {
         block: Some(ratelimit_protocol::Block {
             after: 2,
             within_ms: 60_000,
             for_ms: 60_000,
         }),
-        ..rule("rl:login{c}", 1)
+        ..hourly("rl:login{c}", 1)
     };
     assert_ne!(node_of(&roomy.key), node_of(&tight.key));
     let both: Check = vec![roomy.clone(), tight.clone()];
@@ -214,8 +213,8 @@ async fn an_override_spread_over_slots_decides_and_its_rules_bucket_pays() {
     let node = OneNodeCluster::start();
     let store = Store::cluster(&[node.url()], options()).unwrap();
     let (user, global) = (
-        rule("rl:per-user:{a}alice", 100),
-        rule("rl:global{b}", 1000),
+        hourly("rl:per-user:{a}alice", 100),
+        hourly("rl:global{b}", 1000),
     );
     assert_ne!(slot(user.key.as_bytes()), slot(global.key.as_bytes()));
     let both: Check = vec![overridden(user.clone(), 2), global.clone()];
@@ -234,8 +233,8 @@ async fn an_override_spread_over_slots_decides_and_its_rules_bucket_pays() {
 async fn a_check_under_an_override_denied_on_another_node_gives_its_tokens_back() {
     let (_cluster, store) = three_nodes().await;
     let (user, ip) = (
-        rule("rl:per-user:{b}alice", 100),
-        rule("rl:per-ip:{c}10.0.0.1", 1),
+        hourly("rl:per-user:{b}alice", 100),
+        hourly("rl:per-ip:{c}10.0.0.1", 1),
     );
     assert_ne!(node_of(&user.key), node_of(&ip.key));
     let both: Check = vec![overridden(user.clone(), 5), ip];

@@ -6,14 +6,14 @@
 
 mod common;
 
-use common::buckets::{reset_stats, rule, script_calls, stored};
+use common::buckets::{options, reset_stats, rule, script_calls, stored};
 use common::client::{http1, req};
 use common::cluster::OneNodeCluster;
 use common::cutter::Cutter;
 use common::server::start;
 use common::{Connect, Valkey};
 use hyper::{Method, StatusCode};
-use ratelimit_bridge::store::{Store, StoreOptions};
+use ratelimit_bridge::store::Store;
 use std::time::Duration;
 
 #[tokio::test]
@@ -39,13 +39,6 @@ async fn the_first_check_after_redis_restarts_succeeds() {
         reply.contains(" 1,4,"),
         "the first check after the restart: {reply}"
     );
-}
-
-fn options() -> StoreOptions {
-    StoreOptions {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(5),
-    }
 }
 
 /// Loses the answer to one check's script call through `cutter`, and checks that `server`

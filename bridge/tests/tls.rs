@@ -20,7 +20,8 @@ use test_support::tls_proxy::TlsProxy;
 
 const SERVER_NAMES: [&str; 2] = ["127.0.0.1", "localhost"];
 
-fn options() -> StoreOptions {
+/// Five seconds to connect, not two: the connection includes a TLS handshake.
+fn handshake_options() -> StoreOptions {
     StoreOptions {
         connect_timeout: Duration::from_secs(5),
         response_timeout: Duration::from_secs(5),
@@ -35,7 +36,7 @@ fn store(proxy: &TlsProxy, tls: TlsFiles) -> Store {
     let client = access
         .single(&format!("rediss://127.0.0.1:{}", proxy.port))
         .unwrap();
-    Store::with_client(client, options()).unwrap()
+    Store::with_client(client, handshake_options()).unwrap()
 }
 
 fn trusting(ca_file: &std::path::Path) -> TlsFiles {

@@ -57,7 +57,7 @@ impl RawLease {
 mod tests {
     use super::*;
 
-    fn limit(burst: u64) -> Limit {
+    fn per_second(burst: u64) -> Limit {
         Limit::new(burst, 1_000, None, 1).unwrap()
     }
 
@@ -66,7 +66,7 @@ mod tests {
         let parse = |json: &str| {
             serde_json::from_str::<RawLease>(json)
                 .unwrap()
-                .validate("l", &limit(100))
+                .validate("l", &per_second(100))
         };
         assert_eq!(
             parse(r#"{"tokens": 20}"#).unwrap(),

@@ -144,7 +144,8 @@ impl Limit {
 mod tests {
     use super::*;
 
-    fn limit(
+    /// The limit `RawLimit::validate` makes of these fields, or why it refuses them.
+    fn validated(
         requests: u64,
         per: &str,
         burst: Option<u64>,
@@ -186,28 +187,28 @@ mod tests {
 
     #[test]
     fn rate_is_reduced_and_burst_defaults_to_requests() {
-        let l = limit(100, "1m", None, 1).unwrap();
+        let l = validated(100, "1m", None, 1).unwrap();
         assert_eq!((l.burst, l.num, l.den), (100, 1, 600));
-        let l = limit(50_000, "1s", Some(60_000), 1).unwrap();
+        let l = validated(50_000, "1s", Some(60_000), 1).unwrap();
         assert_eq!((l.burst, l.num, l.den), (60_000, 50, 1));
     }
 
     #[test]
     fn cost_above_burst_is_refused_naming_burst() {
-        let e = limit(3, "1s", None, 5).unwrap_err();
+        let e = validated(3, "1s", None, 5).unwrap_err();
         assert_eq!(e.field, "l.burst");
     }
 
     #[test]
     fn quantities_beyond_exact_lua_integers_are_refused() {
-        let e = limit(1, "1000000d", Some(1_000_000_000), 1).unwrap_err();
+        let e = validated(1, "1000000d", Some(1_000_000_000), 1).unwrap_err();
         assert_eq!(e.field, "l.burst");
-        assert!(limit(1, "1d", Some(100_000_000), 1).is_ok());
+        assert!(validated(1, "1d", Some(100_000_000), 1).is_ok());
     }
 
     #[test]
     fn period_phrases_read_naturally() {
-        let phrase = |per: &str| limit(1, per, None, 1).unwrap().period_phrase();
+        let phrase = |per: &str| validated(1, per, None, 1).unwrap().period_phrase();
         assert_eq!(phrase("1m"), "minute");
         assert_eq!(phrase("1h"), "hour");
         assert_eq!(phrase("30s"), "30 seconds");

@@ -1,5 +1,5 @@
 use super::*;
-use crate::fakes::{FakeProxy, FakeRequest, FakeShared, EXAMPLE};
+use crate::fakes::{example, FakeProxy, FakeRequest, FakeShared, EXAMPLE};
 use std::cell::Cell;
 
 fn host() -> FakeProxy {
@@ -12,14 +12,6 @@ fn host() -> FakeProxy {
         shared: FakeShared::default(),
         now: Cell::new(1_000_000),
     }
-}
-
-fn example(failure_mode: &str) -> Config {
-    let json = EXAMPLE.replace(
-        r#""failure_mode": "closed""#,
-        &format!(r#""failure_mode": "{failure_mode}""#),
-    );
-    Config::parse(json.as_bytes()).unwrap()
 }
 
 /// A started check, its worker and the callout body.

@@ -228,6 +228,7 @@ impl RuleCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fakes::planned;
 
     #[test]
     fn counts_accumulate_until_drained() {
@@ -272,21 +273,12 @@ mod tests {
             .enumerate()
             .all(|(i, &c)| c as usize == i));
     }
-    fn planned(rule: usize, shadow: bool) -> PlannedRule {
+    /// Rule `rule` (bucket `rl:<rule>`, one request a second), `shadow` or enforced.
+    fn rule_planned(rule: usize, shadow: bool) -> PlannedRule {
         PlannedRule {
             rule,
-            key: format!("rl:{rule}"),
-            limit: ratelimit_config::limit::Limit {
-                requests: 1,
-                per_ms: 1_000,
-                burst: 1,
-                num: 1,
-                den: 1_000,
-            },
-            cost: 1,
-            lease: 0,
-            block: None,
             shadow,
+            ..planned(&format!("rl:{rule}"), 1, 1, 1_000, 1)
         }
     }
 
@@ -305,10 +297,10 @@ mod tests {
     fn each_rule_counts_what_it_did_to_the_request() {
         let mut counts = RuleCounts::new(4);
         let rules = [
-            planned(0, false),
-            planned(1, false),
-            planned(2, true),
-            planned(3, false),
+            rule_planned(0, false),
+            rule_planned(1, false),
+            rule_planned(2, true),
+            rule_planned(3, false),
         ];
         // Refused: rule 0 lacked the cost, rule 1 blocked, the shadow rule 2 lacked it,
         // rule 3 had it (and counts nothing, having taken nothing).

@@ -156,7 +156,8 @@ impl DenyCache {
 mod tests {
     use super::*;
 
-    fn limit(burst: u64) -> Limit {
+    /// `burst` requests a minute, the rate reduced as `Limit::new` reduces it.
+    fn per_minute(burst: u64) -> Limit {
         Limit {
             requests: burst,
             per_ms: 60_000,
@@ -172,7 +173,7 @@ mod tests {
             0,
             until_ms,
             until_ms + 1000,
-            limit(10),
+            per_minute(10),
         )
     }
 
@@ -180,7 +181,7 @@ mod tests {
     fn a_denial_decides_requests_of_its_cost_or_more_until_its_deadline() {
         let mut cache = DenyCache::new(10);
         cache.insert("rl:r:a", empty(2, 1_500), 1_000);
-        let l = limit(10);
+        let l = per_minute(10);
         assert!(cache.lookup("rl:r:a", &l, 2, 1_000).is_some());
         assert!(cache.lookup("rl:r:a", &l, 5, 1_499).is_some());
         assert!(
@@ -196,7 +197,7 @@ mod tests {
             "another key"
         );
         assert!(
-            cache.lookup("rl:r:a", &limit(20), 2, 1_000).is_none(),
+            cache.lookup("rl:r:a", &per_minute(20), 2, 1_000).is_none(),
             "another limit"
         );
     }
@@ -204,12 +205,15 @@ mod tests {
     #[test]
     fn a_block_decides_every_request_for_a_second_at_most() {
         let mut cache = DenyCache::new(10);
-        let block = Entry::new(Reason::Blocked, 1_000, 8_000, 8_000, limit(10));
+        let block = Entry::new(Reason::Blocked, 1_000, 8_000, 8_000, per_minute(10));
         assert_eq!((block.until_ms, block.ends_ms), (2_000, 9_000));
         cache.insert("rl:r:a", block, 1_000);
-        assert_eq!(cache.lookup("rl:r:a", &limit(10), 1, 1_999), Some(block));
-        assert!(cache.lookup("rl:r:a", &limit(10), 1, 2_000).is_none());
-        let ending = Entry::new(Reason::Blocked, 1_000, 300, 300, limit(10));
+        assert_eq!(
+            cache.lookup("rl:r:a", &per_minute(10), 1, 1_999),
+            Some(block)
+        );
+        assert!(cache.lookup("rl:r:a", &per_minute(10), 1, 2_000).is_none());
+        let ending = Entry::new(Reason::Blocked, 1_000, 300, 300, per_minute(10));
         assert_eq!(
             ending.until_ms, 1_300,
             "a block ending sooner decides until then"
@@ -240,7 +244,7 @@ mod tests {
             cache.insert(&format!("rl:r:{i}"), empty(1, until), 5_000);
             assert!(cache.len() <= cap as usize, "{} entries", cache.len());
         }
-        let l = limit(10);
+        let l = per_minute(10);
         assert!(
             cache.lookup("rl:r:99999", &l, 1, 5_000).is_some(),
             "the newest stays"

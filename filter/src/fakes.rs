@@ -1,16 +1,54 @@
-//! The unit tests' stand-ins for the host (`host`'s traits) and the example configuration,
-//! in one place: a request of raw header bytes, shared data with Envoy's versioning, and
-//! both with a clock.
+//! The unit tests' stand-ins for the host (`host`'s traits), the example configuration and
+//! the planned rule the modules' tests feed the code, in one place: a request of raw header
+//! bytes, shared data with Envoy's versioning, and both with a clock.
 
 use crate::host::{Proxy, RequestView, SharedData, Sole};
+use crate::rules::PlannedRule;
+use ratelimit_config::config::Config;
+use ratelimit_config::limit::Limit;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 /// The configuration the README and docs/configuration.md show (`filter/example-config.json`).
 pub const EXAMPLE: &str = include_str!("../example-config.json");
 
+/// `EXAMPLE` parsed, its `failure_mode` (`closed`) made `failure_mode`.
+pub fn example(failure_mode: &str) -> Config {
+    let json = EXAMPLE.replace(
+        r#""failure_mode": "closed""#,
+        &format!(r#""failure_mode": "{failure_mode}""#),
+    );
+    Config::parse(json.as_bytes()).unwrap()
+}
+
 /// What `FakeRequest::reads` records for a read of the route's name.
 pub const ROUTE_READ: &str = "(route name)";
+
+/// `num` tokens every `den` ms into a bucket of `burst`, as written (`Limit::new` would
+/// reduce the rate): `requests` is `num` and `per_ms` is `den`.
+pub fn limit(burst: u64, num: u64, den: u64) -> Limit {
+    Limit {
+        requests: num,
+        per_ms: den,
+        burst,
+        num,
+        den,
+    }
+}
+
+/// Rule 0 planned on bucket `key` with `limit(burst, num, den)` for a request of `cost`:
+/// no lease, no block, enforced.
+pub fn planned(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> PlannedRule {
+    PlannedRule {
+        rule: 0,
+        key: key.into(),
+        limit: limit(burst, num, den),
+        cost,
+        lease: 0,
+        block: None,
+        shadow: false,
+    }
+}
 
 /// A request made of raw header bytes and a peer address.
 #[derive(Default)]

@@ -1,14 +1,5 @@
 use super::*;
-
-fn limit(burst: u64) -> Limit {
-    Limit {
-        requests: burst,
-        per_ms: 1_000,
-        burst,
-        num: burst,
-        den: 1_000,
-    }
-}
+use crate::fakes::limit;
 
 /// A lease policy of `tokens` tokens held for a second.
 fn policy(tokens: u64) -> LeasePolicy {
@@ -37,7 +28,7 @@ fn grant(leased: u64, remaining: u64) -> RuleResult {
 
 #[test]
 fn a_bucket_seen_twice_within_the_ttl_asks_once_and_admits_from_the_grant() {
-    let (mut leases, l) = (Leases::default(), limit(100));
+    let (mut leases, l) = (Leases::default(), limit(100, 100, 1_000));
     assert!(
         !leases.wants("k", &l, 1_000, 0),
         "first sight: a plain check"
@@ -65,12 +56,14 @@ fn a_bucket_seen_twice_within_the_ttl_asks_once_and_admits_from_the_grant() {
 
 #[test]
 fn a_lease_serves_only_its_limit_and_its_ttl_and_what_is_left_goes_back() {
-    let (mut leases, l) = (Leases::default(), limit(100));
+    let (mut leases, l) = (Leases::default(), limit(100, 100, 1_000));
     leases.wants("k", &l, 1_000, 0);
     leases.wants("k", &l, 1_000, 0);
     leases.granted("k", &l, &grant(10, 50), 1_000);
     assert!(
-        leases.take("k", &limit(5), 1, NEVER_LOW, 10).is_none(),
+        leases
+            .take("k", &limit(5, 5, 1_000), 1, NEVER_LOW, 10)
+            .is_none(),
         "another tier's limit"
     );
     assert!(
@@ -94,7 +87,7 @@ fn a_lease_serves_only_its_limit_and_its_ttl_and_what_is_left_goes_back() {
 
 #[test]
 fn tokens_with_nowhere_to_go_are_returned_not_lost() {
-    let (mut leases, l) = (Leases::default(), limit(10));
+    let (mut leases, l) = (Leases::default(), limit(10, 10, 1_000));
     // A grant for a bucket no longer tracked, a put-back after expiry, a merge past burst.
     leases.granted("gone", &l, &grant(4, 0), 1_000);
     leases.put_back("gone", &l, 1);
@@ -112,7 +105,7 @@ fn tokens_with_nowhere_to_go_are_returned_not_lost() {
 
 #[test]
 fn memory_stays_within_the_cap_under_many_distinct_buckets() {
-    let (mut leases, l) = (Leases::default(), limit(10));
+    let (mut leases, l) = (Leases::default(), limit(10, 10, 1_000));
     for i in 0..100_000u64 {
         let key = format!("rl:r:{i}");
         leases.wants(&key, &l, 1_000, i / 100);
@@ -128,7 +121,7 @@ fn memory_stays_within_the_cap_under_many_distinct_buckets() {
 
 #[test]
 fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
-    let (mut leases, l) = (Leases::default(), limit(100));
+    let (mut leases, l) = (Leases::default(), limit(100, 100, 1_000));
     leases.wants("slow", &l, 5_000, 0);
     leases.wants("fast", &l, 1_000, 0);
     leases.wants("fast", &l, 1_000, 0);
@@ -151,7 +144,7 @@ fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
 
 #[test]
 fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
-    let (mut old, l) = (Leases::default(), limit(100));
+    let (mut old, l) = (Leases::default(), limit(100, 100, 1_000));
     let policy = policy(10);
     old.wants("k", &l, 1_000, 0);
     old.wants("k", &l, 1_000, 0);
@@ -205,7 +198,7 @@ fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
 
 #[test]
 fn a_top_up_whose_answer_never_comes_is_forgotten() {
-    let (mut leases, l) = (Leases::default(), limit(100));
+    let (mut leases, l) = (Leases::default(), limit(100, 100, 1_000));
     let policy = policy(10);
     leases.wants("k", &l, 1_000, 0);
     leases.wants("k", &l, 1_000, 0);

@@ -36,7 +36,8 @@
 //! - `glue` (the wasm build only): the proxy-wasm binding, a root context per worker and an
 //!   HTTP context per request (`root`, `request`, `hub`, `transport`, `host`, `abi`, and
 //!   `redis` in the redis-call build).
-//! - `fakes` (tests only): the unit tests' stand-ins for the host.
+//! - `fakes` (tests only): the unit tests' stand-ins for the host, and the example
+//!   configuration and planned rules they feed the code.
 //!
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.

@@ -177,8 +177,7 @@ fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fakes::FakeShared;
-    use ratelimit_config::limit::Limit;
+    use crate::fakes::{planned, FakeShared};
     use ratelimit_config::options::DEFAULT_BUCKETS;
 
     fn share(share: f64) -> LocalOptions {
@@ -188,28 +187,10 @@ mod tests {
         }
     }
 
-    fn planned(key: &str, requests: u64, per_ms: u64, cost: u64) -> PlannedRule {
-        PlannedRule {
-            rule: 0,
-            key: key.into(),
-            limit: Limit {
-                requests,
-                per_ms,
-                burst: requests,
-                num: requests,
-                den: per_ms,
-            },
-            cost,
-            lease: 0,
-            block: None,
-            shadow: false,
-        }
-    }
-
     #[test]
     fn admits_the_local_share_of_the_burst() {
         let store = FakeShared::default();
-        let p = [planned("rl:u:a", 100, 60_000, 1)];
+        let p = [planned("rl:u:a", 100, 100, 60_000, 1)];
         let admitted = (0..100)
             .filter(|_| admit(&store, &p, &["u"], share(0.25), 0).unwrap()[0].allowed)
             .count();
@@ -220,7 +201,7 @@ mod tests {
     fn refills_at_the_local_share_of_the_rate() {
         let store = FakeShared::default();
         // 60 per minute, share 0.5: 30 now, then one every 2 s.
-        let p = [planned("k", 60, 60_000, 1)];
+        let p = [planned("k", 60, 60, 60_000, 1)];
         while admit(&store, &p, &["r"], share(0.5), 0).unwrap()[0].allowed {}
         let denied = admit(&store, &p, &["r"], share(0.5), 0).unwrap();
         assert_eq!(denied[0].wait_ms, 2_000);
@@ -231,8 +212,8 @@ mod tests {
     #[test]
     fn a_denied_request_charges_no_rule() {
         let store = FakeShared::default();
-        let roomy = planned("a", 100, 60_000, 1);
-        let tight = planned("b", 4, 60_000, 1);
+        let roomy = planned("a", 100, 100, 60_000, 1);
+        let tight = planned("b", 4, 4, 60_000, 1);
         let both = [roomy.clone(), tight];
         for _ in 0..2 {
             assert!(admit(&store, &both, &["r1", "r2"], share(0.5), 0)
@@ -275,7 +256,10 @@ mod tests {
     #[test]
     fn a_bucket_drained_between_look_and_take_denies_and_takes_nothing_elsewhere() {
         let store = FakeShared::default();
-        let (a, b) = (planned("a", 100, 60_000, 1), planned("b", 100, 60_000, 1));
+        let (a, b) = (
+            planned("a", 100, 100, 60_000, 1),
+            planned("b", 100, 100, 60_000, 1),
+        );
         let racing = Racing {
             store: &store,
             victim: slot_key("r2", "b", DEFAULT_BUCKETS),
@@ -294,7 +278,7 @@ mod tests {
     #[test]
     fn tiny_shares_still_admit_one_request() {
         let store = FakeShared::default();
-        let p = [planned("k", 2, 60_000, 1)];
+        let p = [planned("k", 2, 2, 60_000, 1)];
         assert!(admit(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
         assert!(!admit(&store, &p, &["r"], share(0.01), 0).unwrap()[0].allowed);
     }
@@ -302,7 +286,7 @@ mod tests {
     #[test]
     fn garbage_in_shared_data_reads_as_a_full_bucket() {
         let store = FakeShared::default();
-        let p = [planned("k", 10, 60_000, 1)];
+        let p = [planned("k", 10, 10, 60_000, 1)];
         store.set(&slot_key("r", "k", DEFAULT_BUCKETS), b"junk", 0);
         assert_eq!(
             admit(&store, &p, &["r"], share(1.0), 0).unwrap()[0].remaining,

@@ -6,7 +6,7 @@ use crate::rules::plan;
 use ratelimit_config::config::Config;
 
 /// One rule on `methods` (per IP), `extra` at the top level of the configuration.
-fn config(methods: &str, extra: &str) -> Config {
+fn search_on(methods: &str, extra: &str) -> Config {
     let json = format!(
         r#"{{"backend": {{"cluster": "b"}}, "identity": {{"ip": {{"source": "peer"}}}}, {extra}
             "rules": [{{"name": "search", "key": ["ip"], "limit": {{"requests": 1, "per": "1s"}},
@@ -28,7 +28,7 @@ fn limited(config: &Config, req: &FakeRequest) -> bool {
 
 #[test]
 fn a_get_rule_covers_head_and_every_spelling_of_get() {
-    let c = config(r#"["GET"]"#, "");
+    let c = search_on(r#"["GET"]"#, "");
     for method in ["GET", "HEAD", "get", "Head"] {
         assert!(limited(&c, &request(method)), "{method}");
     }
@@ -36,14 +36,14 @@ fn a_get_rule_covers_head_and_every_spelling_of_get() {
         assert!(!limited(&c, &request(method)), "{method}");
     }
     // HEAD is a GET, not the other way round.
-    let head_only = config(r#"["HEAD"]"#, "");
+    let head_only = search_on(r#"["HEAD"]"#, "");
     assert!(limited(&head_only, &request("HEAD")));
     assert!(!limited(&head_only, &request("GET")));
 }
 
 #[test]
 fn a_method_override_the_configuration_names_is_the_method() {
-    let c = config(
+    let c = search_on(
         r#"["GET"]"#,
         r#""method_override": ["X-HTTP-Method-Override", "x-method"],"#,
     );
@@ -72,13 +72,13 @@ fn a_method_override_the_configuration_names_is_the_method() {
         assert!(!limited(&c, req), "{:?}", req.headers);
     }
     // Unconfigured, an override header is a header like any other.
-    let plain = config(r#"["GET"]"#, "");
+    let plain = search_on(r#"["GET"]"#, "");
     assert!(!limited(
         &plain,
         &post().with("x-http-method-override", "GET")
     ));
     // The request's own method still counts: the upstream may ignore the override.
-    let posts = config(
+    let posts = search_on(
         r#"["POST"]"#,
         r#""method_override": ["x-http-method-override"],"#,
     );

@@ -48,26 +48,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratelimit_config::limit::Limit;
-
-    fn planned(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> PlannedRule {
-        let limit = Limit {
-            requests: num,
-            per_ms: den,
-            burst,
-            num,
-            den,
-        };
-        PlannedRule {
-            rule: 0,
-            key: key.into(),
-            limit,
-            cost,
-            lease: 0,
-            block: None,
-            shadow: false,
-        }
-    }
+    use crate::fakes::planned;
 
     #[test]
     fn a_check_encodes_as_one_line_of_rules() {

@@ -208,7 +208,7 @@ mod tests {
 
     /// Rules `per-user` (100/min), `global` (5000/s, burst 10000), `fast` (10 per 500 ms)
     /// and `trial` (in shadow mode); `ietf` turns the draft fields on.
-    fn config(ietf: bool) -> Config {
+    fn four_rules(ietf: bool) -> Config {
         let json = format!(
             r#"{{"backend":{{"cluster":"b"}},"headers":{{"ietf_draft":{ietf}}},"rules":[
                 {{"name":"per-user","limit":{{"requests":100,"per":"1m"}}}},
@@ -220,7 +220,7 @@ mod tests {
     }
 
     /// Every rule of `config` planned for one request, in order.
-    fn planned(config: &Config) -> Vec<PlannedRule> {
+    fn every_rule_planned(config: &Config) -> Vec<PlannedRule> {
         (config.rules.iter().enumerate())
             .map(|(i, r)| PlannedRule {
                 rule: i,
@@ -247,8 +247,8 @@ mod tests {
 
     #[test]
     fn denial_renders_the_documented_headers_and_body() {
-        let config = config(false);
-        let all = planned(&config);
+        let config = four_rules(false);
+        let all = every_rule_planned(&config);
         let result = result(false, 0, 59_400, 599);
         let shown = Shown {
             rule: &all[0],
@@ -280,8 +280,8 @@ mod tests {
     #[test]
     fn ietf_draft_fields_are_opt_in() {
         let result = result(true, 7, 1_800, 0);
-        let plain_config = config(false);
-        let all = planned(&plain_config);
+        let plain_config = four_rules(false);
+        let all = every_rule_planned(&plain_config);
         let shown = Shown {
             rule: &all[0],
             all: &all,
@@ -289,7 +289,7 @@ mod tests {
             now_ms: 1_000,
         };
         assert_eq!(RateLimitFields::of(&shown, &plain_config).pairs().len(), 3);
-        let draft = RateLimitFields::of(&shown, &config(true)).pairs();
+        let draft = RateLimitFields::of(&shown, &four_rules(true)).pairs();
         assert_eq!(draft.len(), 5);
         assert_eq!(
             draft[3],
@@ -305,8 +305,8 @@ mod tests {
 
     #[test]
     fn the_shown_policy_leads_the_list() {
-        let config = config(true);
-        let all = planned(&config);
+        let config = four_rules(true);
+        let all = every_rule_planned(&config);
         let result = result(true, 0, 10, 0);
         let shown = Shown {
             rule: &all[2],
@@ -324,8 +324,8 @@ mod tests {
 
     #[test]
     fn a_draft_refusal_is_a_problem_whose_window_ends_with_retry_after() {
-        let config = config(true);
-        let all = planned(&config);
+        let config = four_rules(true);
+        let all = every_rule_planned(&config);
         let result = result(false, 0, 59_400, 2_001);
         let shown = Shown {
             rule: &all[0],
@@ -365,8 +365,8 @@ mod tests {
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {
-        let config = config(false);
-        let all = planned(&config);
+        let config = four_rules(false);
+        let all = every_rule_planned(&config);
         for (wait_ms, expect) in [(0, 1), (1, 1), (1000, 1), (1001, 2), (60_000, 60)] {
             let result = result(false, 0, 0, wait_ms);
             let shown = Shown {

@@ -1,14 +1,10 @@
 use super::*;
-use crate::fakes::{FakeRequest, EXAMPLE};
+use crate::fakes::{example, FakeRequest};
 use crate::matcher::{matches, Methods};
 use ratelimit_config::config::Config;
 use ratelimit_config::keys::MAX_VALUE_LEN;
 use ratelimit_config::matcher::Matcher;
 use ratelimit_protocol::MAX_KEY_LEN;
-
-fn example() -> Config {
-    Config::parse(EXAMPLE.as_bytes()).unwrap()
-}
 
 /// The rules planned for a request that repeats no identity header.
 fn plan(config: &Config, req: &FakeRequest) -> Vec<PlannedRule> {
@@ -31,7 +27,7 @@ fn names(config: &Config, planned: &[PlannedRule]) -> Vec<String> {
 
 #[test]
 fn every_applicable_rule_is_planned_with_its_key() {
-    let c = example();
+    let c = example("closed");
     let req = request("GET", "/api/search?q=cats")
         .with("x-user-id", "alice")
         .with("x-api-key", "k1");
@@ -55,7 +51,7 @@ fn every_applicable_rule_is_planned_with_its_key() {
 
 #[test]
 fn path_and_method_conditions_select_rules() {
-    let c = example();
+    let c = example("closed");
     let post = plan(&c, &request("POST", "/api/search").with("x-user-id", "a"));
     assert_eq!(names(&c, &post), ["per-user", "global"]);
     let outside = plan(&c, &request("GET", "/health").with("x-user-id", "a"));
@@ -67,7 +63,7 @@ fn path_and_method_conditions_select_rules() {
 
 #[test]
 fn rules_match_the_normalized_path_however_it_is_written() {
-    let c = example();
+    let c = example("closed");
     for path in [
         "/api//search",
         "/api/%73earch?q=1",
@@ -88,7 +84,7 @@ fn rules_match_the_normalized_path_however_it_is_written() {
 
 #[test]
 fn rules_whose_identity_is_missing_are_skipped() {
-    let c = example();
+    let c = example("closed");
     let anonymous = plan(&c, &request("GET", "/api/profile"));
     assert_eq!(names(&c, &anonymous), ["global"]);
 }
@@ -161,7 +157,7 @@ fn method_and_path_are_read_only_when_a_rule_matches_on_them() {
     assert_eq!(plan(&unmatched, &req).len(), 1);
     assert_eq!(*req.reads.borrow(), ["x-user-id"]);
     let req = request("GET", "/api/x").with("x-user-id", "alice");
-    plan(&example(), &req);
+    plan(&example("closed"), &req);
     assert_eq!(req.reads.borrow()[..2], [":method", ":path"]);
 }
 

@@ -28,7 +28,7 @@ impl TlsProxy {
     /// `target` in plaintext. With `clients`, a client certificate issued by that CA is
     /// required.
     pub fn start(target: SocketAddr, server: &Identity, clients: Option<&Ca>) -> TlsProxy {
-        let acceptor = TlsAcceptor::from(Arc::new(config(server, clients)));
+        let acceptor = TlsAcceptor::from(Arc::new(server_config(server, clients)));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener
             .set_nonblocking(true)
@@ -88,7 +88,7 @@ impl Drop for TlsProxy {
     }
 }
 
-fn config(server: &Identity, clients: Option<&Ca>) -> ServerConfig {
+fn server_config(server: &Identity, clients: Option<&Ca>) -> ServerConfig {
     let chain = CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .expect("server certificate PEM");

@@ -15,7 +15,6 @@ import signal
 import stat
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -89,8 +88,7 @@ def test_every_blob_is_referenced_and_the_archive_is_the_layout():
 
 
 def test_the_same_binary_gives_the_same_digests(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import oci
+    from tools import oci
 
     layout = Layout(LAYOUT)
     (_, binary), (_, ca) = (files(layout)[entrypoint(layout).lstrip("/")],

@@ -11,7 +11,6 @@ digest and size is checked on the way. The bridge's image: test_bridge_image.py.
 import io
 import json
 import re
-import sys
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -73,8 +72,7 @@ def test_the_archive_holds_exactly_the_layout():
 
 
 def test_the_same_wasm_gives_the_same_image(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import oci
+    from tools import oci
 
     again = [oci.write(oci.wasm_image(wasm()), tmp_path / f"layout{i}",
                        tmp_path / f"image{i}.tar", "again") for i in range(2)]

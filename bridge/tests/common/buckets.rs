@@ -7,12 +7,16 @@ use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;
 
-pub fn store(valkey: &Valkey) -> Store {
-    let options = StoreOptions {
+/// The store's timeouts in these tests: two seconds to connect, five for an answer.
+pub fn options() -> StoreOptions {
+    StoreOptions {
         connect_timeout: Duration::from_secs(2),
         response_timeout: Duration::from_secs(5),
-    };
-    Store::new(&valkey.url(), options).unwrap()
+    }
+}
+
+pub fn store(valkey: &Valkey) -> Store {
+    Store::new(&valkey.url(), options()).unwrap()
 }
 
 pub fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {

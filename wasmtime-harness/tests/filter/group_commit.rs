@@ -6,7 +6,9 @@
 use crate::common::{boot, bridge, NOW_MS};
 use wasmtime_harness::{Action, CallResponse, Host};
 
-fn config(transport: &str, failure_mode: &str) -> String {
+/// One rule (ten a minute) on a bridge over `transport` that is sent one exchange at a
+/// time (`max_inflight` 1) and given 25 ms.
+fn one_in_flight(transport: &str, failure_mode: &str) -> String {
     format!(
         r#"{{"backend": {{"cluster": "ratelimit_bridge", "timeout_ms": 25, "max_inflight": 1,
                           "transport": "{transport}"}},
@@ -37,7 +39,7 @@ fn last_callout(host: &Host) -> wasmtime_harness::Callout {
 
 #[test]
 fn http_checks_are_sent_by_the_root_and_waiting_ones_leave_when_a_reply_arrives() {
-    let mut host = boot(&config("http", "closed"));
+    let mut host = boot(&one_in_flight("http", "closed"));
     let (a, action) = host.request("GET", "/", &[("x-user-id", "a")]).unwrap();
     assert_eq!(action, Action::Pause);
     // a's request woke the root through its queue; the root sent the callout.
@@ -81,7 +83,7 @@ fn http_checks_are_sent_by_the_root_and_waiting_ones_leave_when_a_reply_arrives(
 
 #[test]
 fn requests_that_leave_are_not_sent_and_their_answers_find_no_one() {
-    let mut host = boot(&config("http", "closed"));
+    let mut host = boot(&one_in_flight("http", "closed"));
     let a = host.request("GET", "/", &[("x-user-id", "a")]).unwrap().0;
     let first = last_callout(&host);
     let gone = waiting(&mut host, "gone");
@@ -100,7 +102,7 @@ fn requests_that_leave_are_not_sent_and_their_answers_find_no_one() {
 #[test]
 fn a_failed_batch_fails_every_member_but_counts_once_in_the_breaker() {
     for (mode, expect) in [("closed", Some(503)), ("open", None)] {
-        let mut host = boot(&config("http", mode));
+        let mut host = boot(&one_in_flight("http", mode));
         host.request("GET", "/", &[("x-user-id", "a")]).unwrap();
         let first = last_callout(&host);
         // Five failures open the breaker; a batch of six failing is one.
@@ -126,7 +128,7 @@ fn a_failed_batch_fails_every_member_but_counts_once_in_the_breaker() {
 
 #[test]
 fn stream_checks_past_the_limit_leave_together_when_a_reply_arrives() {
-    let mut host = boot(&config("grpc", "closed"));
+    let mut host = boot(&one_in_flight("grpc", "closed"));
     let token = host.grpc_streams()[0].token;
     let a = host.request("GET", "/", &[("x-user-id", "a")]).unwrap().0;
     assert_eq!(

@@ -28,7 +28,7 @@ pub fn redis_wasm() -> &'static Wasm {
 pub const CLUSTER: &str = "outbound|6379||redis.default.svc.cluster.local";
 
 /// `rules` (JSON objects) keyed on `x-user-id`, a redis backend with `timeout_ms`.
-pub fn config(rules: &str, failure_mode: &str, timeout_ms: u32) -> String {
+pub fn on_redis(rules: &str, failure_mode: &str, timeout_ms: u32) -> String {
     format!(
         r#"{{"backend": {{"redis": {{"cluster": "{CLUSTER}", "timeout_ms": {timeout_ms}}}}},
             "failure_mode": "{failure_mode}",
@@ -100,7 +100,7 @@ fn query_text(host: &Host, nth: usize) -> String {
 #[test]
 fn an_exact_burst_is_admitted_then_denied_with_headers() {
     let valkey = Valkey::start();
-    let mut host = boot(&config(&per_user("r", 3), "closed", 1000));
+    let mut host = boot(&on_redis(&per_user("r", 3), "closed", 1000));
     let cluster = &host.state().redis.clusters[0];
     assert_eq!((cluster.name.as_str(), cluster.timeout_ms), (CLUSTER, 1000));
 
@@ -142,7 +142,7 @@ fn a_check_is_all_or_nothing_across_two_rules() {
     let valkey = Valkey::start();
     let global = r#"{"name": "g", "key": [], "limit": {"requests": 3, "per": "1h", "burst": 3}}"#;
     let rules = format!("{}, {global}", per_user("u", 2));
-    let mut host = boot(&config(&rules, "closed", 1000));
+    let mut host = boot(&on_redis(&rules, "closed", 1000));
     for _ in 0..2 {
         let id = decided(&mut host, &valkey, "alice");
         assert!(allowed(&host, id), "{}", host.log_text());
@@ -168,7 +168,7 @@ fn a_check_is_all_or_nothing_across_two_rules() {
 #[test]
 fn a_flushed_script_is_sent_again_and_the_request_still_decided() {
     let valkey = Valkey::start();
-    let mut host = boot(&config(&per_user("r", 5), "closed", 1000));
+    let mut host = boot(&on_redis(&per_user("r", 5), "closed", 1000));
     let id = decided(&mut host, &valkey, "alice");
     assert!(allowed(&host, id));
     let flush = wasmtime_harness::redis::command(&[b"SCRIPT", b"FLUSH"]);
@@ -187,7 +187,7 @@ fn lease_returns_travel_as_a_refund_call() {
     let valkey = Valkey::start();
     let rule = r#"{"name": "g", "key": [], "limit": {"requests": 100, "per": "1h", "burst": 100},
                    "lease": {"tokens": 10, "ttl": "1s"}}"#;
-    let mut host = boot(&config(rule, "closed", 1000));
+    let mut host = boot(&on_redis(rule, "closed", 1000));
     // The second check of the same bucket within the ttl asks for a lease.
     for _ in 0..2 {
         let id = decided(&mut host, &valkey, "u");
@@ -212,7 +212,7 @@ fn lease_returns_travel_as_a_refund_call() {
 
 #[test]
 fn the_login_goes_to_proxy_redis_init_and_never_to_the_log() {
-    let config = config(&per_user("r", 3), "closed", 25).replacen(
+    let config = on_redis(&per_user("r", 3), "closed", 25).replacen(
         r#""timeout_ms": 25"#,
         r#""timeout_ms": 25, "username": "ratelimit", "password": "s3cret-pw""#,
         1,
@@ -227,7 +227,7 @@ fn the_login_goes_to_proxy_redis_init_and_never_to_the_log() {
 
 #[test]
 fn each_build_refuses_the_other_s_backend() {
-    let redis_config = config(&per_user("r", 3), "closed", 25);
+    let redis_config = on_redis(&per_user("r", 3), "closed", 25);
     let (host, accepted) = Host::boot(crate::common::wasm(), &redis_config).unwrap();
     assert!(!accepted);
     assert!(

@@ -2,7 +2,7 @@
 //! RESP. Never a trap; the configured failure mode applies to the checks of that call
 //! alone, and the circuit breaker counts the failures as it does the bridge's.
 
-use crate::redis::{boot, config, pending, per_user, run_live};
+use crate::redis::{boot, on_redis, pending, per_user, run_live};
 use std::time::Duration;
 use test_support::Valkey;
 use wasmtime_harness::{Action, Host, Status};
@@ -93,7 +93,7 @@ fn garbage_resp_applies_the_failure_mode_and_the_next_check_is_decided() {
     let valkey = Valkey::start();
     for open in [false, true] {
         for (what, reply) in garbage() {
-            let mut host = boot(&config(&per_user("r", 5), mode(open), 1000));
+            let mut host = boot(&on_redis(&per_user("r", 5), mode(open), 1000));
             // A client per case: the cases share the server's buckets.
             let user = format!("{what}-{open}");
             let (id, token) = paused(&mut host, &user);
@@ -114,7 +114,7 @@ fn redis_down_applies_the_failure_mode() {
     let mut valkey = Valkey::start();
     valkey.stop();
     for open in [false, true] {
-        let mut host = boot(&config(&per_user("r", 5), mode(open), 1000));
+        let mut host = boot(&on_redis(&per_user("r", 5), mode(open), 1000));
         let (id, token) = paused(&mut host, "u");
         assert!(host.forward_redis(token, valkey.addr()).unwrap().is_empty());
         assert_failure_mode(&host, id, open);
@@ -129,7 +129,7 @@ fn redis_down_applies_the_failure_mode() {
 #[test]
 fn a_call_unanswered_within_timeout_ms_applies_the_failure_mode() {
     for open in [false, true] {
-        let mut host = boot(&config(&per_user("r", 5), mode(open), 25));
+        let mut host = boot(&on_redis(&per_user("r", 5), mode(open), 25));
         let (id, token) = paused(&mut host, "u");
         host.advance(Duration::from_millis(20)).unwrap();
         assert!(
@@ -150,7 +150,7 @@ fn a_call_unanswered_within_timeout_ms_applies_the_failure_mode() {
 
 #[test]
 fn repeated_failures_open_the_breaker_and_no_call_is_made_meanwhile() {
-    let mut host = boot(&config(&per_user("r", 5), "closed", 1000));
+    let mut host = boot(&on_redis(&per_user("r", 5), "closed", 1000));
     // Default breaker: five failures open it for one second.
     for _ in 0..5 {
         let (_, token) = paused(&mut host, "u");

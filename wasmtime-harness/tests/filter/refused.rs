@@ -65,7 +65,7 @@ fn respond(host: &mut Host, id: u32) -> Result<(), String> {
 }
 
 /// The example's rules over one HTTP callout per check, failing over to local limits.
-fn config() -> String {
+fn http_config() -> String {
     http(&stream_config())
 }
 
@@ -78,7 +78,7 @@ fn stream_config() -> String {
 /// (with response headers), one denied, one whose callout fails (local limits on shared
 /// data), a repeated identity (400), and a tick. Any trap is returned.
 fn through_every_path(host: &mut Host) -> Result<(), String> {
-    no_trap(host.configure(config().as_bytes()))?;
+    no_trap(host.configure(http_config().as_bytes()))?;
     let headers = [("x-user-id", "alice")];
     for answer in [
         Some(format!("{NOW_MS} 1,99,600,0 1,9,6000,0 1,49999,1,0")),
@@ -166,7 +166,7 @@ fn a_host_refusing_any_call_on_the_stream_never_traps_the_filter() {
 #[test]
 fn a_host_refusing_any_call_never_traps_the_filter() {
     for &call in CALLS {
-        let mut host = refusing(&config(), call, Status::Unimplemented);
+        let mut host = refusing(&http_config(), call, Status::Unimplemented);
         if let Err(trap) = through_every_path(&mut host) {
             panic!("{call} refused: {trap}");
         }
@@ -181,7 +181,7 @@ fn refusing_a_call_is_what_the_test_above_sees() {
     // The harness's refusal reaches the guest: a refused local reply leaves the request
     // paused without one, where the served call answers it.
     let local_reply = "proxy_send_local_response";
-    let mut host = refusing(&config(), local_reply, Status::InternalFailure);
+    let mut host = refusing(&http_config(), local_reply, Status::InternalFailure);
     let (id, _) = host.request("GET", "/api/search", &TWICE).unwrap();
     assert!(host.stream(id).unwrap().local_reply().is_none());
     assert!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use test_support::{Bridge, Valkey};
 
 /// One rule on `x-user-id`: `requests` per `per`, a bucket of one.
-fn config(requests: u32, per: &str, failure_mode: &str) -> String {
+fn on_the_bridge(requests: u32, per: &str, failure_mode: &str) -> String {
     format!(
         r#"{{"backend": {{"cluster": "ratelimit_bridge", "timeout_ms": 1000}},
             "failure_mode": "{failure_mode}", "circuit_breaker": {{"failures": 0}},
@@ -21,7 +21,7 @@ fn a_live_bridge_and_valkey_deny_then_refill() {
     let valkey = Valkey::start();
     let bridge = Bridge::start(&valkey.url());
     // One token, five per second: back 200 ms after it is spent.
-    let mut host = boot(&config(5, "1s", "closed"));
+    let mut host = boot(&on_the_bridge(5, "1s", "closed"));
     let alice = [("x-user-id", "alice")];
 
     let (first, token) = paused(&mut host, "GET", "/", &alice);
@@ -49,7 +49,7 @@ fn a_live_bridge_and_valkey_deny_then_refill() {
 #[test]
 fn local_buckets_refill_with_the_virtual_clock() {
     // Two per minute, a bucket of one: one token every 30 s of virtual time.
-    let mut host = boot(&config(2, "1m", "local"));
+    let mut host = boot(&on_the_bridge(2, "1m", "local"));
     let bob = [("x-user-id", "bob")];
     let local_decision = |host: &mut wasmtime_harness::Host| {
         let (id, token) = paused(host, "GET", "/", &bob);
