@@ -164,9 +164,9 @@ def costs(before, after, checks):
 
 
 def against_loadgen(result, checks):
-    """The load generator's CPU per check, and the bridge's in units of it: both ends of
-    the same exchanges on the same HTTP/2 and tokio stack, so the ratio moves far less
-    with the machine's speed (which varied twofold within an hour here) than either."""
+    """The load generator's CPU per check: the other end of the same exchanges on the same
+    HTTP/2 and tokio stack, so the bridge's CPU in its units (`table`) moves far less with
+    the machine's speed (which varied twofold within an hour here) than either figure."""
     loadgen_us = result["cpu_s"] * 1e6 / max(1, checks)
     return {"loadgen_cpu_us_per_check": loadgen_us}
 
@@ -378,8 +378,8 @@ is the filter's `checks_sent` per stream message.
   (per rule-check: divided by {f['rules_per_check']} more).
 - **Baselines side by side**, as this machine's speed varies (twofold within an hour, both
   figures above moving together): **in SETs** is the Redis CPU per rule-check over
-  Valkey's CPU per plain pipelined `SET`, measured on the same server just before the
-  backend's runs; **in loadgen's** is the bridge's CPU per check over the load
+  Valkey's CPU per plain pipelined `SET`, measured on the one Valkey (empty, the same
+  binary as the Cluster's nodes) just before each backend's runs; **in loadgen's** is the bridge's CPU per check over the load
   generator's (its `getrusage`), which does the other end of the same HTTP/2 exchanges on
   the same tokio stack.
 - **p50 / p99**: per exchange (per request through Envoy), as the load generator saw it.
