@@ -33,9 +33,12 @@
 //! - `check`: one request's check, from its rules to its verdict (`check::settle`: how an
 //!   exchange ends; `check::shortcuts`: what a worker decides without the bridge).
 //! - `redis_call`: the redis-call build's side of Redis: a batch as one RESP `EVALSHA`.
+//! - `dispatch`: a worker's dispatcher, owning everything a worker keeps across requests
+//!   and configurations; events in (headers, replies, the stream closed, ticks), verdicts
+//!   and `dispatch::Link` calls out.
 //! - `glue` (the wasm build only): the proxy-wasm binding, a root context per worker and an
-//!   HTTP context per request (`root`, `request`, `hub`, `transport`, `host`, `abi`, and
-//!   `redis` in the redis-call build).
+//!   HTTP context per request that hand their events to the dispatcher (`root`, `request`,
+//!   `host`, `link`, `abi`, and `redis` in the redis-call build).
 //! - `fakes` (tests only): the unit tests' stand-ins for the host, and the example
 //!   configuration and planned rules they feed the code.
 //!
@@ -46,6 +49,7 @@ pub mod breaker;
 pub mod check;
 pub mod counters;
 pub mod deny_cache;
+pub mod dispatch;
 pub mod exchange;
 #[cfg(test)]
 pub(crate) mod fakes;

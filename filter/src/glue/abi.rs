@@ -7,7 +7,7 @@
 //! BadArgument and InternalFailure, what Envoy answers) and `open_grpc_stream`.
 //!
 //! The per-request calls (headers, the clock) also skip the SDK's copies: they run on
-//! every request.
+//! every request. Every host function the filter imports is declared here.
 
 use crate::header_map::{self, HeaderMap};
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status, StreamType};
@@ -41,8 +41,9 @@ extern "C" {
         return_value_data: *mut *mut u8,
         return_value_size: *mut usize,
     ) -> Status;
+    // The buffer type as a number: Higress's redis reply (9) is none of the SDK's.
     fn proxy_get_buffer_bytes(
-        buffer_type: BufferType,
+        buffer_type: u32,
         start: usize,
         max_size: usize,
         return_buffer_data: *mut *mut u8,
@@ -88,6 +89,46 @@ extern "C" {
         return_id: *mut u32,
     ) -> Status;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> Status;
+    fn proxy_grpc_send(
+        token: u32,
+        message_ptr: *const u8,
+        message_len: usize,
+        end_stream: bool,
+    ) -> Status;
+    fn proxy_grpc_close(token_id: u32) -> Status;
+    fn proxy_register_shared_queue(
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> Status;
+    fn proxy_enqueue_shared_queue(
+        queue_id: u32,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
+}
+
+// Higress's redis call, which only the redis-call build imports: stock Envoy refuses a
+// module that imports a host function it lacks.
+#[cfg(feature = "redis-call")]
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_redis_init(
+        cluster_ptr: *const u8,
+        cluster_len: usize,
+        username_ptr: *const u8,
+        username_len: usize,
+        password_ptr: *const u8,
+        password_len: usize,
+        timeout_ms: u32,
+    ) -> u32;
+    fn proxy_redis_call(
+        cluster_ptr: *const u8,
+        cluster_len: usize,
+        query_ptr: *const u8,
+        query_len: usize,
+        token: *mut u32,
+    ) -> u32;
 }
 
 /// Runs a host call that hands back bytes it allocated in the guest, and takes ownership
@@ -155,8 +196,83 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
 
 /// Up to `max` bytes of a buffer (the plugin configuration, a reply's body).
 pub fn buffer(buffer_type: BufferType, max: usize) -> Option<Vec<u8>> {
+    buffer_numbered(buffer_type as u32, max)
+}
+
+fn buffer_numbered(buffer_type: u32, max: usize) -> Option<Vec<u8>> {
     // SAFETY: the out-pointers come from `host_bytes` and outlive the call.
     host_bytes(|data, size| unsafe { proxy_get_buffer_bytes(buffer_type, 0, max, data, size) })
+}
+
+/// Sends a message on gRPC stream `token` (the SDK's wrapper panics on a status it does
+/// not expect).
+pub fn grpc_send(token: u32, message: &[u8]) -> Result<(), Status> {
+    // SAFETY: the pointer and length describe `message`, alive across the call.
+    ok(unsafe { proxy_grpc_send(token, message.as_ptr(), message.len(), false) })
+}
+
+/// Closes gRPC stream `token`; one the host already closed answers NotFound.
+pub fn grpc_close(token: u32) -> Result<(), Status> {
+    // SAFETY: a plain host call with an integer argument.
+    ok(unsafe { proxy_grpc_close(token) })
+}
+
+/// Registers the shared queue `name`; its id.
+pub fn register_queue(name: &str) -> Option<u32> {
+    let mut id = 0;
+    // SAFETY: the pointer and length describe `name`; `id` outlives the call.
+    let status = unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) };
+    ok(status).ok().map(|()| id)
+}
+
+/// Posts `item` to shared queue `queue`.
+pub fn enqueue(queue: u32, item: &[u8]) -> Result<(), Status> {
+    // SAFETY: the pointer and length describe `item`, alive across the call.
+    ok(unsafe { proxy_enqueue_shared_queue(queue, item.as_ptr(), item.len()) })
+}
+
+/// Declares the Redis service `cluster` to the host, logging in as `username`.
+#[cfg(feature = "redis-call")]
+pub fn redis_init(cluster: &str, username: &str, password: &str, timeout_ms: u32) -> u32 {
+    // SAFETY: each pointer and length describes a live string for the call's duration.
+    unsafe {
+        proxy_redis_init(
+            cluster.as_ptr(),
+            cluster.len(),
+            username.as_ptr(),
+            username.len(),
+            password.as_ptr(),
+            password.len(),
+            timeout_ms,
+        )
+    }
+}
+
+/// Sends `query` (RESP) to the Redis service `cluster`: the call's token, or the status.
+#[cfg(feature = "redis-call")]
+pub fn redis_call(cluster: &str, query: &[u8]) -> Result<u32, u32> {
+    let mut token = 0;
+    // SAFETY: the pointers and lengths describe `cluster` and `query`; `token` outlives
+    // the call.
+    let status = unsafe {
+        proxy_redis_call(
+            cluster.as_ptr(),
+            cluster.len(),
+            query.as_ptr(),
+            query.len(),
+            &mut token,
+        )
+    };
+    if status != 0 {
+        return Err(status);
+    }
+    Ok(token)
+}
+
+/// Up to `max` bytes of the redis reply being delivered (Higress's buffer type 9).
+#[cfg(feature = "redis-call")]
+pub fn redis_reply(max: usize) -> Vec<u8> {
+    buffer_numbered(9, max).unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch by the host's clock; 0 if the host will not tell.

@@ -1,14 +1,16 @@
-//! The host as the filter's logic sees it (request, clock, shared data), the counters it
-//! exposes, and the host calls that carry out a verdict. Every host error is handled here.
+//! The host as the filter's logic sees it (request, clock, shared data), what a reply to
+//! a callout or on the stream reads as, and the host calls that carry out a verdict. Every
+//! host error is handled here.
 
 use super::abi;
-use crate::check::{Outcome, Verdict};
-use crate::counters::{self, Counter, Counters, RuleCounts, PER_RULE};
+use crate::check::Verdict;
+use crate::dispatch::{Dispatcher, Verdicts};
 use crate::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::protocol;
+use crate::response::RateLimitFields;
 use proxy_wasm::types::BufferType;
-use ratelimit_config::config::Config;
+use ratelimit_protocol::MAX_ID_LINE;
 use std::cell::{OnceCell, RefCell};
 
 /// The current (effective) context's request, the clock and shared data.
@@ -89,6 +91,48 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
     (status, body)
 }
 
+/// The stream message being delivered, bounded: anything longer is garbage anyway.
+pub fn stream_message(size: usize) -> Vec<u8> {
+    let size = size.min(MAX_ID_LINE + protocol::MAX_REPLY_LEN + 1);
+    abi::buffer(BufferType::GrpcReceiveBuffer, size).unwrap_or_default()
+}
+
+/// Runs one event of the worker's dispatcher, then carries out the verdicts it reached,
+/// each on its own request: only once the dispatcher is free, as resuming or answering a
+/// request may call back into the filter. `back_to`: the request whose callback this is,
+/// made the effective context again after others'. An event that finds the dispatcher
+/// busy (which a single-threaded VM never should) is logged, never a panic.
+pub fn run<T>(
+    dispatcher: &RefCell<Dispatcher>,
+    back_to: Option<u32>,
+    event: impl FnOnce(&mut Dispatcher) -> (T, Verdicts),
+) -> Option<T> {
+    let Ok(mut busy) = dispatcher.try_borrow_mut() else {
+        log::error!("an event came while the dispatcher was busy; it was dropped");
+        return None;
+    };
+    let (out, verdicts) = event(&mut busy);
+    drop(busy);
+    for (context_id, verdict) in &verdicts {
+        if abi::set_effective_context(*context_id).is_ok() {
+            carry_out(verdict);
+        }
+    }
+    if let Some(context_id) = back_to.filter(|_| !verdicts.is_empty()) {
+        let _ = abi::set_effective_context(context_id);
+    }
+    Some(out)
+}
+
+/// Adds a check's rate-limit fields to the response on its way back.
+pub fn add_response_headers(fields: &RateLimitFields) {
+    fields.each(|name, value| {
+        if let Err(e) = abi::add_response_header(name, value) {
+            log::warn!("adding {name} failed: {e:?}");
+        }
+    });
+}
+
 /// Carries out a verdict on the current (effective) request, which is paused.
 pub fn carry_out(verdict: &Verdict) {
     match verdict {
@@ -101,86 +145,6 @@ pub fn carry_out(verdict: &Verdict) {
             let body = reply.body.as_bytes();
             if let Err(e) = abi::send_local_reply(reply.status, &reply.headers, body) {
                 log::warn!("local reply failed: {e:?}");
-            }
-        }
-    }
-}
-
-/// The counters' host metric ids and the counts not yet flushed to them.
-pub struct Metrics {
-    ids: Vec<(Counter, Option<u32>)>,
-    pub counts: RefCell<Counters>,
-}
-
-impl Metrics {
-    pub fn define() -> Metrics {
-        let ids = Counter::ALL
-            .iter()
-            .map(|&c| (c, abi::define_counter(c.name())))
-            .collect();
-        Metrics {
-            ids,
-            counts: RefCell::default(),
-        }
-    }
-
-    pub fn count(&self, outcome: Option<Outcome>) {
-        if let (Some(outcome), Ok(mut counts)) = (outcome, self.counts.try_borrow_mut()) {
-            counts.add(outcome.counter(), 1);
-        }
-    }
-
-    pub fn exchange(&self, http: bool, checks: usize) {
-        if let Ok(mut counts) = self.counts.try_borrow_mut() {
-            counts.exchange(http, checks);
-        }
-    }
-
-    /// Hands the counts to the host.
-    pub fn flush(&self) {
-        let Ok(drained) = self.counts.try_borrow_mut().map(|mut c| c.drain()) else {
-            return;
-        };
-        for (counter, n) in drained {
-            let id = self
-                .ids
-                .iter()
-                .find(|(c, _)| *c == counter)
-                .and_then(|(_, id)| *id);
-            if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
-                let _ = abi::increment_metric(id, n);
-            }
-        }
-    }
-}
-
-/// The host metric ids of the per-rule counters (`PER_RULE`) of one configuration's rules.
-pub struct RuleMetrics {
-    ids: Vec<[Option<u32>; PER_RULE.len()]>,
-}
-
-impl RuleMetrics {
-    /// Defines them (the host hands back the existing metric for a name it knows).
-    pub fn define(config: &Config) -> RuleMetrics {
-        let ids = config
-            .rules
-            .iter()
-            .map(|rule| {
-                PER_RULE.map(|counter| {
-                    let name = counters::per_rule_name(counter, &rule.name);
-                    abi::define_counter(&name)
-                })
-            })
-            .collect();
-        RuleMetrics { ids }
-    }
-
-    pub fn flush(&self, counts: &mut RuleCounts) {
-        for (rule, counter, n) in counts.drain() {
-            let slot = PER_RULE.iter().position(|&c| c == counter);
-            let id = slot.and_then(|s| *self.ids.get(rule)?.get(s)?);
-            if let (Some(id), Ok(n)) = (id, i64::try_from(n)) {
-                let _ = abi::increment_metric(id, n);
             }
         }
     }

@@ -1,50 +1,60 @@
 //! Higress's redis call, the transport of the redis-call build (`--features redis-call`,
 //! `dist/ratelimit-redis.wasm`): an exchange is one script call on Redis, sent by the root,
-//! and its reply settles the exchange as a reply from the bridge would. The host functions
-//! are `redis_host`'s.
+//! and its reply settles the exchange as a reply from the bridge would.
 //!
 //! The host delivers replies through an export of its own, `proxy_on_redis_call_response`,
-//! which the SDK's dispatcher does not know: it finds the root's hub by the context id the
-//! host names.
+//! which the SDK's dispatcher does not know: it finds the root's dispatcher by the context
+//! id the host names.
 
-use super::hub::{carry_out_all, Hub};
-use super::redis_host;
-use crate::redis_call::{decode_reply, is_noscript, Invoke};
+use super::abi;
+use super::host::{run, ProxyHost};
+use super::link::HostLink;
+use crate::dispatch::Dispatcher;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Backend;
+use ratelimit_protocol::MAX_REPLY_LEN;
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
+/// A root's dispatcher and its wake-up queue.
+type Root = (Weak<RefCell<Dispatcher>>, Option<u32>);
+
 thread_local! {
-    /// Each root's hub by its context id, for the replies the host delivers.
-    static HUBS: RefCell<HashMap<u32, Weak<Hub>>> = RefCell::new(HashMap::new());
+    /// Each root's dispatcher by its context id, for the replies the host delivers.
+    static ROOTS: RefCell<HashMap<u32, Root>> = RefCell::new(HashMap::new());
 }
 
-/// Declares the Redis service to the host (once per configuration) and lets replies find
-/// `hub`. Call from `on_configure`.
-pub(super) fn init(root: u32, hub: &Rc<Hub>, backend: &Backend) -> Result<(), String> {
-    redis_host::declare(backend)?;
-    HUBS.with(|hubs| {
-        if let Ok(mut hubs) = hubs.try_borrow_mut() {
-            hubs.insert(root, Rc::downgrade(hub));
-        }
-    });
-    Ok(())
-}
-
-/// Forgets the calls of exchanges given up (timed out): a reply that never comes must not
-/// keep its batch forever.
-pub(super) fn forget_given_up(hub: &Hub) {
-    let (Ok(mut calls), Ok(exchanges)) =
-        (hub.redis_calls.try_borrow_mut(), hub.exchanges.try_borrow())
-    else {
-        return;
+/// Declares the Redis service to the host (once per configuration; it logs in with the
+/// configured user and password) and lets replies find `dispatcher`. Call from
+/// `on_configure`.
+pub(super) fn init(
+    root: u32,
+    dispatcher: &Rc<RefCell<Dispatcher>>,
+    queue: Option<u32>,
+    backend: &Backend,
+) -> Result<(), String> {
+    let (username, password) = match &backend.login {
+        Some(login) => (login.username.as_str(), login.password.expose()),
+        None => ("", ""),
     };
-    calls.retain(|_, sent| exchanges.in_flight(sent.id));
+    let timeout = u32::try_from(backend.timeout_ms).unwrap_or(u32::MAX);
+    let status = abi::redis_init(&backend.cluster, username, password, timeout);
+    if status != 0 {
+        let cluster = &backend.cluster;
+        return Err(format!(
+            "proxy_redis_init on {cluster:?} failed (status {status})"
+        ));
+    }
+    ROOTS.with(|roots| match roots.try_borrow_mut() {
+        Ok(mut roots) => {
+            roots.insert(root, (Rc::downgrade(dispatcher), queue));
+            Ok(())
+        }
+        Err(_) => Err("the table of roots is busy".to_string()),
+    })
 }
 
-/// The host's callback for a finished redis call: settles its exchange from the reply, or
-/// sends the batch once more as `EVAL` when Redis answers that it lost the script.
+/// The host's callback for a finished redis call.
 #[no_mangle]
 pub extern "C" fn proxy_on_redis_call_response(
     root_context_id: u32,
@@ -52,41 +62,21 @@ pub extern "C" fn proxy_on_redis_call_response(
     status: u32,
     response_size: usize,
 ) {
-    let hub = HUBS.with(|hubs| {
-        let hubs = hubs.try_borrow().ok()?;
-        hubs.get(&root_context_id).and_then(Weak::upgrade)
+    let root = ROOTS.with(|roots| {
+        let roots = roots.try_borrow().ok()?;
+        let (dispatcher, queue) = roots.get(&root_context_id)?;
+        Some((dispatcher.upgrade()?, *queue))
     });
-    let Some(hub) = hub else {
+    let Some((dispatcher, queue)) = root else {
         return;
     };
-    let sent = hub
-        .redis_calls
-        .try_borrow_mut()
-        .ok()
-        .and_then(|mut calls| calls.remove(&token));
-    let (Some(sent), Some(shared)) = (sent, hub.shared()) else {
-        return; // given up already, or never ours
+    let reply = match status {
+        0 => abi::redis_reply(response_size.min(MAX_REPLY_LEN + 1)),
+        _ => Vec::new(),
     };
-    let reply = if status == 0 {
-        redis_host::reply(response_size)
-    } else {
-        Vec::new()
-    };
-    if status == 0 && is_noscript(&reply) && sent.invoke == Invoke::Sha {
-        log::info!("redis lost the token bucket script; sending it again");
-        let backend = &shared.config.backend;
-        match redis_host::send(&hub.redis_calls, backend, sent.id, sent.body, Invoke::Text) {
-            Ok(()) => return,
-            Err(e) => {
-                carry_out_all(&hub.fail(&shared, sent.id, e));
-                return hub.pump_from_root(&shared);
-            }
-        }
-    }
-    hub.answered(sent.id, |counts| {
-        if status != 0 {
-            return Err(format!("redis call failed (status {status})"));
-        }
-        decode_reply(&reply, counts)
+    let mut link = HostLink { queue };
+    run(&dispatcher, None, |d| {
+        let verdicts = d.redis_reply(token, status, &reply, &ProxyHost::default(), &mut link);
+        ((), verdicts)
     });
 }

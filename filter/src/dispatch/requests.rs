@@ -1,0 +1,181 @@
+//! The dispatcher's request events: a request's headers start its check (decided at once,
+//! or held while it is out), its response headers pick up what the check adds, and its end
+//! lets go of whatever is held for it.
+
+use super::{Dispatcher, Held, Link, Phase, Verdicts};
+use crate::check::{decode_callout, Admission, Start, Verdict};
+use crate::host::Proxy;
+use crate::response::RateLimitFields;
+use ratelimit_config::backend::Transport;
+
+/// What a request does once its headers are seen.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Go {
+    /// Goes on now, untouched or allowed.
+    Continue,
+    /// Waits for its check (paused); its verdict comes with a later event.
+    Wait,
+    /// Answered locally now, with this reply (paused for good).
+    Answer(Verdict),
+}
+
+impl Dispatcher {
+    /// Request `context_id`'s headers (read through `host`): how it goes on, and verdicts
+    /// reached meanwhile for other paused requests (an exchange that could not leave).
+    pub fn request_headers(
+        &mut self,
+        context_id: u32,
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> (Go, Verdicts) {
+        let Some(current) = self.generations.last_mut() else {
+            return (Go::Continue, Vec::new());
+        };
+        let mut check = Admission::default();
+        let start = check.start(&current.config, &mut current.worker, host);
+        let generation = current.number;
+        let backend = &current.config.backend;
+        let (transport, own_callout) = (backend.transport, backend.max_inflight == 0);
+        let line = match start {
+            Start::Skip => return (Go::Continue, Vec::new()),
+            Start::Decided(verdict) => {
+                // Admitted from a lease, which may want a top-up (or a refused request
+                // put back what it took from one whose owner has gone).
+                if super::queue_lease_lines(&mut current.worker, &mut self.exchanges) {
+                    self.wake_root(link);
+                }
+                if let Some(outcome) = check.outcome {
+                    self.counters.add(outcome.counter(), 1);
+                }
+                let go = match verdict {
+                    Verdict::Resume => Go::Continue,
+                    reply => Go::Answer(reply),
+                };
+                if check.response_headers.is_some() {
+                    let phase = Phase::Settled;
+                    self.requests.insert(
+                        context_id,
+                        Held {
+                            generation,
+                            check,
+                            phase,
+                        },
+                    );
+                }
+                return (go, Vec::new());
+            }
+            Start::Ask(line) => line,
+        };
+        let rules = check.rule_count();
+        let phase = Phase::Parked;
+        self.requests.insert(
+            context_id,
+            Held {
+                generation,
+                check,
+                phase,
+            },
+        );
+        self.exchanges.enqueue(context_id, rules, line);
+        // On the stream the check leaves at once if there is room, with any other waiting
+        // check (the reply goes to the root whatever becomes of this request). Over HTTP
+        // the root sends batches: a callout's reply goes to the context that sent it, and a
+        // batch must not depend on one request living on; only without group commit is a
+        // check its own callout, sent by its request. Redis calls are the root's alone too:
+        // a host may cancel the calls of a request that ends.
+        let verdicts = match transport {
+            Transport::Grpc => self.pump(host, link),
+            Transport::Http if own_callout => self.own_callout(context_id, host, link),
+            Transport::Http | Transport::Redis => {
+                self.wake_if_waiting(link);
+                Vec::new()
+            }
+        };
+        self.own_verdict(context_id, verdicts)
+    }
+
+    /// Sends request `context_id`'s check as its own callout (no group commit).
+    fn own_callout(
+        &mut self,
+        context_id: u32,
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> Verdicts {
+        let Some((id, body)) = self.take(host) else {
+            return Vec::new();
+        };
+        match self.send(id, &body, link) {
+            Ok(_) => {
+                if let Some(held) = self.requests.get_mut(&context_id) {
+                    held.phase = Phase::Carrying(id);
+                }
+                Vec::new()
+            }
+            Err(reason) => self.fail(id, reason, host, link),
+        }
+    }
+
+    /// Splits the request's own verdict from the others'.
+    fn own_verdict(&mut self, context_id: u32, verdicts: Verdicts) -> (Go, Verdicts) {
+        let (own, others): (Verdicts, Verdicts) =
+            verdicts.into_iter().partition(|(id, _)| *id == context_id);
+        let go = match own.into_iter().next() {
+            None => Go::Wait,
+            Some((_, Verdict::Resume)) => Go::Continue,
+            Some((_, reply)) => Go::Answer(reply),
+        };
+        (go, others)
+    }
+
+    /// The reply to request `context_id`'s own callout (status `None`: reset or timed out).
+    pub fn own_callout_reply(
+        &mut self,
+        context_id: u32,
+        status: Option<u32>,
+        body: &[u8],
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> Verdicts {
+        let Some(held) = self.requests.get_mut(&context_id) else {
+            return Vec::new();
+        };
+        let Phase::Carrying(id) = held.phase else {
+            return Vec::new();
+        };
+        held.phase = Phase::Parked;
+        let members = self.exchanges.complete(id).unwrap_or_default();
+        let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
+        let reply = decode_callout(status, body, &counts);
+        self.settle(&members, reply, host, link)
+    }
+
+    /// Request `context_id`'s response headers: the rate-limit fields its check adds, once
+    /// it is decided (a response that comes first, from elsewhere, gets none).
+    pub fn response_headers(&mut self, context_id: u32) -> Option<RateLimitFields> {
+        let settled = self
+            .requests
+            .get(&context_id)
+            .is_some_and(|held| held.phase == Phase::Settled);
+        if !settled {
+            return None;
+        }
+        self.requests.remove(&context_id)?.check.response_headers
+    }
+
+    /// Request `context_id` is gone: its waiting check leaves the queue (an exchange already
+    /// out keeps its line; the answer for it finds no one and is skipped), and its own
+    /// callout, whose reply will find no one, is done with.
+    pub fn request_gone(&mut self, context_id: u32) {
+        let Some(held) = self.requests.remove(&context_id) else {
+            return;
+        };
+        match held.phase {
+            Phase::Settled => {}
+            Phase::Parked => self.exchanges.forget(context_id),
+            Phase::Carrying(id) => {
+                self.exchanges.forget(context_id);
+                self.exchanges.complete(id);
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+use super::*;
+use crate::fakes::{FakeProxy, FakeRequest, FakeShared, EXAMPLE};
+use crate::protocol::RuleResult;
+use ratelimit_protocol::render_reply;
+use std::cell::Cell;
+
+/// What the dispatcher asked of the host, in order.
+#[derive(Default)]
+struct FakeLink {
+    /// Stream messages sent: (exchange id, body).
+    sent: Vec<(u32, String)>,
+    opened: u32,
+    closed: Vec<u32>,
+}
+
+impl Link for FakeLink {
+    fn stream_send(&mut self, _: u32, id: u32, body: &str) -> Result<(), String> {
+        self.sent.push((id, body.to_string()));
+        Ok(())
+    }
+    fn callout(&mut self, _: &ratelimit_config::backend::Backend, _: &str) -> Result<u32, String> {
+        Err("no callouts here".into())
+    }
+    fn redis_call(
+        &mut self,
+        _: &ratelimit_config::backend::Backend,
+        _: &str,
+        _: Invoke,
+    ) -> Result<u32, String> {
+        Err("no redis here".into())
+    }
+    fn open_stream(&mut self, _: &ratelimit_config::backend::Backend) -> Result<u32, String> {
+        self.opened += 1;
+        Ok(100 + self.opened)
+    }
+    fn close_stream(&mut self, token: u32) {
+        self.closed.push(token);
+    }
+    fn post_wake(&mut self) -> bool {
+        true
+    }
+    fn set_tick(&mut self, _: Duration) {}
+    fn define_counter(&mut self, _: &str) -> Option<u32> {
+        None
+    }
+    fn add_to_counter(&mut self, _: u32, _: u64) {}
+}
+
+fn host(now: u64) -> FakeProxy {
+    FakeProxy {
+        req: FakeRequest::default()
+            .with(":method", "GET")
+            .with(":path", "/api/search")
+            .with("x-user-id", "alice")
+            .peer_at("198.51.100.4:1"),
+        shared: FakeShared::default(),
+        now: Cell::new(now),
+    }
+}
+
+/// The example configuration with at most one exchange in flight.
+fn config() -> Config {
+    let json = EXAMPLE.replace(
+        r#""timeout_ms": 25}"#,
+        r#""timeout_ms": 25, "max_inflight": 1}"#,
+    );
+    Config::parse(json.as_bytes()).unwrap()
+}
+
+/// The bridge's answer to a stream message: every rule of every check admitted.
+fn admit_all(id: u32, body: &str) -> Vec<u8> {
+    let results: Vec<CheckResult> = body
+        .lines()
+        .map(|line| CheckResult::Checked {
+            now_ms: 1_000_000,
+            rules: vec![
+                RuleResult {
+                    allowed: true,
+                    blocked: false,
+                    remaining: 5,
+                    full_ms: 1,
+                    wait_ms: 0,
+                    leased: 0,
+                };
+                line.split(' ').count()
+            ],
+        })
+        .collect();
+    let mut reply = String::new();
+    render_reply(&mut reply, &results);
+    protocol::stream_message(id, &reply).into_bytes()
+}
+
+#[test]
+fn checks_arriving_while_an_exchange_is_out_leave_together_when_it_comes_back() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    assert!(d.configure(config(), &host, &mut link).is_empty());
+    assert_eq!(link.opened, 1);
+    for context in 1..=3 {
+        let (go, others) = d.request_headers(context, &host, &mut link);
+        assert_eq!(go, Go::Wait);
+        assert!(others.is_empty());
+    }
+    assert_eq!(
+        link.sent.len(),
+        1,
+        "one exchange in flight, the other checks wait"
+    );
+    let (id, body) = link.sent[0].clone();
+    let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    assert_eq!(verdicts, vec![(1, Verdict::Resume)]);
+    assert_eq!(
+        link.sent.len(),
+        2,
+        "the waiting checks left the moment it came back"
+    );
+    assert_eq!(link.sent[1].1.lines().count(), 2);
+    assert!(
+        d.response_headers(1).is_some(),
+        "the allowed check's fields"
+    );
+    assert!(d.response_headers(1).is_none(), "taken once");
+    let (id, body) = link.sent[1].clone();
+    let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    assert_eq!(verdicts, vec![(2, Verdict::Resume), (3, Verdict::Resume)]);
+    // A reply on a stream that is not the worker's, or a second reply, settles nothing.
+    assert!(d
+        .stream_message(999, &admit_all(id, &body), &host, &mut link)
+        .is_empty());
+    assert!(d
+        .stream_message(101, &admit_all(id, &body), &host, &mut link)
+        .is_empty());
+}
+
+#[test]
+fn a_request_that_goes_away_leaves_the_queue_and_its_answer_finds_no_one() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(config(), &host, &mut link);
+    d.request_headers(1, &host, &mut link);
+    d.request_headers(2, &host, &mut link);
+    d.request_gone(2);
+    d.request_gone(1);
+    let (id, body) = link.sent[0].clone();
+    let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    assert!(verdicts.is_empty(), "{verdicts:?}");
+    assert_eq!(
+        link.sent.len(),
+        1,
+        "the departed request's check never left"
+    );
+}
+
+#[test]
+fn a_closed_stream_fails_what_it_carried_and_reopens_with_a_doubling_backoff() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(config(), &host, &mut link);
+    d.request_headers(1, &host, &mut link);
+    d.request_headers(2, &host, &mut link);
+    let verdicts = d.stream_closed(101, 14, &host, &mut link);
+    let failed: Vec<u32> = verdicts.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        failed,
+        [1, 2],
+        "in flight and waiting both fail (failure_mode closed)"
+    );
+    assert!(verdicts
+        .iter()
+        .all(|(_, v)| matches!(v, Verdict::Reply(r) if r.status == 503)));
+    assert_eq!(
+        (link.opened, link.closed.clone()),
+        (2, vec![101]),
+        "reopened at once"
+    );
+    // It keeps closing without a reply in between: each reopen waits twice as long as the
+    // last (100 ms after the first), on the tick.
+    let mut opened_at = Vec::new();
+    d.stream_closed(102, 14, &host, &mut link);
+    for now in (1_000_000..1_002_000).step_by(10) {
+        host.now.set(now);
+        let before = link.opened;
+        d.tick(&host, &mut link);
+        if link.opened > before {
+            opened_at.push(now - 1_000_000);
+            d.stream_closed(100 + link.opened, 14, &host, &mut link);
+        }
+    }
+    assert_eq!(opened_at, [200, 600, 1400], "{opened_at:?}");
+}
+
+#[test]
+fn a_new_configuration_keeps_what_is_out_and_answers_it_under_the_old_rules() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(config(), &host, &mut link);
+    d.request_headers(1, &host, &mut link);
+    assert!(
+        d.configure(config(), &host, &mut link).is_empty(),
+        "same cluster: stream kept"
+    );
+    assert_eq!(link.opened, 1);
+    assert_eq!(
+        d.generations.len(),
+        2,
+        "the old configuration lives while its check is out"
+    );
+    let (id, body) = link.sent[0].clone();
+    let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    assert_eq!(verdicts, vec![(1, Verdict::Resume)]);
+    d.request_gone(1);
+    d.tick(&host, &mut link);
+    assert_eq!(d.generations.len(), 1, "and goes once nothing holds it");
+}
