@@ -1,17 +1,8 @@
 use super::*;
-use crate::fakes::{example, FakeProxy, FakeRequest, FakeShared, EXAMPLE};
-use std::cell::Cell;
+use crate::fakes::{alice_searching, example, FakeProxy, FakeRequest, EXAMPLE};
 
 fn host() -> FakeProxy {
-    FakeProxy {
-        req: FakeRequest::default()
-            .with(":method", "GET")
-            .with(":path", "/api/search")
-            .with("x-user-id", "alice")
-            .peer_at("198.51.100.4:1"),
-        shared: FakeShared::default(),
-        now: Cell::new(1_000_000),
-    }
+    alice_searching(1_000_000)
 }
 
 /// A started check, its worker and the callout body.

@@ -1,8 +1,7 @@
 use super::*;
-use crate::fakes::{FakeProxy, FakeRequest, FakeShared, EXAMPLE};
+use crate::fakes::{alice_searching as host, EXAMPLE};
 use crate::protocol::RuleResult;
 use ratelimit_protocol::render_reply;
-use std::cell::Cell;
 
 /// What the dispatcher asked of the host, in order.
 #[derive(Default)]
@@ -44,18 +43,6 @@ impl Link for FakeLink {
         None
     }
     fn add_to_counter(&mut self, _: u32, _: u64) {}
-}
-
-fn host(now: u64) -> FakeProxy {
-    FakeProxy {
-        req: FakeRequest::default()
-            .with(":method", "GET")
-            .with(":path", "/api/search")
-            .with("x-user-id", "alice")
-            .peer_at("198.51.100.4:1"),
-        shared: FakeShared::default(),
-        now: Cell::new(now),
-    }
 }
 
 /// The example configuration with at most one exchange in flight.

@@ -188,3 +188,17 @@ impl Proxy for FakeProxy {
         self.now.get()
     }
 }
+
+/// A GET of `/api/search` by user `alice` from 198.51.100.4, at `now` ms: the request the
+/// example configuration's rules are tried on.
+pub fn alice_searching(now: u64) -> FakeProxy {
+    FakeProxy {
+        req: FakeRequest::default()
+            .with(":method", "GET")
+            .with(":path", "/api/search")
+            .with("x-user-id", "alice")
+            .peer_at("198.51.100.4:1"),
+        shared: FakeShared::default(),
+        now: Cell::new(now),
+    }
+}

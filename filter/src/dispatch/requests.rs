@@ -19,6 +19,16 @@ pub enum Go {
     Answer(Verdict),
 }
 
+impl Go {
+    /// How a request goes on with a verdict reached while its headers are seen.
+    fn now(verdict: Verdict) -> Go {
+        match verdict {
+            Verdict::Resume => Go::Continue,
+            reply => Go::Answer(reply),
+        }
+    }
+}
+
 impl Dispatcher {
     /// Request `context_id`'s headers (read through `host`): how it goes on, and verdicts
     /// reached meanwhile for other paused requests (an exchange that could not leave).
@@ -47,35 +57,15 @@ impl Dispatcher {
                 if let Some(outcome) = check.outcome {
                     self.counters.add(outcome.counter(), 1);
                 }
-                let go = match verdict {
-                    Verdict::Resume => Go::Continue,
-                    reply => Go::Answer(reply),
-                };
                 if check.response_headers.is_some() {
-                    let phase = Phase::Settled;
-                    self.requests.insert(
-                        context_id,
-                        Held {
-                            generation,
-                            check,
-                            phase,
-                        },
-                    );
+                    self.hold(context_id, generation, check, Phase::Settled);
                 }
-                return (go, Vec::new());
+                return (Go::now(verdict), Vec::new());
             }
             Start::Ask(line) => line,
         };
         let rules = check.rule_count();
-        let phase = Phase::Parked;
-        self.requests.insert(
-            context_id,
-            Held {
-                generation,
-                check,
-                phase,
-            },
-        );
+        self.hold(context_id, generation, check, Phase::Parked);
         self.exchanges.enqueue(context_id, rules, line);
         // On the stream the check leaves at once if there is room, with any other waiting
         // check (the reply goes to the root whatever becomes of this request). Over HTTP
@@ -119,12 +109,20 @@ impl Dispatcher {
     fn own_verdict(&mut self, context_id: u32, verdicts: Verdicts) -> (Go, Verdicts) {
         let (own, others): (Verdicts, Verdicts) =
             verdicts.into_iter().partition(|(id, _)| *id == context_id);
-        let go = match own.into_iter().next() {
-            None => Go::Wait,
-            Some((_, Verdict::Resume)) => Go::Continue,
-            Some((_, reply)) => Go::Answer(reply),
-        };
+        let go = own
+            .into_iter()
+            .next()
+            .map_or(Go::Wait, |(_, verdict)| Go::now(verdict));
         (go, others)
+    }
+
+    fn hold(&mut self, context_id: u32, generation: u64, check: Admission, phase: Phase) {
+        let held = Held {
+            generation,
+            check,
+            phase,
+        };
+        self.requests.insert(context_id, held);
     }
 
     /// The reply to request `context_id`'s own callout (status `None`: reset or timed out).
