@@ -4,6 +4,7 @@ every section, the acceptance verdict of the throughput issue, and how to read t
 from pathlib import Path
 
 from . import fleet, plot
+from .cells import ms, num, statuses
 from .diagnostics import BATCH_BUCKETS
 from .measure import BETWEEN_NOOPS, HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
 
@@ -14,20 +15,6 @@ MIN_RATIO = 0.85
 HOT_KEYS_MIN_RATIO = 0.95
 MAX_P99_ADDED_MS = 1.0
 P99_LEVEL = 16
-
-
-def ms(us):
-    return f"{us / 1000:.2f}"
-
-
-def num(value, fmt=".2f"):
-    """A derived number, or "-" when a counter was missing."""
-    return "-" if value is None else format(value, fmt)
-
-
-def statuses(status):
-    total = sum(status.values()) or 1
-    return ", ".join(f"{code}: {100 * n / total:.0f}%" for code, n in sorted(status.items()))
 
 
 def busy(load):
