@@ -1,6 +1,6 @@
-"""How a measured number becomes a cell of REPORT.md's tables. report.py and the fleet
-section in fleet.py format microseconds, optional derived numbers and status shares
-alike; this is the one copy of each rule."""
+"""How a measured number becomes a cell of REPORT.md's tables. report.py, backend_tables.py
+and the fleet section in fleet.py format microseconds, optional derived numbers and
+status shares alike; this is the one copy of each rule."""
 
 
 def ms(us):
