@@ -34,6 +34,7 @@ from testbed import stack
 from testbed.cluster import ValkeyCluster
 
 from . import redis_cost, smoke
+from .cells import ms, num
 from .diagnostics import SCRIPT_COMMANDS, Probe, add, derive
 from .envoys import Gateway
 from .measure import UNLIMITED, loadgen, plugin
@@ -320,10 +321,6 @@ def measure(workdir, conf):
     return out
 
 
-def num(value, fmt):
-    return "-" if value is None else format(value, fmt)
-
-
 def ratio(value, unit):
     return value / unit if unit else None
 
@@ -349,7 +346,7 @@ def table(fleet):
             f"{num(ratio(r['bridge_cpu_us_per_check'], r.get('loadgen_cpu_us_per_check')), '.2f')} | "
             f"{num(r['batch_size'], '.2f')} | "
             f"{means or 'none'} | "
-            f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | "
+            f"{ms(r['p50'])} | {ms(r['p99'])} | "
             f"{num(r.get('bridge_p99_ms'), '.2f')} | {r['errors']} |")
     return "\n".join(rows)
 

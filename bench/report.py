@@ -1,9 +1,13 @@
-"""REPORT.md (and latency.svg) from the results of one `make bench` run: the tables of
-every section, the acceptance verdict of the throughput issue, and how to read them."""
+"""REPORT.md (and latency.svg) from the results of one `make bench` run: every section in
+order, the tables of the Envoy configurations, the acceptance verdicts of the throughput
+and hot keys issues, and how to read them. The backend's own tables (Redis, bridge,
+Cluster) are in backend_tables.py, the fleet section in fleet.py."""
 
 from pathlib import Path
 
 from . import fleet, plot
+from .backend_tables import bridge_table, cluster_table, redis_table
+from .cells import ms, num, statuses
 from .diagnostics import BATCH_BUCKETS
 from .measure import BETWEEN_NOOPS, HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
 
@@ -14,20 +18,6 @@ MIN_RATIO = 0.85
 HOT_KEYS_MIN_RATIO = 0.95
 MAX_P99_ADDED_MS = 1.0
 P99_LEVEL = 16
-
-
-def ms(us):
-    return f"{us / 1000:.2f}"
-
-
-def num(value, fmt=".2f"):
-    """A derived number, or "-" when a counter was missing."""
-    return "-" if value is None else format(value, fmt)
-
-
-def statuses(status):
-    total = sum(status.values()) or 1
-    return ", ".join(f"{code}: {100 * n / total:.0f}%" for code, n in sorted(status.items()))
 
 
 def busy(load):
@@ -204,18 +194,6 @@ def diagnostics_table(configs):
     return "\n".join(rows)
 
 
-def redis_table(rows):
-    ours = rows[0]
-    out = ["| pattern | Redis µs per check | × ours | Redis CPU s per 100k checks | × ours | bytes per bucket |",
-           "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {r['label']} | {r['usec_per_check']:.2f} | "
-                   f"{r['usec_per_check'] / ours['usec_per_check']:.2f} | {r['cpu_s_per_100k']:.2f} | "
-                   f"{r['cpu_s_per_100k'] / max(ours['cpu_s_per_100k'], 1e-9):.2f} | "
-                   f"{r['bytes_per_bucket']:.0f} |")
-    return "\n".join(out)
-
-
 def overload(o):
     failed = o["status"].get("503", 0) / max(1, sum(o["status"].values()))
     return (f"| req/s | p50 ms | p99 ms | p99.9 ms | responses |\n|---:|---:|---:|---:|---|\n"
@@ -233,25 +211,6 @@ def counters(c):
              "backend_failures", "short_circuits"]
     shown = [f"`{n}` {c[n]:,}" for n in names if n in c]
     return ", ".join(shown) if shown else "not available"
-
-
-def bridge_table(rows):
-    out = ["| in-flight callouts | checks per callout | checks/s | callout p50 ms | callout p99 ms | responses |",
-           "|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        out.append(f"| {r['in_flight']} | {r['checks_per_callout']} | {r['checks_per_s']:.0f} | "
-                   f"{ms(r['p50'])} | {ms(r['p99'])} | {statuses(r['status'])} |")
-    return "\n".join(out)
-
-
-def cluster_table(rows):
-    out = ["| Redis | checks/s | script calls per check | Redis µs per check (all nodes) | Redis CPU s per 100k checks | callout p99 ms | responses |",
-           "|---|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        out.append(f"| {r['label']} | {r['checks_per_s']:.0f} | {r['script_calls_per_check']:.2f} | "
-                   f"{r['usec_per_check']:.2f} | {r['cpu_s_per_100k']:.2f} | {ms(r['p99'])} | "
-                   f"{statuses(r['status'])} |")
-    return "\n".join(out)
 
 
 def accuracy_table(rows):

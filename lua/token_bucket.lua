@@ -3,90 +3,16 @@
 -- denied by any of its rules takes no token at all. A key that appears in several checks
 -- of the batch is read once, and later checks see what earlier ones took.
 --
--- KEYS             the bucket of every rule of every check, in order; or, with a mode
---                  ending in '*' (Redis Cluster: one call per node), only the first of
---                  them, which routes the call, while the keys follow the checks in ARGV
---                  (see below)
--- ARGV[1]          'check': each check takes `cost` from every bucket of its rules if all
---                  of them hold it; 'refund': each check gives `cost` back to every bucket
---                  (Redis Cluster: what a check that another slot denied took here);
---                  'peek': answers as 'check' would, taking nothing (Redis Cluster: a
---                  check spanning slots learns whether every slot admits it before any
---                  slot takes a token); a denial still counts towards a block.
---                  'unblock' (an operator lifting blocks, not a batch: KEYS are buckets,
---                  no other argument): each bucket's block and count of denials are
---                  cleared, its level and TTL kept; returns { now_ms, how many were
---                  blocked }
--- ARGV[2]          S (at most 255), the number of rule shapes that follow
--- ARGV[3..2+13S]   burst, num, den, cost, after, within, for, lease, shadow, then oburst,
---                  onum, oden, until of shape s (a rule's
---                  parameters, sent once per call however many rules share them): the
---                  bucket holds `burst` tokens and refills `num` units per millisecond, one
---                  token being `den` units (`num / den` = requests per ms, reduced); a check
---                  takes `cost` tokens. `after` > 0: a client denied `after` times within
---                  `within` ms (counted from the first denial) is blocked for `for` ms:
---                  every check of the bucket is then denied, taking nothing. `lease` > 0:
---                  an admitted check also takes up to `lease` whole tokens more, as many
---                  as the bucket holds, for the gateway to admit from locally. `shadow`
---                  1: the rule never denies its check; lacking the cost, it takes nothing.
---                  `until` > 0: an emergency override is in force for the rule until that
---                  Redis time (ms; 0 0 0 0: none). Its own bucket (`oburst` tokens of
---                  `oden` units, refilling `onum` units per ms) then decides, and answers;
---                  the rule's bucket is still charged what is admitted but never below 0,
---                  and never denies, so that when the override ends the client is where
---                  its rule would have left it, and a loosening leaves no extra tokens.
---                  An override's bucket starts with the tokens the rule's bucket holds, plus
---                  `oburst - burst` when that is more than 0 (at most `oburst`), or with
---                  those of an override it replaces that had not ended; it takes no lease.
---                  A denial's wait ends with the override, unless the rule's bucket lacks
---                  the cost then too. A give-back ('refund') returns the cost to both.
--- ARGV[3+13S]      the checks, one byte per number: for each check its number of rules n
---                  (at most 255), then the shape (1..S) of each of its n rules. Bytes, not
---                  arguments: an argument costs the server an allocation to parse and a
---                  Lua string to pass.
--- ARGV[4+13S..]    with a mode ending in '*': the keys, as KEYS would hold them. A node of
---                  a Redis Cluster refuses declared keys of several slots (CROSSSLOT) but
---                  lets a script reach undeclared keys of every slot it serves, one
---                  command per key (MGET and MSETEX of several slots are refused too).
---                  A key the node does not serve (a slot moved, or migrating) fails the
---                  call while it reads, before anything is written: the caller may send it
---                  again elsewhere.
--- Stored value     struct.pack('<Bddd', 3, units, ms, den): tag 3, then the bucket's level
---                  in units at Redis time <ms> and the `den` of those units, as doubles
---                  (exact below 2^53; one unpack call instead of string surgery). A missing
---                  key is a full bucket, so each key expires (a second) after its bucket
---                  would be full, and a call that leaves a bucket full (a refund) deletes
---                  its key instead of writing it. A rule whose limit changed (a reload, an override) reads
---                  the level in its own units, rounded down: no token is made up. A rule
---                  that blocks stores struct.pack('<Bdddddd', 2, units, ms, den, first,
---                  denials, blocked): also when its current count of denials began, the
---                  count, and the Redis time its block ends; its key lives until all of them
---                  are over. A bucket under an override stores struct.pack('<Bdddddddddd',
---                  4, units, ms, den, first, denials, blocked, ounits, oms, oden, until):
---                  also the override's bucket (its level in `oden` units at `oms`) and
---                  when that override ends, until which it is kept (as long as the
---                  override's bucket is not full again). The older forms
---                  struct.pack('<Bdd', 1, units, ms) and text
---                  "<units> <ms>" (units of the current limit) are still read, so buckets
---                  survive an upgrade.
--- Returns          one string of little-endian signed 64-bit integers (struct's 'i8'; a
---                  caller reads it with one length and a copy, where an array costs a parse
---                  per integer, a tenth of the bridge's instructions per check):
---                  { now_ms, then per rule: whole tokens remaining, ms until full, ms until
---                    the cost is available (0: this rule admits; a check is admitted when
---                    all its rules say 0; minus the tokens leased, for a rule that took a
---                    lease) }; -3, ms until full, ms until the cost is available for a
---                    shadow rule that lacked the cost of a check admitted anyway; -2, ms
---                    until full, ms until the block ends for
---                    a rule whose client is blocked; -1, -1, -1 for every rule of a check that
---                    names a key holding a value this script did not write (another type,
---                    or a string in neither format): such a check takes nothing, and the
---                    value is left as it is.
---
--- Integer units keep the math exact: callers keep burst * den and num below 2^53 and cost
--- at most burst, so every level fits the range in which Lua's doubles hold integers
--- exactly. Time is Redis's own clock (one TIME per call), so gateways with skewed clocks
--- agree.
+-- KEYS     every rule's bucket, check after check (with a mode ending in '*', for a
+--          Redis Cluster node: only the first, which routes the call; the keys end ARGV)
+-- ARGV     the mode ('check', 'refund', 'peek' or 'unblock'), S, 13 numbers per rule
+--          shape (limit, block, lease, shadow, override), the checks as one byte string
+--          (per check its rule count, then its rules' shapes), and with '*' the keys
+-- Returns  one string of little-endian 64-bit integers: now_ms, then per rule tokens left,
+--          ms until full, ms until the cost is available ('unblock': { now_ms, how many
+--          were blocked })
+-- In full (every argument, the reply's codes, how a bucket is stored, the bounds that keep
+-- the arithmetic exact): docs/token-bucket.md; protocol/src/script.rs lays out the calls.
 
 -- Globals cost a table lookup per use: the loops use locals only. Tables are few and
 -- flat, as each one costs an allocation (noticeable per call at small batches).

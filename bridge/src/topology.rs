@@ -1,6 +1,6 @@
 //! Which Redis Cluster node serves each hash slot, as the bridge last read it
 //! (`CLUSTER SLOTS`), so that a batch costs one script call per node rather than one per
-//! slot: a node runs a call over keys of any of its slots (see `lua/token_bucket.lua`).
+//! slot: a node runs a call over keys of any of its slots (see `docs/token-bucket.md`).
 //!
 //! The map may be stale (a slot moved, a primary failed over). That costs a refused call,
 //! never a wrong answer: a node refuses a key it does not serve before the script writes

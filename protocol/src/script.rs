@@ -1,6 +1,6 @@
 //! The token bucket script's calling convention, written once for both of its callers (the
 //! bridge, through redis-rs, and the filter's redis-call build, in raw RESP): how a script
-//! call's keys and arguments are laid out (`lua/token_bucket.lua` documents the layout) and
+//! call's keys and arguments are laid out (`docs/token-bucket.md` documents the layout) and
 //! how its reply, a string of packed integers, is checked and read back.
 //!
 //! One call carries many checks, or parts of checks, applied in order. What Redis pays per
