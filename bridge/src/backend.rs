@@ -19,12 +19,14 @@ use crate::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 use crate::sentinel::Sentinels;
 use crate::single::Single;
 use crate::topology::Topology;
+use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::ServerErrorKind;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
@@ -234,6 +236,58 @@ impl Caller for Backend {
         queued: usize,
     ) -> Vec<PartReply> {
         self.metrics.queue_depth(node, queued as i64);
+        self.call_on(node, None, mode, parts).await
+    }
+}
+
+impl Backend {
+    /// One script call over `parts` on the cluster node at `address` (`host:port`), sent
+    /// after `ASKING`: its buckets are in a slot being migrated there (`ASK`), which the
+    /// node serves only to a command so marked. Not through a lane: only a resharding
+    /// sends these.
+    pub async fn call_asking(
+        &self,
+        address: &Arc<str>,
+        mode: Mode,
+        parts: Vec<Check>,
+    ) -> Vec<PartReply> {
+        self.call_on(address, Some(address), mode, parts).await
+    }
+
+    /// Where each of `keys` lives according to the cluster node at `node` (`host:port`)
+    /// when a call there met a key it does not serve: the keys it redirects (`ASK` during
+    /// a slot's migration, `MOVED` once the slot moved), to the node named. A key it
+    /// serves, or one it could not be asked about, is left out.
+    pub async fn redirects(&self, node: &str, keys: &[&str]) -> HashMap<String, Arc<str>> {
+        let (Some(route), Ok(conn)) = (by_address(node), self.cluster_conn().await) else {
+            return HashMap::new();
+        };
+        let asked = keys.iter().map(|&key| {
+            let (mut conn, route) = (conn.clone(), route.clone());
+            let cmd = redis::cmd("EXISTS").arg(key).clone();
+            async move {
+                let reply = conn
+                    .route_command(cmd, RoutingInfo::SingleNode(route))
+                    .await;
+                let to = reply
+                    .err()?
+                    .redirect_node()
+                    .map(|(to, _slot)| Arc::from(to))?;
+                Some((key.to_string(), to))
+            }
+        });
+        join_all(asked).await.into_iter().flatten().collect()
+    }
+
+    /// One script call over `parts` through the cluster client (`asking`: `None`) or on
+    /// the node at `asking` after `ASKING`; one reply per part.
+    async fn call_on(
+        &self,
+        node: &Arc<str>,
+        asking: Option<&str>,
+        mode: Mode,
+        parts: Vec<Check>,
+    ) -> Vec<PartReply> {
         let rules: Vec<usize> = parts.iter().map(Vec::len).collect();
         let wholes: Vec<Part> = rules
             .iter()
@@ -245,24 +299,29 @@ impl Caller for Backend {
             Ok(layout) => layout,
             Err(e) => return fail(CallError::Failed(e)),
         };
-        let mut invocation = self.script.prepare_invoke();
-        if self.is_cluster() {
-            if let Some(first) = layout.keys.first() {
-                invocation.key(*first);
-            }
-            for arg in layout.spread_args(mode) {
-                invocation.arg(arg);
-            }
-        } else {
-            for key in &layout.keys {
-                invocation.key(*key);
-            }
-            for arg in layout.args(mode) {
-                invocation.arg(arg);
-            }
-        }
         let started = Instant::now();
-        let reply: RedisResult<Vec<u8>> = self.invoke(&invocation).await;
+        let reply: RedisResult<Vec<u8>> = match asking {
+            Some(address) => self.eval_asking(address, &layout, mode).await,
+            None => {
+                let mut invocation = self.script.prepare_invoke();
+                if self.is_cluster() {
+                    if let Some(first) = layout.keys.first() {
+                        invocation.key(*first);
+                    }
+                    for arg in layout.spread_args(mode) {
+                        invocation.arg(arg);
+                    }
+                } else {
+                    for key in &layout.keys {
+                        invocation.key(*key);
+                    }
+                    for arg in layout.args(mode) {
+                        invocation.arg(arg);
+                    }
+                }
+                self.invoke(&invocation).await
+            }
+        };
         let result = reply.as_ref().map(|_| ()).map_err(metrics::redis_failure);
         let (checks, keys) = (rules.len(), layout.keys.len());
         let elapsed = started.elapsed();
@@ -270,6 +329,7 @@ impl Caller for Backend {
             .script_call(node, mode.arg(), checks, keys, elapsed, result);
         let packed = match reply {
             Ok(packed) => packed,
+            Err(e) if misplaced(&e) => return fail(CallError::Misplaced(format!("redis: {e}"))),
             Err(e) if did_not_run(&e) => return fail(CallError::NotRun(format!("redis: {e}"))),
             Err(e) => return fail(CallError::Failed(format!("redis: {e}"))),
         };
@@ -285,6 +345,45 @@ impl Caller for Backend {
             .map(|&n| Ok((now, outcomes.by_ref().take(n).collect())))
             .collect()
     }
+
+    /// `ASKING` then the script (`EVAL`, its text: a node a slot is migrating to may not
+    /// have loaded it yet, and this path is rare) on the cluster node at `address`, with
+    /// the keys as arguments as on any cluster call.
+    async fn eval_asking(
+        &self,
+        address: &str,
+        layout: &script::Layout<'_>,
+        mode: Mode,
+    ) -> RedisResult<Vec<u8>> {
+        let route = by_address(address).ok_or_else(|| {
+            RedisError::from((ErrorKind::Client, "not host:port", address.into()))
+        })?;
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(TOKEN_BUCKET_LUA)
+            .arg(1)
+            .arg(layout.keys.first().copied().unwrap_or_default());
+        for arg in layout.spread_args(mode) {
+            eval.arg(arg);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(eval);
+        let mut conn = self.cluster_conn().await?;
+        let reply = conn.route_pipeline(pipe, 1, 1, route).await?;
+        match reply.into_iter().next() {
+            Some(redis::Value::ServerError(e)) => Err(e.into()),
+            Some(value) => Ok(Vec::<u8>::from_redis_value(value)?),
+            None => Err((ErrorKind::Client, "no reply to the script after ASKING").into()),
+        }
+    }
+}
+
+/// The route to the cluster node at `address` (`host:port`).
+fn by_address(address: &str) -> Option<SingleNodeRoutingInfo> {
+    let (host, port) = address.rsplit_once(':')?;
+    Some(SingleNodeRoutingInfo::ByAddress {
+        host: host.to_string(),
+        port: port.parse().ok()?,
+    })
 }
 
 /// The connection manager's settings. It never re-sends a command: a failed one only makes
@@ -317,5 +416,19 @@ pub fn did_not_run(e: &RedisError) -> bool {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::BusyLoading
             )
-    ) || e.to_string().contains("non local key")
+    ) || is_non_local(e)
+}
+
+/// Whether a cluster node refused a command for a key it does not hold: the key's slot
+/// moved (`MOVED`), or is migrating and the key is already on the target (`ASK`; a script
+/// meeting such a key among its undeclared ones fails with "non local key").
+fn misplaced(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    ) || is_non_local(e)
+}
+
+fn is_non_local(e: &RedisError) -> bool {
+    e.to_string().contains("non local key")
 }

@@ -39,12 +39,18 @@ pub enum CallError {
     /// The node refused it without running it (a slot it does not serve, a failover or
     /// a slot migration under way): it may be sent again, where the slot now lives.
     NotRun(String),
+    /// The node does not hold a key of it (its slot moved, or is migrating with the key
+    /// already on the target), so it did not run: it may be sent where the node redirects
+    /// that key.
+    Misplaced(String),
 }
 
 impl CallError {
     pub fn reason(&self) -> &str {
         match self {
-            CallError::Failed(reason) | CallError::NotRun(reason) => reason,
+            CallError::Failed(reason)
+            | CallError::NotRun(reason)
+            | CallError::Misplaced(reason) => reason,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! arguments out and reads its reply back.
 
 pub use ratelimit_protocol::script::{
-    decode, integers, layout, part_rules, shape, Mode, Part, ScriptOutcome, Shape, FOREIGN_VALUE,
-    MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL, MAX_PART_RULES, MAX_SHAPES, TOKEN_BUCKET_LUA,
+    decode, integers, layout, part_rules, shape, Layout, Mode, Part, ScriptOutcome, Shape,
+    FOREIGN_VALUE, MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL, MAX_PART_RULES, MAX_SHAPES,
+    TOKEN_BUCKET_LUA,
 };

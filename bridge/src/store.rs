@@ -4,9 +4,10 @@
 //! single server, the master Redis Sentinels name (`sentinel`), or a Redis Cluster whose
 //! slot map the store keeps (`slot_map`, `topology`).
 //!
-//! Calls a Cluster refused without running them (a slot that moved or is failing over)
-//! are sent again where the slot now lives, a few times; nothing else is ever sent twice
-//! (see `backend`).
+//! Calls a Cluster refused without running them (a slot that moved, is migrating or is
+//! failing over) are sent again where their buckets now live, a few times: where the slot
+//! map says, or where the refusing node redirects them (`ASK`, during a resharding).
+//! Nothing else is ever sent twice (see `backend`).
 
 pub use crate::backend::StoreOptions;
 use crate::backend::{did_not_run, Backend};
@@ -24,7 +25,7 @@ use crate::topology::Topology;
 use futures_util::future::join_all;
 use redis::cluster::ClusterClientBuilder;
 use redis::FromRedisValue;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -339,8 +340,10 @@ impl Store {
     }
 
     /// One call through its node's lane; in a cluster, the parts it refused without
-    /// running them go again where their slots now live. A part whose buckets no longer
-    /// share a node (a slot moved between them) fails: it would no longer be atomic.
+    /// running them go again where their buckets now live: where the slot map says, or
+    /// where the node they were sent to redirects them (`redirects`: a slot migrating, its
+    /// bucket already moved). A part whose buckets no longer share a node (a slot moved
+    /// between them) fails: it would no longer be atomic.
     async fn run_call(
         &self,
         mode: Mode,
@@ -353,46 +356,90 @@ impl Store {
             .lanes
             .submit(&node, mode, batch::rules_of(checks, call))
             .await;
+        // Where each part was last sent.
+        let mut sent_to = vec![node; call.parts.len()];
         for attempt in 1..CLUSTER_ATTEMPTS {
-            let mut again: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-            let refused = |r: &PartReply| matches!(r, Err(CallError::NotRun(_)));
+            let refused =
+                |r: &PartReply| matches!(r, Err(CallError::NotRun(_) | CallError::Misplaced(_)));
             if !replies.iter().any(refused) {
                 break;
             }
             tokio::time::sleep(CLUSTER_PAUSE * attempt).await;
             let fresh = self.read_topology().await;
+            let redirects = self.redirects(checks, call, &replies, &sent_to).await;
+            // Where each part goes now: a node's lane, or a node after `ASKING`.
+            let mut again: BTreeMap<(Arc<str>, bool), Vec<usize>> = BTreeMap::new();
             for (i, part) in call.parts.iter().enumerate() {
                 if !replies.get(i).is_some_and(refused) {
                     continue;
                 }
-                let mut nodes = part_rules(checks, part).map(|r| fresh.node_of(&r.key));
-                let first = nodes.next().unwrap_or(0);
-                if nodes.all(|n| n == first) {
-                    again.entry(first).or_default().push(i);
+                let (mut nodes, mut asking) = (Vec::new(), false);
+                for rule in part_rules(checks, part) {
+                    let redirect = redirects.get(&rule.key);
+                    asking |= redirect.is_some();
+                    let node = redirect.cloned();
+                    nodes.push(node.unwrap_or_else(|| fresh.name(fresh.node_of(&rule.key))));
+                }
+                let first = nodes.first().cloned().unwrap_or_else(|| fresh.name(0));
+                if nodes.iter().all(|n| *n == first) {
+                    again.entry((first, asking)).or_default().push(i);
                 } else if let Some(reply) = replies.get_mut(i) {
                     *reply = Err(CallError::Failed(
                         "the check's buckets moved apart during a resharding".into(),
                     ));
                 }
             }
-            let resent = join_all(again.iter().map(|(&node, parts)| {
+            let resent = join_all(again.iter().map(|((node, asking), parts)| {
                 let rules = parts
                     .iter()
                     .filter_map(|&i| call.parts.get(i))
                     .map(|p| part_rules(checks, p).cloned().collect())
                     .collect();
-                let name = fresh.name(node);
-                async move { self.lanes.submit(&name, mode, rules).await }
+                async move {
+                    if *asking {
+                        self.backend.call_asking(node, mode, rules).await
+                    } else {
+                        self.lanes.submit(node, mode, rules).await
+                    }
+                }
             }))
             .await;
-            for (parts, answers) in again.values().zip(resent) {
+            for (((node, _), parts), answers) in again.iter().zip(resent) {
                 for (&i, answer) in parts.iter().zip(answers) {
                     if let Some(reply) = replies.get_mut(i) {
                         *reply = answer;
+                    }
+                    if let Some(to) = sent_to.get_mut(i) {
+                        *to = node.clone();
                     }
                 }
             }
         }
         replies
+    }
+
+    /// For the parts of `call` refused because their node does not hold one of the call's
+    /// keys (a slot moved, or migrating with the bucket already on the target), where the
+    /// node they were sent to redirects each of their keys.
+    async fn redirects(
+        &self,
+        checks: &[Check],
+        call: &Call,
+        replies: &[PartReply],
+        sent_to: &[Arc<str>],
+    ) -> HashMap<String, Arc<str>> {
+        let mut keys: BTreeMap<&Arc<str>, Vec<&str>> = BTreeMap::new();
+        for ((part, reply), node) in call.parts.iter().zip(replies).zip(sent_to) {
+            if let Err(CallError::Misplaced(_)) = reply {
+                let rules = part_rules(checks, part).map(|r| r.key.as_str());
+                keys.entry(node).or_default().extend(rules);
+            }
+        }
+        let asked = join_all(
+            keys.iter()
+                .map(|(node, keys)| self.backend.redirects(node, keys)),
+        )
+        .await;
+        asked.into_iter().flatten().collect()
     }
 }

@@ -9,25 +9,11 @@
 
 mod common;
 
-use common::buckets::options;
-use common::cluster::{Cluster, OneNodeCluster, RANGES};
+use common::buckets::{hourly, options};
+use common::cluster::{node_of, Cluster, OneNodeCluster};
 use ratelimit_bridge::check::{Check, RuleSpec};
 use ratelimit_bridge::slot::slot;
 use ratelimit_bridge::store::Store;
-
-/// A rule on `key` with a bucket of `burst`, a token an hour: what a test spends stays spent.
-fn hourly(key: &str, burst: u64) -> RuleSpec {
-    RuleSpec::plain(key, burst, 1, 3_600_000, 1)
-}
-
-/// Which of the three primaries serves `key`.
-fn node_of(key: &str) -> usize {
-    let s = slot(key.as_bytes());
-    RANGES
-        .iter()
-        .position(|&(a, b)| (a..=b).contains(&s))
-        .unwrap()
-}
 
 /// The `cmdstat_evalsha` line of `info` (`INFO commandstats`), or "".
 fn evalsha(info: &str) -> String {

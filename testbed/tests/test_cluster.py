@@ -91,7 +91,7 @@ def test_the_limiter_recovers_by_itself_when_a_primary_dies(cluster_of, stack_of
     assert got == [200] * 5 + [429] * 3
 
 
-def test_a_slot_moved_under_load_admits_exactly_the_limit(cluster_of, stack_of_cluster):
+def test_a_slot_moved_under_load_fails_no_check_and_admits_exactly_the_limit(cluster_of, stack_of_cluster):
     cluster = cluster_of(3)
     limit = 300
     breaker = {"failures": 1000, "open_ms": 100, "max_open_ms": 200}
@@ -128,10 +128,9 @@ def test_a_slot_moved_under_load_admits_exactly_the_limit(cluster_of, stack_of_c
     assert cluster.node_of(key) is target
     counts = {s: sum(1 for _, x in statuses if x == s) for s in {x for _, x in statuses}}
     print(f"{len(statuses)} requests while slot {slot} moved: {counts}")
-    assert set(counts) <= {200, 429, 503}, counts
+    # No check failed: while the slot was half-moved the bridge followed the source's
+    # redirect (ASK) to the target, and once it had moved, the new slot map (MOVED).
+    assert set(counts) <= {200, 429}, counts
     # No check ran twice or was lost: exactly the limit admitted, and the bucket empty.
     assert counts[200] == limit, counts
     assert bucket_units(target.port, key) < 86_400_000 // limit
-    # Failures only while the slot moved (and the moment after, while the map is read).
-    late = [t for t, x in statuses if x == 503 and not window["start"] <= t <= window["end"] + 0.5]
-    assert not late, f"{len(late)} failures outside the move"

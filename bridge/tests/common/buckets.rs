@@ -23,6 +23,11 @@ pub fn rule(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> RuleSpec {
     RuleSpec::plain(key, burst, num, den, cost)
 }
 
+/// A rule on `key` with a bucket of `burst`, a token an hour: what a test spends stays spent.
+pub fn hourly(key: &str, burst: u64) -> RuleSpec {
+    RuleSpec::plain(key, burst, 1, 3_600_000, 1)
+}
+
 pub async fn run(store: &Store, rules: &[RuleSpec]) -> (u64, Vec<RuleOutcome>) {
     store.check(&rules.to_vec()).await.unwrap()
 }

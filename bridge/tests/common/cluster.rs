@@ -6,6 +6,7 @@
 //! connection is TLS.
 
 use super::Connect;
+use ratelimit_bridge::slot::slot;
 use redis::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -101,6 +102,15 @@ impl Connect for OneNodeCluster {
 
 /// The slots of each primary.
 pub const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+/// Which of the three primaries serves `key` (as `Cluster::start` leaves them).
+pub fn node_of(key: &str) -> usize {
+    let s = slot(key.as_bytes());
+    RANGES
+        .iter()
+        .position(|&(a, b)| (a..=b).contains(&s))
+        .unwrap()
+}
 
 struct Node {
     valkey: Valkey,
@@ -210,6 +220,57 @@ impl Cluster {
         let url = format!("redis://{auth}127.0.0.1:{}", self.nodes[i].valkey.port);
         let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
         cmd.query(&mut conn).unwrap()
+    }
+
+    /// Node `i`'s server (plaintext, no password: for a cluster started without one).
+    pub fn node(&self, i: usize) -> &Valkey {
+        &self.nodes[i].valkey
+    }
+
+    /// Starts moving `slot` from primary `from` to primary `to` as `valkey-cli --cluster
+    /// reshard` does: `to` importing it, `from` migrating it.
+    pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        let id = |i: usize| self.cmd::<String>(i, redis::cmd("CLUSTER").arg("MYID"));
+        let setslot = |i: usize, state: &str, node: String| {
+            let cmd = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(node)
+                .clone();
+            self.cmd::<()>(i, &cmd);
+        };
+        setslot(to, "IMPORTING", id(from));
+        setslot(from, "MIGRATING", id(to));
+    }
+
+    /// Moves `key` (of a slot migrating from `from` to `to`) over, as a resharding does.
+    pub fn migrate_key(&self, key: &str, from: usize, to: usize) {
+        let port = self.nodes[to].valkey.port;
+        let migrate = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(key)
+            .clone();
+        let _: Value = self.cmd(from, &migrate);
+    }
+
+    /// Ends the move of `slot`: every primary names `to` as its owner.
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let id = self.cmd::<String>(to, redis::cmd("CLUSTER").arg("MYID"));
+        for i in (0..self.nodes.len()).map(|n| (n + to) % self.nodes.len()) {
+            let cmd = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&id)
+                .clone();
+            self.cmd::<()>(i, &cmd);
+        }
     }
 
     fn wait_until_settled(&self) {
