@@ -1,26 +1,6 @@
 use super::*;
 use crate::commit::MAX_KEYS_PER_CALL;
-use redis::Value;
-
-pub(crate) fn rule(key: &str) -> RuleSpec {
-    RuleSpec::plain(key, 1, 1, 1, 1)
-}
-
-/// Two nodes: A serves slots 0-8191 (hash tags `{b}`, `{c}`, `{g}`), B the rest (`{a}`,
-/// `{x}`, `{y}`).
-pub(crate) fn two_nodes() -> Topology {
-    let node = |port| {
-        Value::Array(vec![
-            Value::BulkString(b"127.0.0.1".to_vec()),
-            Value::Int(port),
-        ])
-    };
-    Topology::from_cluster_slots(&Value::Array(vec![
-        Value::Array(vec![Value::Int(0), Value::Int(8191), node(7000)]),
-        Value::Array(vec![Value::Int(8192), Value::Int(16383), node(7001)]),
-    ]))
-    .unwrap()
-}
+use crate::fakes::{rule, two_nodes};
 
 /// Each part as (check, its rules).
 type Parts = Vec<(usize, Vec<usize>)>;
@@ -40,7 +20,7 @@ fn shape_of(calls: &[Call]) -> Vec<(usize, Parts)> {
 
 #[test]
 fn a_single_server_gets_the_whole_batch_in_one_call() {
-    let checks = vec![vec![rule("a"), rule("b")], vec![], vec![rule("a")]];
+    let checks = vec![vec![rule("a", 1), rule("b", 1)], vec![], vec![rule("a", 1)]];
     let plan = plan(&checks, &Topology::single());
     assert!(plan.shared.is_empty() && !plan.spanning.contains(&true));
     let calls = group(&checks, plan.first);
@@ -53,7 +33,7 @@ fn a_single_server_gets_the_whole_batch_in_one_call() {
 #[test]
 fn large_batches_are_cut_between_checks() {
     let checks: Vec<Check> = (0..MAX_KEYS_PER_CALL)
-        .map(|i| vec![rule(&format!("{i}a")), rule(&format!("{i}b"))])
+        .map(|i| vec![rule(&format!("{i}a"), 1), rule(&format!("{i}b"), 1)])
         .collect();
     let calls = group(&checks, plan(&checks, &Topology::single()).first);
     assert_eq!(calls.len(), 2);
@@ -65,11 +45,11 @@ fn large_batches_are_cut_between_checks() {
 fn a_call_names_at_most_255_shapes_and_an_oversized_check_goes_alone() {
     let shaped = |i: u64| RuleSpec {
         burst: 1 + i,
-        ..rule(&format!("s{i}"))
+        ..rule(&format!("s{i}"), 1)
     };
     let mut checks: Vec<Check> = (0..300).map(|i| vec![shaped(i)]).collect();
-    checks.push((0..300).map(|i| rule(&format!("big{i}"))).collect());
-    checks.push(vec![rule("after")]);
+    checks.push((0..300).map(|i| rule(&format!("big{i}"), 1)).collect());
+    checks.push(vec![rule("after", 1)]);
     let calls = group(&checks, plan(&checks, &Topology::single()).first);
     let sizes: Vec<usize> = calls.iter().map(|c| c.parts.len()).collect();
     assert_eq!(sizes, [255, 45, 1, 1]);
@@ -80,9 +60,9 @@ fn a_call_names_at_most_255_shapes_and_an_oversized_check_goes_alone() {
 fn a_cluster_gets_one_call_per_node_whatever_the_slots() {
     // {b} and {c} are different slots of node A; {x} is on node B.
     let checks = vec![
-        vec![rule("rl:u:{b}1"), rule("rl:ip:{c}1")],
-        vec![rule("rl:u:{x}2")],
-        vec![rule("rl:u:{c}3"), rule("rl:u:{b}4")],
+        vec![rule("rl:u:{b}1", 1), rule("rl:ip:{c}1", 1)],
+        vec![rule("rl:u:{x}2", 1)],
+        vec![rule("rl:u:{c}3", 1), rule("rl:u:{b}4", 1)],
     ];
     let plan = plan(&checks, &two_nodes());
     assert_eq!(plan.spanning, [false, false, false]);
@@ -101,12 +81,12 @@ fn a_check_spanning_nodes_takes_its_own_buckets_first_and_shared_ones_after() {
     let checks = vec![
         // Own on A and B, shared on A.
         vec![
-            rule("rl:per-user:{b}alice"),
-            rule("rl:global{c}"),
-            rule("rl:per-ip:{x}1"),
+            rule("rl:per-user:{b}alice", 1),
+            rule("rl:global{c}", 1),
+            rule("rl:per-ip:{x}1", 1),
         ],
         // Shared only, on both nodes.
-        vec![rule("rl:all{b}"), rule("rl:all{x}")],
+        vec![rule("rl:all{b}", 1), rule("rl:all{x}", 1)],
     ];
     let plan = plan(&checks, &two_nodes());
     assert_eq!(plan.spanning, [true, true]);
@@ -138,7 +118,7 @@ fn shared_buckets_name_no_client() {
 fn only_checks_spanning_nodes_lose_their_leases() {
     let leased = |key: &str| RuleSpec {
         lease: 5,
-        ..rule(key)
+        ..rule(key, 1)
     };
     let checks = vec![vec![leased("a")], vec![leased("b"), leased("c")]];
     let out = without_leases(&checks, &[false, true]);

@@ -42,6 +42,7 @@
 //! - `server`: the network side: every endpoint on one port, and graceful shutdown.
 //! - `commands`: the `override`, `unblock` and `usage` commands and the Redis flags they
 //!   share with the server.
+//! - `fakes` (tests only): the unit tests' shared rule and two-node slot map.
 
 pub mod access;
 pub mod admin;
@@ -52,6 +53,8 @@ pub mod check;
 pub mod commands;
 pub mod commit;
 pub mod connect;
+#[cfg(test)]
+pub(crate) mod fakes;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;

@@ -1,24 +1,8 @@
 use super::*;
 use crate::batch::{group, plan};
-use crate::check::RuleSpec;
 use crate::commit::CallError;
+use crate::fakes::{rule, two_nodes};
 use crate::script::ScriptOutcome;
-use crate::topology::Topology;
-use redis::Value;
-
-fn rule(key: &str, burst: u64) -> RuleSpec {
-    RuleSpec::plain(key, burst, 1, 1, 1)
-}
-
-/// Node A serves `{b}` and `{c}`, node B `{x}`.
-fn two_nodes() -> Topology {
-    let node = |port| Value::Array(vec![Value::BulkString(b"h".to_vec()), Value::Int(port)]);
-    Topology::from_cluster_slots(&Value::Array(vec![
-        Value::Array(vec![Value::Int(0), Value::Int(8191), node(1)]),
-        Value::Array(vec![Value::Int(8192), Value::Int(16383), node(2)]),
-    ]))
-    .unwrap()
-}
 
 fn outcome(allowed: bool) -> ScriptOutcome {
     Some(RuleOutcome {

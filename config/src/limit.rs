@@ -7,10 +7,8 @@
 
 use crate::error::ConfigError;
 use ratelimit_protocol::gcd;
+pub use ratelimit_protocol::MAX_EXACT;
 use serde::Deserialize;
-
-/// Largest integer a Lua (double) number holds exactly.
-pub const MAX_EXACT: u64 = 1 << 53;
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
