@@ -17,3 +17,8 @@ def statuses(status):
     """{"200": 90, "503": 10} -> "200: 90%, 503: 10%"."""
     total = sum(status.values()) or 1
     return ", ".join(f"{code}: {100 * n / total:.0f}%" for code, n in sorted(status.items()))
+
+
+def table(head, align, rows, cells):
+    """A markdown table: the `head` and `align` lines, then `cells(row)` for each row."""
+    return "\n".join([head, align, *(cells(r) for r in rows)])

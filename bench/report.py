@@ -7,7 +7,7 @@ from pathlib import Path
 
 from . import fleet, plot
 from .backend_tables import bridge_table, cluster_table, redis_table
-from .cells import ms, num, statuses
+from .cells import ms, num, statuses, table
 from .diagnostics import BATCH_BUCKETS
 from .measure import BETWEEN_NOOPS, HOT_KEYS, HOT_KEYS_LEVEL, IN_FLIGHT, TIMEOUT_MS
 
@@ -217,12 +217,10 @@ def accuracy_table(rows):
     names = {"ratelimit": "ratelimit.wasm (one bucket in Redis)",
              "leased": "ratelimit.wasm, leases of 5 tokens (at most 2 x 5 parked)",
              "local": "Envoy local_ratelimit (one bucket per gateway)"}
-    out = ["| filter | limit | sent | admitted | expected | admitted / expected |",
-           "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {names[r['filter']]} | {r['limit_per_s']}/s | {r['sent']} | {r['admitted']} | "
-                   f"{r['expected']:.0f} | **{r['ratio']:.3f}** |")
-    return "\n".join(out)
+    return table("| filter | limit | sent | admitted | expected | admitted / expected |",
+                 "|---|---:|---:|---:|---:|---:|", rows,
+                 lambda r: f"| {names[r['filter']]} | {r['limit_per_s']}/s | {r['sent']} | {r['admitted']} | "
+                           f"{r['expected']:.0f} | **{r['ratio']:.3f}** |")
 
 
 def fuel(wasm):
