@@ -3,26 +3,18 @@ matches on the normalized path whatever the host does. Envoy's own normalization
 (`normalize_path`, `merge_slashes`, on in envoy.yaml) is off here: the filter sees `:path`
 exactly as the client wrote it."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from testbed.plugins import plugin, rule
 
-# Ways to write /api/search that an upstream resolving dot segments, merging slashes and
-# decoding escapes serves as /api/search: each alone, then combined.
-VARIANTS = [
-    "/api//search",
-    "/api/%73earch",
-    "/api/%73%65%61%72%63%68",
-    "/api/./search",
-    "/api/x/../search",
-    "/api/%2e/search",
-    "/api/x/%2E%2e/search",
-    "/api/search?x=1",
-    "//api/search",
-    "/../api/search",
-    "/api/.//%73earch",
-    "//api/x//..//./%73earch?q=/api/other",
-]
+# Ways to write /api/search that an upstream serves as /api/search (the list the
+# normalization's unit tests read too).
+SPELLINGS = json.loads((Path(__file__).parent.parent / "data" / "path_spellings.json").read_text())
+assert SPELLINGS["path"] == "/api/search"
+VARIANTS = SPELLINGS["spellings"]
 
 
 @pytest.mark.parametrize("condition", ["path", "path_prefix"])
