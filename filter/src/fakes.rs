@@ -3,7 +3,7 @@
 //! bytes, shared data with Envoy's versioning, and both with a clock.
 
 use crate::host::{Proxy, RequestView, SharedData, Sole};
-use crate::rules::PlannedRule;
+use crate::request::rules::PlannedRule;
 use ratelimit_config::config::Config;
 use ratelimit_config::limit::Limit;
 use std::cell::{Cell, RefCell};
