@@ -46,8 +46,9 @@
 //! - `glue` (`glue/`, the wasm build only): the proxy-wasm binding, a root context per
 //!   worker and an HTTP context per request that hand their events to the dispatcher
 //!   (`root`, `request`, `host`, `link`, `abi`, and `redis` in the redis-call build).
-//! - `fakes` (tests only): the unit tests' stand-ins for the host, and the example
-//!   configuration and planned rules they feed the code.
+//! - `fakes` (tests only): the unit tests' stand-ins for the host, the example
+//!   configuration and planned rules they feed the code, and the builders the check's
+//!   tests share.
 //!
 //! Everything but `glue` is host-independent Rust that compiles and unit-tests natively;
 //! `glue` binds it to the proxy-wasm ABI and only exists in the wasm build.

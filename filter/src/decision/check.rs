@@ -353,5 +353,14 @@ pub use settle::{
 };
 
 #[cfg(test)]
+#[path = "check_deny_cache_tests.rs"]
+mod deny_cache_tests;
+#[cfg(test)]
+#[path = "check_failure_tests.rs"]
+mod failure_tests;
+#[cfg(test)]
+#[path = "check_lease_tests.rs"]
+mod lease_tests;
+#[cfg(test)]
 #[path = "check_tests.rs"]
 mod tests;
