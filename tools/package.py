@@ -41,8 +41,9 @@ DIGEST_PLACEHOLDER = "IMAGE_MANIFEST_SHA256"
 
 # Kong names a filter's metrics `pw:<filter>:<name>` and takes each pattern's first group
 # out of the name and its second as the label's value. Per-rule counters are named
-# `ratelimit.<counter>_rule=<rule name>` (filter/src/counters.rs; a rule name has no `=`):
-# `ratelimit.denied_rule` with a `rule` label, as envoy.yaml's `stats_tags` makes them.
+# `ratelimit.<counter>_rule=<rule name>` (filter/src/decision/counters.rs; a rule name has
+# no `=`): `ratelimit.denied_rule` with a `rule` label, as envoy.yaml's `stats_tags` makes
+# them.
 # The global counters match no pattern.
 LABEL_PATTERNS = [{"label": "rule", "pattern": "_rule(=([A-Za-z0-9._-]+))$"}]
 

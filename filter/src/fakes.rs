@@ -1,9 +1,15 @@
 //! The unit tests' stand-ins for the host (`host`'s traits), the example configuration and
 //! the planned rule the modules' tests feed the code, in one place: a request of raw header
-//! bytes, shared data with Envoy's versioning, and both with a clock.
+//! bytes, shared data with Envoy's versioning, and both with a clock. And the builders the
+//! check's tests share, one file per topic (`decision/check_*tests.rs`): a check started,
+//! concluded by a reply, and what its response shows.
 
+use crate::decision::check::{
+    conclude_exchange, decode_callout, Admission, Concluding, Start, Verdict, Worker,
+};
+use crate::decision::response::{LocalReply, RateLimitFields};
 use crate::host::{Proxy, RequestView, SharedData, Sole};
-use crate::rules::PlannedRule;
+use crate::request::rules::PlannedRule;
 use ratelimit_config::config::Config;
 use ratelimit_config::limit::Limit;
 use std::cell::{Cell, RefCell};
@@ -201,4 +207,67 @@ pub fn alice_searching(now: u64) -> FakeProxy {
         shared: FakeShared::default(),
         now: Cell::new(now),
     }
+}
+
+/// The checks' request: `alice_searching` at 1_000_000 ms.
+pub fn host() -> FakeProxy {
+    alice_searching(1_000_000)
+}
+
+/// A started check, its worker and the callout body.
+pub fn started(config: &Config, host: &FakeProxy) -> (Admission, Worker, String) {
+    let mut worker = Worker::new(config);
+    let mut check = Admission::default();
+    let Start::Ask(body) = check.start(config, &mut worker, host) else {
+        panic!("no callout")
+    };
+    (check, worker, body)
+}
+
+/// `started` on `host()`, then `conclude`d by `status` and `body`: the check and its
+/// verdict.
+pub fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Admission, Verdict) {
+    let host = host();
+    let (mut check, mut worker, _) = started(config, &host);
+    let verdict = conclude(config, &mut worker, &host, &mut check, status, body);
+    (check, verdict)
+}
+
+/// Ends `check` as the only member of an exchange answered with `status` and `body`.
+pub fn conclude(
+    config: &Config,
+    worker: &mut Worker,
+    host: &FakeProxy,
+    check: &mut Admission,
+    status: Option<u32>,
+    body: &[u8],
+) -> Verdict {
+    let reply = decode_callout(status, body, &[check.rule_count()]);
+    let mut verdicts = conclude_exchange(
+        config,
+        worker,
+        host,
+        reply,
+        vec![Concluding::Check(config, check)],
+    );
+    verdicts.pop().flatten().unwrap()
+}
+
+/// The rate-limit headers an allowed request's response gets (none: empty).
+pub fn shown_headers(check: &Admission) -> Vec<(&'static str, String)> {
+    check
+        .response_headers
+        .as_ref()
+        .map(RateLimitFields::pairs)
+        .unwrap_or_default()
+}
+
+/// The value of a local reply's header `name`, which it must have.
+pub fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
+    reply
+        .headers
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap()
 }

@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
-use ratelimit_filter::protocol::encode_check;
-use ratelimit_filter::rules::plan;
+use ratelimit_filter::request::rules::plan;
+use ratelimit_filter::wire::encode_check;
 use ratelimit_fuzz::Request;
 use ratelimit_protocol::{key, parse_batch, Line, RuleSpec};
 

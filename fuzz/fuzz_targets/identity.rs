@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::source::{Address, Forwarded, Source};
 use ratelimit_filter::host::{RequestView, Sole};
-use ratelimit_filter::identity::{resolve, BadIdentity, Problem};
+use ratelimit_filter::request::identity::{resolve, BadIdentity, Problem};
 use ratelimit_fuzz::{bearer, payload, Request};
 use ratelimit_protocol::key;
 

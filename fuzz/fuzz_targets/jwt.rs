@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::jwt::{read, Reading, MAX_PAYLOAD_LEN};
+use ratelimit_filter::request::jwt::{read, Reading, MAX_PAYLOAD_LEN};
 use ratelimit_fuzz::{bearer, payload};
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::protocol::CheckResult;
-use ratelimit_filter::redis_call::decode_reply;
+use ratelimit_filter::wire::redis_call::decode_reply;
+use ratelimit_filter::wire::CheckResult;
 use ratelimit_fuzz::counts_and_reply;
 use ratelimit_protocol::MAX_RULES;
 

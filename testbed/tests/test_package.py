@@ -35,7 +35,8 @@ def crate_version():
 
 def counter_names():
     """The filter's counters as it defines them (`ratelimit.allowed`, ...)."""
-    names = re.findall(r'=> "(ratelimit\.[a-z0-9_]+)"', (ROOT / "filter/src/counters.rs").read_text())
+    counters = (ROOT / "filter/src/decision/counters.rs").read_text()
+    names = re.findall(r'=> "(ratelimit\.[a-z0-9_]+)"', counters)
     assert len(names) >= 10, names
     return names
 

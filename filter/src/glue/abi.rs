@@ -9,7 +9,7 @@
 //! The per-request calls (headers, the clock) also skip the SDK's copies: they run on
 //! every request. Every host function the filter imports is declared here.
 
-use crate::header_map::{self, HeaderMap};
+use crate::host::header_map::{self, HeaderMap};
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status, StreamType};
 use std::ptr::null_mut;
 use std::time::Duration;

@@ -3,12 +3,12 @@
 //! host error is handled here.
 
 use super::abi;
-use crate::check::Verdict;
-use crate::dispatch::{Dispatcher, Verdicts};
-use crate::header_map::HeaderMap;
+use crate::decision::check::Verdict;
+use crate::decision::response::RateLimitFields;
+use crate::host::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};
-use crate::protocol;
-use crate::response::RateLimitFields;
+use crate::wire;
+use crate::worker::dispatch::{Dispatcher, Verdicts};
 use proxy_wasm::types::BufferType;
 use ratelimit_protocol::MAX_ID_LINE;
 use std::cell::{OnceCell, RefCell};
@@ -83,7 +83,7 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
         .then(|| abi::callout_reply_header(":status"))
         .flatten()
         .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
-    let size = body_size.min(protocol::MAX_REPLY_LEN + 1);
+    let size = body_size.min(wire::MAX_REPLY_LEN + 1);
     let body = (size > 0)
         .then(|| abi::buffer(BufferType::HttpCallResponseBody, size))
         .flatten()
@@ -93,7 +93,7 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
 
 /// The stream message being delivered, bounded: anything longer is garbage anyway.
 pub fn stream_message(size: usize) -> Vec<u8> {
-    let size = size.min(MAX_ID_LINE + protocol::MAX_REPLY_LEN + 1);
+    let size = size.min(MAX_ID_LINE + wire::MAX_REPLY_LEN + 1);
     abi::buffer(BufferType::GrpcReceiveBuffer, size).unwrap_or_default()
 }
 

@@ -3,9 +3,9 @@
 //! metrics. Every host status comes back as an error, never a panic.
 
 use super::abi;
-use crate::dispatch::Link;
-use crate::protocol::{self, GRPC_METHOD, GRPC_SERVICE};
-use crate::redis_call::Invoke;
+use crate::wire::redis_call::Invoke;
+use crate::wire::{self, GRPC_METHOD, GRPC_SERVICE};
+use crate::worker::dispatch::Link;
 use proxy_wasm::hostcalls;
 use ratelimit_config::backend::Backend;
 use std::time::Duration;
@@ -18,14 +18,14 @@ pub(super) struct HostLink {
 
 impl Link for HostLink {
     fn stream_send(&mut self, token: u32, id: u32, body: &str) -> Result<(), String> {
-        let message = protocol::stream_message(id, body);
+        let message = wire::stream_message(id, body);
         abi::grpc_send(token, message.as_bytes()).map_err(|s| format!("stream send failed: {s:?}"))
     }
 
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
         let mut headers = vec![
             (":method", "POST"),
-            (":path", protocol::PATH),
+            (":path", wire::PATH),
             (":authority", backend.authority.as_str()),
             ("content-type", "text/plain"),
         ];
@@ -40,7 +40,7 @@ impl Link for HostLink {
 
     #[cfg(feature = "redis-call")]
     fn redis_call(&mut self, backend: &Backend, body: &str, invoke: Invoke) -> Result<u32, String> {
-        let query = crate::redis_call::script_query(body, invoke)?;
+        let query = crate::wire::redis_call::script_query(body, invoke)?;
         abi::redis_call(&backend.cluster, &query)
             .map_err(|status| format!("proxy_redis_call failed (status {status})"))
     }

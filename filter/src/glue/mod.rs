@@ -1,6 +1,6 @@
 //! The proxy-wasm binding: a root context per worker and an HTTP context per request, both
-//! handing their events to the worker's dispatcher (`crate::dispatch`) and carrying out what
-//! it decides.
+//! handing their events to the worker's dispatcher (`crate::worker::dispatch`) and
+//! carrying out what it decides.
 //!
 //! The decisions are plain Rust; this module only moves bytes and calls between them and
 //! the host. Host calls go through the raw ABI (`abi`, which declares every host function

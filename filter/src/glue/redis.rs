@@ -9,7 +9,7 @@
 use super::abi;
 use super::host::{run, ProxyHost};
 use super::link::HostLink;
-use crate::dispatch::Dispatcher;
+use crate::worker::dispatch::Dispatcher;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Backend;
 use ratelimit_protocol::MAX_REPLY_LEN;

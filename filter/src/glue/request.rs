@@ -3,7 +3,7 @@
 
 use super::host::{add_response_headers, callout_reply, carry_out, run, ProxyHost};
 use super::link::HostLink;
-use crate::dispatch::{Dispatcher, Go};
+use crate::worker::dispatch::{Dispatcher, Go};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::cell::RefCell;

@@ -5,7 +5,7 @@ use super::abi;
 use super::host::{callout_reply, run, stream_message, ProxyHost};
 use super::link::{register_wake_queue, HostLink};
 use super::request::Request;
-use crate::dispatch::{Dispatcher, Verdicts};
+use crate::worker::dispatch::{Dispatcher, Verdicts};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use ratelimit_config::loading::{self, Build};

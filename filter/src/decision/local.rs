@@ -18,8 +18,8 @@
 //! admitting one extra request once.
 
 use crate::host::SharedData;
-use crate::protocol::RuleResult;
-use crate::rules::PlannedRule;
+use crate::request::rules::PlannedRule;
+use crate::wire::RuleResult;
 use ratelimit_config::digest;
 use ratelimit_config::options::LocalOptions;
 use ratelimit_protocol::{Level, Shape};

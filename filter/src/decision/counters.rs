@@ -2,8 +2,8 @@
 //! a host call per request and counter would cost more than the counting is worth. Some
 //! are also kept per rule, named so that the hosts can turn the rule into a label.
 
-use crate::protocol::RuleResult;
-use crate::rules::PlannedRule;
+use crate::request::rules::PlannedRule;
+use crate::wire::RuleResult;
 
 /// Every counter, exposed by Envoy as `wasmcustom.ratelimit.<name>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

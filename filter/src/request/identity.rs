@@ -8,7 +8,7 @@
 //! request: it never exempts it from its rules.
 
 use crate::host::{RequestView, Sole};
-use crate::jwt::{self, Reading};
+use crate::request::jwt::{self, Reading};
 use ratelimit_config::keys::{escape, key_safe};
 use ratelimit_config::source::{Address, Forwarded, Source};
 use std::borrow::Cow;

@@ -1,8 +1,8 @@
 //! What the client sees: rate-limit headers, the 429 reply, the failure-mode 503.
 
-use crate::identity::{self, BadIdentity};
-use crate::ietf;
-pub use crate::shown::Shown;
+use crate::decision::ietf;
+pub use crate::decision::shown::Shown;
+use crate::request::identity::{self, BadIdentity};
 use ratelimit_config::config::Config;
 use ratelimit_protocol::u64_digits;
 
@@ -203,8 +203,8 @@ pub fn missing_identity(config: &Config, rule: usize, identity: usize) -> LocalR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::RuleResult;
-    use crate::rules::PlannedRule;
+    use crate::request::rules::PlannedRule;
+    use crate::wire::RuleResult;
 
     /// Rules `per-user` (100/min), `global` (5000/s, burst 10000), `fast` (10 per 500 ms)
     /// and `trial` (in shadow mode); `ietf` turns the draft fields on.

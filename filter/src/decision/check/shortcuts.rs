@@ -3,12 +3,12 @@
 //! answers.
 
 use super::{Admission, Outcome, Verdict, Worker};
-use crate::counters::Counter;
-use crate::deny_cache::{self, DenyCache, Reason};
-use crate::lease::Leases;
-use crate::protocol::{self, RuleResult};
-use crate::response::{self, LocalReply, Shown};
-use crate::rules::PlannedRule;
+use crate::decision::counters::Counter;
+use crate::decision::deny_cache::{self, DenyCache, Reason};
+use crate::decision::lease::Leases;
+use crate::decision::response::{self, LocalReply, Shown};
+use crate::request::rules::PlannedRule;
+use crate::wire::{self, RuleResult};
 use ratelimit_config::config::Config;
 
 impl Admission {
@@ -139,7 +139,7 @@ impl Admission {
                     ..p.clone()
                 };
                 let mut line = String::with_capacity(64);
-                protocol::encode_check(&mut line, std::slice::from_ref(&ask));
+                wire::encode_check(&mut line, std::slice::from_ref(&ask));
                 leases.send_top_up(id, line);
             }
             self.leased_shown.push(taken.shown);

@@ -35,7 +35,7 @@ pub const NO_REQUEST: u32 = 0;
 struct Waiting {
     member: Member,
     line: String,
-    /// The line returns a lease's tokens (see `protocol::encode_return`).
+    /// The line returns a lease's tokens (see `wire::encode_return`).
     refund: bool,
 }
 
@@ -76,7 +76,7 @@ impl Exchanges {
         self.max_inflight = max_inflight;
     }
 
-    /// Queues a check's line (see `protocol`) until `take` sends it.
+    /// Queues a check's line (see `wire`) until `take` sends it.
     pub fn enqueue(&mut self, context_id: u32, rules: usize, line: String) {
         let member = Member {
             context_id,

@@ -4,15 +4,15 @@
 //! callout body it returns, and hands back the bridge's reply; everything it decides is
 //! testable natively.
 
-use crate::breaker::{Breaker, Permit};
-use crate::counters::{Counter, RuleCounts};
-use crate::deny_cache::DenyCache;
+use crate::decision::breaker::{Breaker, Permit};
+use crate::decision::counters::{Counter, RuleCounts};
+use crate::decision::deny_cache::DenyCache;
+use crate::decision::lease::Leases;
+use crate::decision::local;
+use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::host::Proxy;
-use crate::lease::Leases;
-use crate::local;
-use crate::protocol::{self, CheckResult, RuleResult};
-use crate::response::{self, LocalReply, RateLimitFields, Shown};
-use crate::rules::{self, PlannedRule, Unplanned};
+use crate::request::rules::{self, PlannedRule, Unplanned};
+use crate::wire::{self, CheckResult, RuleResult};
 use ratelimit_config::config::Config;
 use ratelimit_config::options::FailureMode;
 
@@ -168,7 +168,7 @@ impl Admission {
             }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
-        protocol::encode_check(&mut body, &self.planned);
+        wire::encode_check(&mut body, &self.planned);
         Start::Ask(body)
     }
 
@@ -352,6 +352,15 @@ pub use settle::{
     conclude_exchange, decode_callout, exchange_failure, record_exchange, Concluding,
 };
 
+#[cfg(test)]
+#[path = "check_deny_cache_tests.rs"]
+mod deny_cache_tests;
+#[cfg(test)]
+#[path = "check_failure_tests.rs"]
+mod failure_tests;
+#[cfg(test)]
+#[path = "check_lease_tests.rs"]
+mod lease_tests;
 #[cfg(test)]
 #[path = "check_tests.rs"]
 mod tests;

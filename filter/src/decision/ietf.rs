@@ -2,7 +2,7 @@
 //! 2026), emitted with `headers.ietf_draft`: `RateLimit-Policy` and `RateLimit`, both
 //! structured-field Lists of String Items (RFC 9651).
 
-use crate::shown::Shown;
+use crate::decision::shown::Shown;
 use ratelimit_config::config::Config;
 use ratelimit_protocol::push_u64;
 

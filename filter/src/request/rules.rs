@@ -2,9 +2,9 @@
 //! `ratelimit_config::keys::bucket_key`, as the bridge makes it).
 
 use crate::host::RequestView;
-use crate::identity::{self, BadIdentity};
-use crate::matcher::{self, Methods};
-use crate::scope;
+use crate::request::identity::{self, BadIdentity};
+use crate::request::matcher::{self, Methods};
+use crate::request::scope;
 use ratelimit_config::config::Config;
 use ratelimit_config::keys::bucket_key;
 use ratelimit_config::limit::Limit;

@@ -8,7 +8,7 @@
 //! string of packed integers the call asked for, nothing before or after) and anything
 //! else fails the exchange, never the VM.
 
-use crate::protocol::{CheckResult, RuleResult};
+use crate::wire::{CheckResult, RuleResult};
 use ratelimit_protocol::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 use ratelimit_protocol::{parse_batch, MAX_REASON_LEN, MAX_REPLY_LEN};
 use std::sync::OnceLock;

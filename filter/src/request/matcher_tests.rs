@@ -2,7 +2,7 @@
 //! method, and a method-override header the configuration names is honoured.
 
 use crate::fakes::FakeRequest;
-use crate::rules::plan;
+use crate::request::rules::plan;
 use ratelimit_config::config::Config;
 
 /// One rule on `methods` (per IP), `extra` at the top level of the configuration.

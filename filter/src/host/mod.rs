@@ -1,6 +1,14 @@
 //! The filter's host boundary: everything its logic asks of the proxy, as three small
 //! traits. The proxy-wasm glue implements them over the host's ABI; the unit tests over
 //! `fakes`. Nothing here depends on the rest of the crate.
+//!
+//! A layer of its own, at the bottom, because it is what keeps the rest host-independent:
+//! the logic sees the proxy only through these traits, so it compiles and is unit-tested
+//! natively. `header_map` is here for the same reason: the form the ABI hands headers
+//! over in (a request's, and a local reply's), read in place by plain Rust that the glue
+//! only calls.
+
+pub mod header_map;
 
 /// The request data the filter reads; the proxy-wasm glue implements it over the host.
 pub trait RequestView {

@@ -20,12 +20,12 @@ mod requests;
 pub use link::Link;
 pub use requests::Go;
 
-use crate::check::{conclude_exchange, Admission, Concluding, Verdict, Worker};
-use crate::counters::{self, Counter, Counters, PER_RULE};
-use crate::exchange::{Exchanges, Member, NO_REQUEST};
+use crate::decision::check::{conclude_exchange, Admission, Concluding, Verdict, Worker};
+use crate::decision::counters::{self, Counter, Counters, PER_RULE};
 use crate::host::Proxy;
-use crate::protocol::{self, CheckResult};
-use crate::redis_call::Invoke;
+use crate::wire::redis_call::Invoke;
+use crate::wire::{self, CheckResult};
+use crate::worker::exchange::{Exchanges, Member, NO_REQUEST};
 use hashbrown::HashMap;
 use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
@@ -432,7 +432,7 @@ fn queue_lease_lines(worker: &mut Worker, exchanges: &mut Exchanges) -> bool {
     let queued = !returns.is_empty() || !top_ups.is_empty();
     for back in &returns {
         let mut line = String::with_capacity(64);
-        protocol::encode_return(&mut line, &back.key, &back.limit, back.tokens);
+        wire::encode_return(&mut line, &back.key, &back.limit, back.tokens);
         exchanges.enqueue(NO_REQUEST, 1, line);
     }
     for (id, line) in top_ups {

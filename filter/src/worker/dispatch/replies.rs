@@ -3,8 +3,8 @@
 
 use super::{Call, Dispatcher, Link, Verdicts};
 use crate::host::Proxy;
-use crate::protocol;
-use crate::redis_call::{self, Invoke};
+use crate::wire;
+use crate::wire::redis_call::{self, Invoke};
 
 impl Dispatcher {
     /// A message on stream `token`: the reply to one exchange, which is settled; then what
@@ -19,13 +19,13 @@ impl Dispatcher {
         if self.stream_token() != Some(token) {
             return Vec::new();
         }
-        let Some((id, body)) = protocol::split_message(message) else {
+        let Some((id, body)) = wire::split_message(message) else {
             log::warn!("bridge sent a stream message without an exchange id");
             return Vec::new(); // its exchange times out
         };
         self.reopen_backoff_ms = 0;
         self.answered(id, host, link, |counts| {
-            protocol::decode_reply(body, counts).map_err(|bad| bad.0.to_string())
+            wire::decode_reply(body, counts).map_err(|bad| bad.0.to_string())
         })
     }
 
@@ -66,7 +66,7 @@ impl Dispatcher {
             return Vec::new();
         };
         self.answered(call.id, host, link, |counts| {
-            crate::check::decode_callout(status, body, counts)
+            crate::decision::check::decode_callout(status, body, counts)
         })
     }
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::fakes::{alice_searching as host, EXAMPLE};
-use crate::protocol::RuleResult;
+use crate::wire::RuleResult;
 use ratelimit_protocol::render_reply;
 
 /// What the dispatcher asked of the host, in order.
@@ -75,7 +75,7 @@ fn admit_all(id: u32, body: &str) -> Vec<u8> {
         .collect();
     let mut reply = String::new();
     render_reply(&mut reply, &results);
-    protocol::stream_message(id, &reply).into_bytes()
+    wire::stream_message(id, &reply).into_bytes()
 }
 
 #[test]

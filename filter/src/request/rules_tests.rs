@@ -1,6 +1,6 @@
 use super::*;
 use crate::fakes::{example, FakeRequest};
-use crate::matcher::{matches, Methods};
+use crate::request::matcher::{matches, Methods};
 use ratelimit_config::config::Config;
 use ratelimit_config::keys::MAX_VALUE_LEN;
 use ratelimit_config::matcher::Matcher;

@@ -1,8 +1,8 @@
 //! The rule whose numbers a response shows the client (the most restrictive of the
 //! request's), with its outcome: what the rate-limit fields and refusals are made from.
 
-use crate::protocol::RuleResult;
-use crate::rules::PlannedRule;
+use crate::request::rules::PlannedRule;
+use crate::wire::RuleResult;
 
 /// The rule whose numbers the client is shown, with its outcome and Redis's clock.
 pub struct Shown<'a> {

@@ -1,7 +1,16 @@
-//! The filter's side of the wire format (specified in the `ratelimit-protocol` crate): a
-//! planned check becomes one line of an exchange's batch.
+//! The filter's side of the wire format (specified in the `ratelimit-protocol` crate, which
+//! the bridge speaks too): a planned check becomes one line of an exchange's batch.
+//!
+//! A layer of its own because the transport is the one thing the builds do not share: the
+//! bridge reads the batch as it is (over the worker's stream or a callout), while the
+//! redis-call build sends it to Redis itself (`redis_call`: the same batch as one RESP
+//! `EVALSHA`, the script's reply read back into the results the bridge's reply would
+//! have). Either way, what is above sees the same lines go out and the same
+//! `CheckResult`s come back.
 
-use crate::rules::PlannedRule;
+pub mod redis_call;
+
+use crate::request::rules::PlannedRule;
 use ratelimit_config::limit::Limit;
 pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,

@@ -3,9 +3,9 @@
 //! lets go of whatever is held for it.
 
 use super::{Dispatcher, Held, Link, Phase, Verdicts};
-use crate::check::{decode_callout, Admission, Start, Verdict};
+use crate::decision::check::{decode_callout, Admission, Start, Verdict};
+use crate::decision::response::RateLimitFields;
 use crate::host::Proxy;
-use crate::response::RateLimitFields;
 use ratelimit_config::backend::Transport;
 
 /// What a request does once its headers are seen.

@@ -3,7 +3,7 @@
 //! HTTP callout, Higress's redis call), the worker's timer, and its metrics. The glue
 //! implements it over the ABI; the dispatcher's tests over a recording fake.
 
-use crate::redis_call::Invoke;
+use crate::wire::redis_call::Invoke;
 use ratelimit_config::backend::Backend;
 use std::time::Duration;
 

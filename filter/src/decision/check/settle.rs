@@ -2,9 +2,9 @@
 //! carried, then each member concluded (a request's check decided, a lease topped up).
 
 use super::{Admission, Verdict, Worker};
-use crate::breaker::Failure;
+use crate::decision::breaker::Failure;
 use crate::host::Proxy;
-use crate::protocol::{self, CheckResult};
+use crate::wire::{self, CheckResult};
 use ratelimit_config::config::Config;
 
 /// Decodes a callout's reply to checks of `rule_counts` rules each; the error says why the
@@ -15,7 +15,7 @@ pub fn decode_callout(
     rule_counts: &[usize],
 ) -> Result<Vec<CheckResult>, String> {
     match status {
-        Some(200) => protocol::decode_reply(body, rule_counts).map_err(|bad| bad.0.to_string()),
+        Some(200) => wire::decode_reply(body, rule_counts).map_err(|bad| bad.0.to_string()),
         Some(s) => Err(format!("bridge answered HTTP {s}")),
         None => Err("callout failed or timed out".to_string()),
     }

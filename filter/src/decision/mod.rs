@@ -1,0 +1,24 @@
+//! The decision: what becomes of a planned request (admitted, denied with a 429, refused
+//! for a block, or left to the failure mode), and what its client is shown.
+//!
+//! A layer of its own because the decision is the filter's contract with the client, and
+//! all of it is plain Rust over the plan (`request`), the results the wire brings back
+//! (`wire`) and the host's clock and shared data (`host`): no event loop and no transport,
+//! so every verdict is unit-tested natively. How checks wait, travel and come back is
+//! `worker`'s.
+//!
+//! Bottom to top: what a worker keeps to decide without the bridge (`breaker`,
+//! `deny_cache`, `lease`), the counts of what was decided (`counters`), the failure mode's
+//! own buckets (`local`), what the client sees (`shown`, `ietf`, `response`), and `check`,
+//! one request's admission from its plan to its verdict (`check::settle`: how an exchange
+//! ends; `check::shortcuts`: what a worker decides without the bridge).
+
+pub mod breaker;
+pub mod check;
+pub mod counters;
+pub mod deny_cache;
+pub mod ietf;
+pub mod lease;
+pub mod local;
+pub mod response;
+pub mod shown;

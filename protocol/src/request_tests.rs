@@ -1,0 +1,153 @@
+use super::*;
+
+const BLOCK: Block = Block {
+    after: 3,
+    within_ms: 60_000,
+    for_ms: 900_000,
+};
+
+fn encode(checks: &[&[RuleSpec]]) -> String {
+    let mut body = String::new();
+    for check in checks {
+        for (i, rule) in check.iter().enumerate() {
+            encode_rule(&mut body, i == 0, rule.fields());
+        }
+        end_check(&mut body);
+    }
+    body
+}
+
+#[test]
+fn what_the_filter_encodes_the_bridge_parses() {
+    let leasing = RuleSpec {
+        lease: 3,
+        ..RuleSpec::plain("rl:g", 5, 50, 1, 2)
+    };
+    let blocking = RuleSpec {
+        block: Some(BLOCK),
+        ..RuleSpec::plain("rl:b", 1, 1, 1, 1)
+    };
+    let shadow = RuleSpec {
+        shadow: true,
+        ..RuleSpec::plain("rl:s", 2, 1, 1, 1)
+    };
+    let checks = [
+        vec![RuleSpec::plain("rl:a:x", 10, 1, 6000, 1), leasing],
+        vec![blocking, shadow],
+    ];
+    let body = encode(&[&checks[0], &checks[1]]);
+    assert_eq!(
+        body,
+        "rl:a:x,10,1,6000,1 rl:g,5,50,1,2+3\nrl:b,1,1,1,1,3,60000,900000 ~rl:s,2,1,1,1\n"
+    );
+    let parsed: Vec<Vec<RuleSpec>> = parse_batch(body.as_bytes())
+        .unwrap()
+        .into_iter()
+        .map(|line| line.unwrap().rules)
+        .collect();
+    assert_eq!(parsed, checks);
+
+    let mut refund = String::new();
+    start_refund(&mut refund);
+    encode_rule(
+        &mut refund,
+        true,
+        RuleSpec::plain("rl:g", 5, 50, 1, 4).fields(),
+    );
+    end_check(&mut refund);
+    assert_eq!(refund, "+ rl:g,5,50,1,4\n");
+    let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
+    assert!(line.refund && line.rules[0].cost == 4);
+
+    // A lease asked for alone, ahead of need: cost 0.
+    let top_up = RuleSpec {
+        lease: 7,
+        ..RuleSpec::plain("rl:g", 50, 1, 1, 0)
+    };
+    let body = encode(&[std::slice::from_ref(&top_up)]);
+    assert_eq!(body, "rl:g,50,1,1,0+7\n");
+    let line = parse_batch(body.as_bytes()).unwrap().remove(0).unwrap();
+    assert_eq!(line.rules, [top_up]);
+}
+
+#[test]
+fn a_bad_line_fails_alone_with_a_reason() {
+    let long_key = format!("{},1,1,1,1", "k".repeat(MAX_KEY_LEN + 1));
+    let too_many_rules = (0..=MAX_RULES)
+        .map(|i| format!("k{i},1,1,1,1"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let cases: Vec<(String, &str)> = vec![
+        (String::new(), "bad key"),
+        ("k,1,1,1".into(), "cost"),
+        ("k,1,1,1,1,1".into(), "extra"),
+        ("k,1,1,1,1,1,1".into(), "a block needs"),
+        ("k,1,1,1,1,1,1,0".into(), "for"),
+        ("k,1,1,1,1,1,1,1,1".into(), "extra"),
+        ("k,1,1,1,1+2".into(), "lease"),
+        ("k,2,1,1,1+x".into(), "cost"),
+        ("k,2,1,1+1,1".into(), "den"),
+        ("+ k,2,1,1,1+1".into(), "refund takes no lease"),
+        ("+ k,2,1,1,0+1".into(), "refund takes no lease"),
+        ("k,2,1,1,0".into(), "cost"),
+        ("k,2,1,1,0+0".into(), "cost"),
+        ("k,2,1,1,00+1".into(), "cost"),
+        ("~".into(), "bad key"),
+        ("~~k,1,1,1,1".into(), "bad key"),
+        ("k,0,1,1,1".into(), "burst"),
+        ("k,1,1,1,2".into(), "exceeds"),
+        ("k,1,x,1,1".into(), "num"),
+        ("k,100000000,1,100000000,1".into(), "2^53"),
+        ("k,9007199254740992,1,1,1".into(), "burst"),
+        ("k,1,1,1,1 k,1,1,1,1".into(), "twice"),
+        ("k,1,1,1,1  j,1,1,1,1".into(), "bad key"),
+        (long_key, "bad key"),
+        (too_many_rules, "rules"),
+    ];
+    for (line, expect) in cases {
+        let body = format!("ok,1,1,1,1\n{line}\nok2,1,1,1,1\n");
+        let checks = parse_batch(body.as_bytes()).unwrap();
+        assert_eq!(checks.len(), 3, "{line:?}");
+        assert!(checks[0].is_ok() && checks[2].is_ok(), "{line:?}");
+        let e = checks[1].as_ref().unwrap_err();
+        assert!(
+            e.starts_with("check 2: ") && e.contains(expect),
+            "{line:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn an_unreadable_body_fails_the_exchange() {
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"".to_vec(), "no check"),
+        (b"\xff,1,1,1,1".to_vec(), "UTF-8"),
+        ("k,1,1,1,1\n".repeat(MAX_CHECKS + 1).into_bytes(), "checks"),
+        (vec![b'k'; MAX_BODY + 1], "body over"),
+    ];
+    for (body, expect) in cases {
+        let e = parse_batch(&body).unwrap_err();
+        assert!(e.0.contains(expect), "{e}");
+    }
+}
+
+#[test]
+fn the_longest_legal_check_fits_a_body_many_times() {
+    let big = MAX_EXACT - 1;
+    let rule = RuleSpec {
+        lease: big,
+        block: Some(Block {
+            after: big,
+            within_ms: big,
+            for_ms: big,
+        }),
+        shadow: true,
+        ..RuleSpec::plain("k".repeat(MAX_KEY_LEN), big, big, 1, 1)
+    };
+    let mut body = String::new();
+    for i in 0..MAX_RULES {
+        encode_rule(&mut body, i == 0, rule.fields());
+    }
+    end_check(&mut body);
+    assert!(body.len() * 8 < MAX_BODY, "{}", body.len());
+}
