@@ -108,12 +108,7 @@ impl RequestView for FakeRequest {
     }
 
     fn sole_header(&self, name: &str) -> Sole<'_> {
-        let mut values = self.values(name);
-        match (values.next(), values.next()) {
-            (None, _) => Sole::Absent,
-            (Some(value), None) => Sole::Once(value),
-            (Some(_), Some(_)) => Sole::Repeated,
-        }
+        Sole::of(self.values(name))
     }
 
     fn header_list(&self, name: &str) -> Vec<&[u8]> {

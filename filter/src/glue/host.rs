@@ -28,19 +28,11 @@ impl ProxyHost {
 
 impl RequestView for ProxyHost {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        let name = name.as_bytes();
-        self.headers()
-            .pairs()
-            .find_map(|(key, value)| (key == name).then_some(value))
+        self.headers().values(name).next()
     }
 
     fn sole_header(&self, name: &str) -> Sole<'_> {
-        let mut values = self.headers().values(name);
-        match (values.next(), values.next()) {
-            (None, _) => Sole::Absent,
-            (Some(value), None) => Sole::Once(value),
-            (Some(_), Some(_)) => Sole::Repeated,
-        }
+        Sole::of(self.headers().values(name))
     }
 
     fn header_list(&self, name: &str) -> Vec<&[u8]> {

@@ -37,6 +37,17 @@ pub enum Sole<'a> {
     Repeated,
 }
 
+impl<'a> Sole<'a> {
+    /// What the `values` of a header (all of them, in order) come to.
+    pub fn of(mut values: impl Iterator<Item = &'a [u8]>) -> Sole<'a> {
+        match (values.next(), values.next()) {
+            (None, _) => Sole::Absent,
+            (Some(value), None) => Sole::Once(value),
+            (Some(_), Some(_)) => Sole::Repeated,
+        }
+    }
+}
+
 /// The host's shared key-value store with compare-and-swap (proxy-wasm shared data).
 pub trait SharedData {
     /// The value and its version (CAS token), `None` if absent.
