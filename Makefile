@@ -153,7 +153,8 @@ quick-build: .rust-target
 QUICK := RATELIMIT_WASM=$(CURDIR)/$(QUICK_WASM) RATELIMIT_BRIDGE=$(CURDIR)/$(QUICK_BRIDGE)
 
 ## demo: two gateways, one Valkey, scripted traffic, a table, teardown (a fresh clone's first
-## run took 3 min 20 s on 2 cores; it builds in the quick profile, not the release one)
+## run took 64 s on 2 cores, crates and Python packages already downloaded; it builds in the
+## quick profile, not the release one)
 demo: $(STAMP) quick-build
 	$(QUICK) $(PY) -m testbed.demo
 
