@@ -134,7 +134,7 @@ def demangle(name):
 
 def crate_of(name):
     """The crate a function belongs to: `a::b::f` -> a, `<a::T as b::Tr>::f` -> a (and
-    `<T as b::Tr>::f`, a generic's, -> b)."""
+    `<T as b::Tr>::f` or `<PhantomData<T> as b::Tr>::f`, a generic's, -> b)."""
     if name.startswith("_R"):
         m = V0_CRATE.search(name)
         return name[m.end():m.end() + int(m.group(1))] if m else "?"
@@ -142,7 +142,9 @@ def crate_of(name):
         return "(C and the ABI: dlmalloc, wasi-libc, exports)"
     m = re.match(r"<&?(?:mut |dyn )?([^ ]+) as ([^>]+)>", name)
     if m:
-        name = m.group(1) if "::" in m.group(1) else m.group(2)
+        # A generic's stand-in (`T`, `PhantomData<T>`) says nothing: the trait's crate does.
+        own = "::" in m.group(1) and not m.group(1).startswith("core::marker::PhantomData")
+        name = m.group(1) if own else m.group(2)
     name = name.lstrip("<&*")
     return re.split(r"::|\[|<| ", name, maxsplit=1)[0] or "?"
 

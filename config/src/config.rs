@@ -6,6 +6,7 @@
 
 use crate::backend::{Backend, RawBackend};
 use crate::error::{err, plain, ConfigError};
+use crate::json_path;
 use crate::keys::check_name;
 use crate::matcher::{method_overrides, Matcher};
 use crate::options::{self, BreakerConfig, FailureMode, HeaderOptions, LocalOptions, Mode};
@@ -95,13 +96,11 @@ impl Config {
     /// ratelimit.wasm 4.8 KB smaller than with `parse` and `load` instantiated here).
     #[inline]
     pub fn parse(json: &[u8]) -> Result<Config, ConfigError> {
-        let de = &mut serde_json::Deserializer::from_slice(json);
-        let raw: RawConfig = match serde_path_to_error::deserialize(de) {
+        let raw: RawConfig = match serde_json::from_slice(json) {
             Ok(raw) => raw,
             Err(e) => {
-                let path = e.path().to_string();
-                let field = if path == "." { "config".into() } else { path };
-                return err(field, plain(&e.into_inner().to_string()));
+                let field = json_path::at(json, e.line(), e.column());
+                return err(field.as_deref().unwrap_or("config"), plain(&e.to_string()));
             }
         };
         raw.validate()

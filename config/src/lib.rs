@@ -12,6 +12,7 @@
 //! (`tools/layers.py` keeps them free of cycles).
 //!
 //! - `error`: the error every part of the configuration reports (field and problem).
+//! - `json_path`: the path of the field a parse error is in, read from the text.
 //! - `digest`: SHA-256, wherever hostile bytes must be shortened into a name.
 //! - `keys`: identity values escaped into the keys' alphabet, the names keys are made of,
 //!   and a rule's bucket key (`bucket_key`).
@@ -35,6 +36,7 @@ pub mod block;
 pub mod config;
 pub mod digest;
 pub mod error;
+mod json_path;
 pub mod keys;
 pub mod lease;
 pub mod limit;
