@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
     let sent = Line {
-        refund: false,
+        lease_return: false,
         rules: sent,
     };
     assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");

@@ -51,7 +51,7 @@ pub struct Overridden {
 /// tokens a lease did not use (`+ ` before the rules: give each rule's cost back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
-    pub refund: bool,
+    pub lease_return: bool,
     pub rules: Vec<RuleSpec>,
 }
 
@@ -109,11 +109,11 @@ impl RuleSpec {
 }
 
 /// How a line that returns tokens starts.
-pub const REFUND_MARK: &str = "+ ";
+pub const LEASE_RETURN_MARK: &str = "+ ";
 
 /// Starts a line that returns tokens (see `Line`); its rules follow.
-pub fn start_refund(body: &mut String) {
-    body.push_str(REFUND_MARK);
+pub fn start_lease_return(body: &mut String) {
+    body.push_str(LEASE_RETURN_MARK);
 }
 
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
@@ -170,15 +170,18 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
-        let (refund, rules) = match line.strip_prefix(REFUND_MARK) {
+        let (lease_return, rules) = match line.strip_prefix(LEASE_RETURN_MARK) {
             Some(rules) => (true, rules),
             None => (false, line),
         };
         let parsed = parse_check(rules).and_then(|rules| {
-            if refund && rules.iter().any(|r| r.lease > 0) {
+            if lease_return && rules.iter().any(|r| r.lease > 0) {
                 return Err("a refund takes no lease".into());
             }
-            Ok(Line { refund, rules })
+            Ok(Line {
+                lease_return,
+                rules,
+            })
         });
         checks.push(parsed.map_err(|e| format!("check {}: {e}", n + 1)));
     }
@@ -210,7 +213,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
     };
     let mut parts = split::split(field, b',');
     let key = parts.next().unwrap_or_default();
-    // `~` (shadow) and `+` (refund) mark a rule and a line, never a key.
+    // `~` (shadow) and `+` (a lease return) mark a rule and a line, never a key.
     let marked = key.starts_with(['~', '+']);
     if key.is_empty()
         || key.len() > MAX_KEY_LEN

@@ -47,17 +47,20 @@ fn what_the_filter_encodes_the_bridge_parses() {
         .collect();
     assert_eq!(parsed, checks);
 
-    let mut refund = String::new();
-    start_refund(&mut refund);
+    let mut lease_return = String::new();
+    start_lease_return(&mut lease_return);
     encode_rule(
-        &mut refund,
+        &mut lease_return,
         true,
         RuleSpec::plain("rl:g", 5, 50, 1, 4).fields(),
     );
-    end_check(&mut refund);
-    assert_eq!(refund, "+ rl:g,5,50,1,4\n");
-    let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
-    assert!(line.refund && line.rules[0].cost == 4);
+    end_check(&mut lease_return);
+    assert_eq!(lease_return, "+ rl:g,5,50,1,4\n");
+    let line = parse_batch(lease_return.as_bytes())
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!(line.lease_return && line.rules[0].cost == 4);
 
     // A lease asked for alone, ahead of need: cost 0.
     let top_up = RuleSpec {

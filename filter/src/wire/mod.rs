@@ -16,7 +16,7 @@ pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,
     GRPC_SERVICE, MAX_REPLY_LEN, PATH,
 };
-use ratelimit_protocol::{encode_rule, end_check, start_refund, RuleFields};
+use ratelimit_protocol::{encode_rule, end_check, start_lease_return, RuleFields};
 
 /// Appends one check's line (all its rules) to a batch.
 pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
@@ -49,7 +49,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         block: None,
         shadow: false,
     };
-    start_refund(body);
+    start_lease_return(body);
     encode_rule(body, true, fields);
     end_check(body);
 }

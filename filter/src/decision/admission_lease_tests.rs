@@ -1,5 +1,5 @@
 //! Leases through the check: a hot bucket leased and admitted from the lease, rules from
-//! leases and rules sent each keeping their results, leased tokens put back when another
+//! leases and rules sent each keeping their results, leased tokens returned when another
 //! rule refuses, and the top-up in the background.
 
 use super::*;
@@ -73,8 +73,15 @@ fn holding_leases(
     allowed: &[u8],
     granted: &[u8],
 ) -> (Worker, String) {
-    let (mut check, mut worker, _) = started(config, host);
-    conclude(config, &mut worker, host, &mut check, Some(200), allowed);
+    let (mut admission, mut worker, _) = started(config, host);
+    conclude(
+        config,
+        &mut worker,
+        host,
+        &mut admission,
+        Some(200),
+        allowed,
+    );
     let mut ask = Admission::default();
     let Start::Ask(body) = ask.start(config, &mut worker, host) else {
         panic!("no check")

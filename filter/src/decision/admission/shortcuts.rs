@@ -153,9 +153,9 @@ impl Admission {
         }
     }
 
-    /// Once the verdict is known: a refused request puts back what it took from leases;
-    /// the leases asked for are held (an admitted check's grant) or asked again later.
-    pub(super) fn settle_leases(
+    /// Once the verdict is known: a refused request returns what it took from leases
+    /// (`Leases::return_taken`); the leases asked for are held (an admitted check's grant) or asked again later.
+    pub(super) fn update_leases(
         &mut self,
         config: &Config,
         leases: &mut Leases,
@@ -166,7 +166,7 @@ impl Admission {
         if !admitted {
             self.leased_shown.clear();
             for p in self.leased.drain(..) {
-                leases.put_back(&p.key, &p.limit, p.cost);
+                leases.return_taken(&p.key, &p.limit, p.cost);
             }
         }
         for (i, p) in self.planned.iter().enumerate().filter(|(_, p)| p.lease > 0) {
