@@ -2,7 +2,7 @@
 //! strictly. A bad line fails only its own check; only a body that cannot be read as a
 //! batch at all fails the exchange.
 
-use crate::limits::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
+use crate::bounds::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
 use crate::number::push_u64;
 use crate::split;
 use std::fmt;
