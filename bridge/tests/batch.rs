@@ -283,7 +283,7 @@ async fn the_script_refuses_more_keys_than_one_call_may_carry_and_writes_nothing
     let valkey = Valkey::start();
     // One check of 1,025 one-rule parts, laid out by hand as a caller past the bound would.
     let keys: Vec<String> = (0..1025).map(|i| format!("over{i}")).collect();
-    let script = redis::Script::new(ratelimit_bridge::script::TOKEN_BUCKET_LUA);
+    let script = redis::Script::new(ratelimit_protocol::script::TOKEN_BUCKET_LUA);
     let mut call = script.prepare_invoke();
     for key in &keys {
         call.key(key);
