@@ -21,7 +21,7 @@ fuzz_target!(|body: &[u8]| {
             start_lease_return(&mut line);
         }
         for (i, r) in rules.iter().enumerate() {
-            encode_rule(&mut line, i == 0, r.fields());
+            encode_rule(&mut line, i == 0, r.spec_ref());
         }
         end_check(&mut line);
         assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(parsed)]), "{line}");

@@ -79,7 +79,7 @@ pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
     encode_rule, end_check, parse_batch, start_lease_return, BadBatch, Block, Line, Overridden,
-    RuleFields, RuleSpec, LEASE_RETURN_MARK,
+    RuleSpec, RuleSpecRef, LEASE_RETURN_MARK,
 };
 pub use stream::{split_message, stream_message};
 

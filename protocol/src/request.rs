@@ -64,9 +64,12 @@ pub struct Block {
     pub for_ms: u64,
 }
 
-/// A rule as the filter encodes it, borrowing its key (see `RuleSpec` for the fields).
+/// One rule of a line, borrowed: the one input of `encode_rule`, whichever side holds the
+/// rule: a parsed `RuleSpec` (`RuleSpec::spec_ref`) or the filter's planned rule
+/// (`PlannedRule::spec_ref`). `RuleSpec`'s fields (see there) but `overridden`, which
+/// never travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuleFields<'a> {
+pub struct RuleSpecRef<'a> {
     pub key: &'a str,
     pub burst: u64,
     pub num: u64,
@@ -93,9 +96,9 @@ impl RuleSpec {
         }
     }
 
-    /// This rule as the filter encodes it.
-    pub fn fields(&self) -> RuleFields<'_> {
-        RuleFields {
+    /// This rule as a line carries it (`encode_rule`).
+    pub fn spec_ref(&self) -> RuleSpecRef<'_> {
+        RuleSpecRef {
             key: &self.key,
             burst: self.burst,
             num: self.num,
@@ -120,7 +123,7 @@ pub fn start_lease_return(body: &mut String) {
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
 /// lease, then `,after,within_ms,for_ms` for a rule that blocks); rules of a line are
 /// separated by a space.
-pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
+pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
     }

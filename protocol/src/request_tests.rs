@@ -10,7 +10,7 @@ fn encode(checks: &[&[RuleSpec]]) -> String {
     let mut body = String::new();
     for check in checks {
         for (i, rule) in check.iter().enumerate() {
-            encode_rule(&mut body, i == 0, rule.fields());
+            encode_rule(&mut body, i == 0, rule.spec_ref());
         }
         end_check(&mut body);
     }
@@ -52,7 +52,7 @@ fn what_the_filter_encodes_the_bridge_parses() {
     encode_rule(
         &mut lease_return,
         true,
-        RuleSpec::plain("rl:g", 5, 50, 1, 4).fields(),
+        RuleSpec::plain("rl:g", 5, 50, 1, 4).spec_ref(),
     );
     end_check(&mut lease_return);
     assert_eq!(lease_return, "+ rl:g,5,50,1,4\n");
@@ -149,7 +149,7 @@ fn the_longest_legal_check_fits_a_body_many_times() {
     };
     let mut body = String::new();
     for i in 0..MAX_RULES {
-        encode_rule(&mut body, i == 0, rule.fields());
+        encode_rule(&mut body, i == 0, rule.spec_ref());
     }
     end_check(&mut body);
     assert!(body.len() * 8 < MAX_BODY, "{}", body.len());

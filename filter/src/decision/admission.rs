@@ -169,7 +169,7 @@ impl Admission {
             }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
-        wire::encode_check(&mut body, &self.planned);
+        wire::encode_check(&mut body, self.planned.iter().map(PlannedRule::spec_ref));
         Start::Ask(body)
     }
 
