@@ -224,12 +224,22 @@ pub fn started(config: &Config, host: &FakeProxy) -> (Admission, Worker, String)
     (admission, worker, body)
 }
 
-/// `started` on `host()`, then `conclude`d by `status` and `body`: the check and its
-/// verdict.
+/// `started` on `host`, then `conclude`d by `status` and `body`: the admission, the worker
+/// (with what it learnt: deny cache, leases) and the verdict.
+pub fn concluded(
+    config: &Config,
+    host: &FakeProxy,
+    status: Option<u32>,
+    body: &[u8],
+) -> (Admission, Worker, Verdict) {
+    let (mut admission, mut worker, _) = started(config, host);
+    let verdict = conclude(config, &mut worker, host, &mut admission, status, body);
+    (admission, worker, verdict)
+}
+
+/// `concluded` on `host()`: the admission and its verdict.
 pub fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Admission, Verdict) {
-    let host = host();
-    let (mut admission, mut worker, _) = started(config, &host);
-    let verdict = conclude(config, &mut worker, &host, &mut admission, status, body);
+    let (admission, _, verdict) = concluded(config, &host(), status, body);
     (admission, verdict)
 }
 
@@ -251,6 +261,15 @@ pub fn conclude(
         vec![Concluding::Check(config, admission)],
     );
     verdicts.pop().flatten().unwrap()
+}
+
+/// Whether a new request on `host` would ask the bridge (`Start::Ask`), nothing else
+/// deciding it first.
+pub fn asks(config: &Config, worker: &mut Worker, host: &FakeProxy) -> bool {
+    matches!(
+        Admission::default().start(config, worker, host),
+        Start::Ask(_)
+    )
 }
 
 /// The rate-limit headers an allowed request's response gets (none: empty).

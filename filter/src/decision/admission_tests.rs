@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::fakes::{
-    example, finish, header, host, shown_headers, started, FakeProxy, FakeRequest, EXAMPLE,
+    asks, example, finish, header, host, shown_headers, started, FakeProxy, FakeRequest, EXAMPLE,
 };
 
 #[test]
@@ -159,11 +159,7 @@ fn a_repeated_identity_header_is_refused_without_a_check() {
     assert_eq!(admission.outcome, Some(Outcome::Rejected));
     // A repeated header no rule reads changes nothing.
     host.req = self::host().req.twice("x-unrelated");
-    let mut admission = Admission::default();
-    assert!(matches!(
-        admission.start(&c, &mut worker, &host),
-        Start::Ask(_)
-    ));
+    assert!(asks(&c, &mut worker, &host));
 }
 
 #[test]
@@ -200,8 +196,5 @@ fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted(
         req: self::host().req.with("x-api-key", "k1"),
         ..self::host()
     };
-    assert!(matches!(
-        Admission::default().start(&c, &mut worker, &keyed),
-        Start::Ask(_)
-    ));
+    assert!(asks(&c, &mut worker, &keyed));
 }
