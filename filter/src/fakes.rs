@@ -1,8 +1,9 @@
 //! The unit tests' stand-ins for the host (`host`'s traits), the example configuration and
 //! the planned rule the modules' tests feed the code, in one place: a request of raw header
 //! bytes, shared data with Envoy's versioning, and both with a clock. And the builders the
-//! check's tests share, one file per topic (`decision/check_*tests.rs`): a check started,
-//! concluded by a reply, and what its response shows.
+//! admission's tests share, one file per topic (`decision/admission_*tests.rs`): an
+//! admission started, concluded by a reply, whether a request would ask the bridge, and
+//! what its response shows.
 
 use crate::decision::admission::{
     conclude_exchange, decode_callout, Admission, Concluding, Start, Verdict, Worker,
