@@ -273,6 +273,16 @@ pub fn asks(config: &Config, worker: &mut Worker, host: &FakeProxy) -> bool {
     )
 }
 
+/// A new request on `host` that the worker answers itself, without the bridge: its
+/// admission and the reply.
+pub fn refused(config: &Config, worker: &mut Worker, host: &FakeProxy) -> (Admission, LocalReply) {
+    let mut admission = Admission::default();
+    let Start::Decided(Verdict::Reply(reply)) = admission.start(config, worker, host) else {
+        panic!("not answered locally")
+    };
+    (admission, reply)
+}
+
 /// The rate-limit headers an allowed request's response gets (none: empty).
 pub fn shown_headers(admission: &Admission) -> Vec<(&'static str, String)> {
     admission

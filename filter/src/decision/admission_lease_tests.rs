@@ -208,13 +208,9 @@ fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
         panic!("low again: one more top-up: {top_ups:?}")
     };
     assert_eq!(line, "rl:global,50000,50,1,0+3\n");
-    let mut after = Admission::default();
-    let start = after.start(&config, &mut worker, &host);
-    assert_eq!(
-        start,
-        Start::Ask("rl:global,50000,50,1,1\n".into()),
-        "used up; a top-up is out"
-    );
+    let after = Admission::default().start(&config, &mut worker, &host);
+    let ask = Start::Ask("rl:global,50000,50,1,1\n".into());
+    assert_eq!(after, ask, "used up; a top-up is out");
 
     // A failed top-up grants nothing and lets the next one ask again.
     let failed = vec![Concluding::TopUp(*id)];

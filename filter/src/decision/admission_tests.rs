@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::fakes::{
-    asks, example, finish, header, host, shown_headers, started, FakeProxy, FakeRequest, EXAMPLE,
+    asks, example, finish, header, host, refused, shown_headers, started, FakeProxy, FakeRequest,
+    EXAMPLE,
 };
 
 #[test]
@@ -146,10 +147,7 @@ fn a_repeated_identity_header_is_refused_without_a_check() {
     let mut host = host();
     host.req = host.req.twice("x-user-id");
     let mut worker = Worker::new(&c);
-    let mut admission = Admission::default();
-    let Start::Decided(Verdict::Reply(r)) = admission.start(&c, &mut worker, &host) else {
-        panic!("not refused")
-    };
+    let (admission, r) = refused(&c, &mut worker, &host);
     assert_eq!(r.status, 400);
     assert!(
         r.body.contains("x-user-id header appears more than once"),
@@ -172,10 +170,7 @@ fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted(
     let c = Config::parse(json.as_bytes()).unwrap();
     let host = host();
     let mut worker = Worker::new(&c);
-    let mut admission = Admission::default();
-    let Start::Decided(Verdict::Reply(r)) = admission.start(&c, &mut worker, &host) else {
-        panic!("not refused")
-    };
+    let (admission, r) = refused(&c, &mut worker, &host);
     assert_eq!(r.status, 429);
     assert!(
         !r.headers.iter().any(|(name, _)| *name == "retry-after"),
