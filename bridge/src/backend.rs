@@ -15,11 +15,11 @@
 use crate::check::Check;
 use crate::commit::{CallError, Caller, PartReply};
 use crate::metrics::{self, Metrics};
-use crate::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 use crate::sentinel::Sentinels;
 use crate::single::Single;
 use crate::topology::Topology;
 use futures_util::future::join_all;
+use ratelimit_protocol::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;

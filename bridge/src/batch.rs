@@ -18,8 +18,8 @@
 
 use crate::check::{Check, RuleSpec};
 use crate::commit::Fill;
-use crate::script::{part_rules, Part};
 use crate::topology::Topology;
+use ratelimit_protocol::script::{part_rules, Part};
 
 /// The work of one script call: parts of checks, in batch order, all on one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

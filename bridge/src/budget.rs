@@ -8,7 +8,7 @@
 //! read until its reply has been handed to the connection to write; when the budget is spent,
 //! the bridge stops reading (HTTP/2 flow control makes the peers wait) until replies go out.
 //! A peer that never reads cannot hold its share for long: its connection is closed once a
-//! reply has waited `--write-timeout-ms` (`limits`). Nor can a few peers take all of it
+//! reply has waited `--write-timeout-ms` (`deadlines`). Nor can a few peers take all of it
 //! meanwhile: one connection holds at most `1/CONNECTION_SHARE` of the budget (its exchanges
 //! past that wait on its own, not the others'), so the peers that stopped reading need a
 //! `CONNECTION_SHARE`-th of the budget each to keep the others waiting.

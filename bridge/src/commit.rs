@@ -12,9 +12,9 @@
 //! node holds up and fails only its own checks.
 
 use crate::check::{Check, RuleSpec};
-use crate::script::{self, Mode, ScriptOutcome, Shape, MAX_PART_RULES, MAX_SHAPES};
-pub use crate::script::{MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL};
 use hashbrown::HashSet;
+use ratelimit_protocol::script::{self, Mode, ScriptOutcome, Shape, MAX_PART_RULES, MAX_SHAPES};
+pub use ratelimit_protocol::script::{MAX_KEYS_PER_CALL, MAX_PARTS_PER_CALL};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -68,7 +68,7 @@ fn remaining(replies: &[PartReply]) -> Vec<u64> {
         .collect()
 }
 
-async fn settle() {
+async fn let_tasks_run() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
     }
@@ -85,11 +85,11 @@ async fn checks_arriving_while_calls_are_out_leave_together_in_the_next_call() {
     };
     // The first two fill the calls in flight; the next eight wait for one of them.
     let mut waiting = vec![submit(1)];
-    settle().await;
+    let_tasks_run().await;
     waiting.push(submit(2));
-    settle().await;
+    let_tasks_run().await;
     waiting.extend((3..=10).map(submit));
-    settle().await;
+    let_tasks_run().await;
     assert_eq!(fake.calls(), [1, 1], "two calls in flight, the rest queued");
     assert_eq!(lanes.depth("n"), 8);
     fake.gate.add_permits(100);
@@ -140,10 +140,10 @@ async fn a_call_never_grows_past_its_bounds() {
             lanes.submit(&node, Mode::Check, parts).await
         }));
         if i < 2 {
-            settle().await;
+            let_tasks_run().await;
         }
     }
-    settle().await;
+    let_tasks_run().await;
     fake.gate.add_permits(10_000);
     for w in waiting {
         assert!(w.await.unwrap().iter().all(Result::is_ok));
@@ -164,7 +164,7 @@ async fn a_check_that_waited_too_long_fails_without_being_sent() {
         waiting.push(tokio::spawn(async move {
             lanes.submit(&node, Mode::Check, vec![part(burst)]).await
         }));
-        settle().await;
+        let_tasks_run().await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     fake.gate.add_permits(10);

@@ -13,7 +13,7 @@
 //! message that trickles in is a stalled or hostile peer holding the stream's buffer.
 
 use crate::budget::{Charge, Share};
-use crate::limits::{Activity, Unwritten};
+use crate::deadlines::{Activity, Unwritten};
 use crate::metrics::{Failure, Transport};
 use crate::store::Store;
 use crate::wire;

@@ -7,10 +7,10 @@
 //! (`tools/layers.py` keeps them free of cycles); `main.rs` is the command line on top.
 //! `docs/architecture.md` follows one exchange through them.
 //!
-//! - `check`: a check as the store runs it (one request's rules) and its outcome.
+//! - `check`: a check as the store runs it (one request's rules) and its outcome. The
+//!   script's calling convention, shared with the filter, is `ratelimit_protocol::script`.
 //! - `slot`: Redis Cluster key slots.
 //! - `topology`: a Cluster's slot map: which node serves each slot.
-//! - `script`: the token bucket script's calling convention, shared with the filter.
 //! - `commit`: group commit across every gateway: one lane of calls per node and mode.
 //! - `batch`: a batch of checks into script calls per node: own buckets first, shared after.
 //! - `tally`: the calls' answers gathered per check, and what must be given back.
@@ -29,7 +29,8 @@
 //! - `wire`: one exchange: a batch in, its answer out, for both transports.
 //! - `budget`: one bound on the memory of every exchange at once (`--max-pending-mib`).
 //! - `slots`: the connection slots (`--max-connections`), and who gives one up.
-//! - `limits`: what one connection may hold: header, body and write deadlines.
+//! - `deadlines`: what one connection may hold (`ConnectionBounds`): header, body and
+//!   write deadlines.
 //! - `access`: who may check (the gateways' token) and who may change limits.
 //! - `grpc`: the stream transport, one long-lived gRPC stream per gateway worker.
 //! - `redis_memory`: the warning about a `maxmemory` policy that fails checks or evicts
@@ -53,19 +54,18 @@ pub mod check;
 pub mod commands;
 pub mod commit;
 pub mod connect;
+pub mod deadlines;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
-pub mod limits;
 pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
 pub mod redis_memory;
 pub mod redis_tls;
 pub mod registry;
-pub mod script;
 pub mod sentinel;
 pub mod server;
 pub mod single;

@@ -4,8 +4,8 @@ use clap::Parser;
 use ratelimit_bridge::access::Access;
 use ratelimit_bridge::commands::{self, Command, RedisArgs};
 use ratelimit_bridge::connect::redact;
+use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
-use ratelimit_bridge::limits::Limits;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::StoreOptions;
 use ratelimit_bridge::usage;
@@ -235,7 +235,7 @@ async fn serve(args: Args) -> Result<(), String> {
         (None, false) => "single".into(),
     };
     log::info!("listening on {} (redis {mode} {redis})", args.listen);
-    let limits = Limits {
+    let bounds = ConnectionBounds {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         body_timeout: Duration::from_millis(args.body_timeout_ms),
         write_timeout: Duration::from_millis(args.write_timeout_ms),
@@ -246,7 +246,7 @@ async fn serve(args: Args) -> Result<(), String> {
         listener,
         store,
         Config {
-            limits,
+            bounds,
             access,
             admin,
             plugin,

@@ -2,12 +2,14 @@
 //! `/ratelimit.v1.Bridge/Check` (h2c), `GET /healthz` and `GET /metrics`, all on one port,
 //! with graceful shutdown (in-flight checks finish, streams end with UNAVAILABLE so
 //! gateways reconnect elsewhere, new connections are refused). What a connection may hold
-//! is `limits`'s; who may check is `access`'s.
+//! is `deadlines`'s; who may check is `access`'s.
 
 use crate::access::Access;
 use crate::admin::{self, Admin};
 use crate::budget::{Budget, Charge, Share};
-use crate::limits::{self, Activity, Busy, Connection, Limits, Unwritten, DRAIN_TIMEOUT};
+use crate::deadlines::{
+    self, Activity, Busy, Connection, ConnectionBounds, Unwritten, DRAIN_TIMEOUT,
+};
 use crate::metrics::{self, Failure, Transport};
 use crate::slots::{Peer, Slots};
 use crate::store::Store;
@@ -46,7 +48,7 @@ const H2_MAX_HEADER_BYTES: u32 = 16 * 1024;
 /// How the server treats its clients.
 #[derive(Clone)]
 pub struct Config {
-    pub limits: Limits,
+    pub bounds: ConnectionBounds,
     /// Who may check: the gateways' token.
     pub access: Access,
     /// Who may use `/admin/`: the operators' token, never the gateways' (open: nobody).
@@ -62,12 +64,12 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) {
-    let limits = config.limits;
+    let bounds = config.bounds;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(bounds.header_timeout);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -75,8 +77,8 @@ pub async fn run(
         .keep_alive_timeout(H2_PING_TIMEOUT)
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(H2_MAX_HEADER_BYTES);
-    let mut slots = Slots::new(limits.max_connections);
-    let budget = Budget::new(limits.max_pending_mib);
+    let mut slots = Slots::new(bounds.max_connections);
+    let budget = Budget::new(bounds.max_pending_mib);
     let watching = tokio::spawn(health::watch(store.clone()));
     let refreshing = tokio::spawn(registry::refresh(store.clone()));
     let (stopping, stop_seen) = watch::channel(false);
@@ -111,7 +113,7 @@ pub async fn run(
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let held = Connection { activity, peer, slot };
                 let (stop, store) = (stop_seen.clone(), store.clone());
-                tokio::spawn(limits::drive(conn, held, limits, stop, store));
+                tokio::spawn(deadlines::drive(conn, held, bounds, stop, store));
             }
             () = &mut shutdown => break,
         }
@@ -234,7 +236,7 @@ impl Served {
             return self.answered(answer, None);
         }
         let (answer, charge) = match (req.method(), path) {
-            (&Method::POST, PATH) => check(&self.store, &self.share, self.config.limits, req).await,
+            (&Method::POST, PATH) => check(&self.store, &self.share, self.config.bounds, req).await,
             (&Method::GET, "/healthz") => (healthz(&self.store).await, None),
             (&Method::GET, "/metrics") => (scrape(&self.store), None),
             (_, PATH | "/healthz" | "/metrics") => (
@@ -307,7 +309,7 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
             share: served.share.clone(),
             activity: served.activity.clone(),
             stop: served.stop.clone(),
-            message_timeout: served.config.limits.body_timeout,
+            message_timeout: served.config.bounds.body_timeout,
         },
         req.into_body(),
         out,
@@ -350,7 +352,7 @@ fn scrape(store: &Store) -> Reply {
 async fn check(
     store: &Store,
     share: &Share,
-    limits: Limits,
+    bounds: ConnectionBounds,
     req: Request<Incoming>,
 ) -> (Reply, Option<Charge>) {
     let announced = req.body().size_hint().lower();
@@ -370,7 +372,7 @@ async fn check(
         .map_or(MAX_BODY, |n| n as usize);
     let charge = share.charge(expected).await;
     (
-        read_and_answer(store, limits.body_timeout, req).await,
+        read_and_answer(store, bounds.body_timeout, req).await,
         charge,
     )
 }

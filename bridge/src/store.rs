@@ -17,12 +17,12 @@ use crate::commit::{CallError, Lanes, PartReply, CALLS_IN_FLIGHT};
 use crate::keyspace::Keyspace;
 use crate::metrics::Metrics;
 use crate::override_cache::OverrideCache;
-use crate::script::{part_rules, Mode, Part};
 use crate::sentinel::Sentinels;
 use crate::slot_map::SlotMap;
 use crate::tally::Tally;
 use crate::topology::Topology;
 use futures_util::future::join_all;
+use ratelimit_protocol::script::{part_rules, Mode, Part};
 use redis::cluster::ClusterClientBuilder;
 use redis::FromRedisValue;
 use std::collections::{BTreeMap, HashMap};
@@ -32,7 +32,7 @@ use std::time::Duration;
 /// Attempts at a call on a cluster, when the cluster refused it without running it.
 const CLUSTER_ATTEMPTS: u32 = 3;
 /// Pause before the next attempt, times the attempts made: time for a failover or a slot
-/// move to settle, and for the store to read the new slot map.
+/// move to complete, and for the store to read the new slot map.
 const CLUSTER_PAUSE: Duration = Duration::from_millis(25);
 
 /// The shared handle to Redis; cheap to clone.
@@ -198,10 +198,11 @@ impl Store {
         tally.finish()
     }
 
-    /// Gives back each refund's cost to every bucket of its rules (the tokens a lease did
-    /// not use), node by node; one outcome per refund, in order: the buckets after it.
-    pub async fn refund_all(&self, refunds: &[Check]) -> Vec<CheckOutcome> {
-        self.each_node(Mode::Refund, refunds).await
+    /// Runs lease returns: each one's cost goes back to every bucket of its rules (the
+    /// tokens a lease did not use), node by node, in the script's `refund` mode; one outcome
+    /// per lease return, in order: the buckets after it.
+    pub async fn return_leases(&self, returns: &[Check]) -> Vec<CheckOutcome> {
+        self.each_node(Mode::Refund, returns).await
     }
 
     /// Runs one check atomically (a batch of one).

@@ -5,7 +5,7 @@
 use crate::batch::{Call, Placed};
 use crate::check::{Check, CheckOutcome, RuleOutcome};
 use crate::commit::PartReply;
-use crate::script::{Part, FOREIGN_VALUE};
+use ratelimit_protocol::script::{Part, FOREIGN_VALUE};
 
 /// The answers gathered so far, per check.
 pub struct Tally {

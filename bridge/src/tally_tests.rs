@@ -2,7 +2,7 @@ use super::*;
 use crate::batch::{group, plan};
 use crate::commit::CallError;
 use crate::fakes::{rule, two_nodes};
-use crate::script::ScriptOutcome;
+use ratelimit_protocol::script::ScriptOutcome;
 
 fn outcome(allowed: bool) -> ScriptOutcome {
     Some(RuleOutcome {

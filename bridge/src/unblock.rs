@@ -7,8 +7,8 @@
 //! (`deny_cache::BLOCK_TRUST_MS`), so the client is admitted everywhere by then.
 
 use crate::overrides::Target;
-use crate::script::TOKEN_BUCKET_LUA;
 use crate::store::Store;
+use ratelimit_protocol::script::TOKEN_BUCKET_LUA;
 
 /// Lifts the block of `target`'s bucket (a client's, or the one bucket of a rule keyed on
 /// nothing); whether it was blocked. A bucket that was not, or holds nothing of ours, is

@@ -13,17 +13,17 @@ enum Place {
     /// Refused alone, for this reason.
     Refused(String),
     Checked,
-    Refunded,
+    Returned,
 }
 
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is run
-/// (the checks together, in order; the refunds of unused leases together); any other line
-/// is refused alone (`?`, which the filter never holds against the backend). A check's rule
-/// with an active override is run under the override (`overrides`). A refund is not: it
+/// (the checks together, in order; the lease returns together); any other line is refused
+/// alone (`?`, which the filter never holds against the backend). A check's rule with an
+/// active override is run under the override (`overrides`). A lease return is not: it
 /// returns a lease's tokens, which only the rule's own bucket gives (no lease is taken
-/// under an override), so they go back there. The error is for a body that is
-/// no batch at all. The metrics count the exchange (by `transport`) and each check's
-/// outcome; a refused line counts as a refused check, whether it was a check or a refund.
+/// under an override), so they go back there. The error is for a body that is no batch at
+/// all. The metrics count the exchange (by `transport`) and each check's outcome; a refused
+/// line counts as a refused check, whether it was a check or a lease return.
 pub async fn answer(
     store: &Store,
     transport: Transport,
@@ -35,14 +35,14 @@ pub async fn answer(
     metrics.exchange(transport);
     let lines = parse_batch(body).inspect_err(|_| metrics.failure(Failure::BadBatch))?;
     let mut checks: Vec<Check> = Vec::new();
-    let mut refunds: Vec<Check> = Vec::new();
+    let mut returns: Vec<Check> = Vec::new();
     let mut places = Vec::new();
     let overrides = store.overrides().table();
     for line in lines {
         let line = line.and_then(|mut line| match store.keyspace().refusal(&line.rules) {
             Some(reason) => Err(reason),
             None => {
-                if !line.refund {
+                if !line.lease_return {
                     overrides.apply(&mut line.rules);
                 }
                 Ok(line)
@@ -50,24 +50,24 @@ pub async fn answer(
         });
         places.push(match line {
             Ok(Line {
-                refund: false,
+                lease_return: false,
                 rules,
             }) => {
                 checks.push(rules);
                 Place::Checked
             }
             Ok(Line {
-                refund: true,
+                lease_return: true,
                 rules,
             }) => {
-                refunds.push(rules);
-                Place::Refunded
+                returns.push(rules);
+                Place::Returned
             }
             Err(reason) => Place::Refused(reason),
         });
     }
     let mut checked = store.check_all(&checks).await.into_iter();
-    let mut refunded = store.refund_all(&refunds).await.into_iter();
+    let mut returned = store.return_leases(&returns).await.into_iter();
     let results: Vec<CheckResult> = places
         .into_iter()
         .map(|place| {
@@ -77,8 +77,8 @@ pub async fn answer(
                     CheckResult::Refused(reason)
                 }
                 Place::Checked => ran(checked.next()),
-                // Not a check: `script_calls_total{mode="refund"}` counts refunds.
-                Place::Refunded => return ran(refunded.next()),
+                // Not a check: `script_calls_total{mode="refund"}` counts its script calls.
+                Place::Returned => return ran(returned.next()),
             };
             metrics.check(counted_as(&result));
             result

@@ -1,5 +1,5 @@
 //! Batches on a real Valkey: checks applied in order in one script call, each
-//! all-or-nothing, large batches split, shared expiries written together, refunds, and the
+//! all-or-nothing, large batches split, shared expiries written together, lease returns, and the
 //! stored format of the previous script still read.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
@@ -134,7 +134,7 @@ async fn a_large_batch_is_split_into_bounded_calls_and_stays_in_order() {
 }
 
 #[tokio::test]
-async fn a_refund_gives_back_each_checks_cost_up_to_capacity() {
+async fn a_lease_return_gives_each_cost_back_up_to_capacity() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let r = rule("r", 5, 1, 3_600_000, 2);
@@ -142,9 +142,9 @@ async fn a_refund_gives_back_each_checks_cost_up_to_capacity() {
         run(&store, std::slice::from_ref(&r)).await.1[0].remaining,
         3
     );
-    // Two give-backs of one key in one batch: each returns its cost, up to capacity.
+    // Two lease returns of one key in one batch: each returns its cost, up to capacity.
     let out: Vec<_> = store
-        .refund_all(&[vec![r.clone()], vec![r]])
+        .return_leases(&[vec![r.clone()], vec![r]])
         .await
         .into_iter()
         .map(|o| o.unwrap().1.remove(0))
@@ -283,7 +283,7 @@ async fn the_script_refuses_more_keys_than_one_call_may_carry_and_writes_nothing
     let valkey = Valkey::start();
     // One check of 1,025 one-rule parts, laid out by hand as a caller past the bound would.
     let keys: Vec<String> = (0..1025).map(|i| format!("over{i}")).collect();
-    let script = redis::Script::new(ratelimit_bridge::script::TOKEN_BUCKET_LUA);
+    let script = redis::Script::new(ratelimit_protocol::script::TOKEN_BUCKET_LUA);
     let mut call = script.prepare_invoke();
     for key in &keys {
         call.key(key);

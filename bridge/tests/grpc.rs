@@ -87,12 +87,12 @@ async fn plain_http_on_the_stream_path_is_refused() {
 async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
     let valkey = Valkey::start();
     let short = Duration::from_millis(300);
-    let limits = ratelimit_bridge::limits::Limits {
+    let bounds = ratelimit_bridge::deadlines::ConnectionBounds {
         header_timeout: short,
         body_timeout: short,
         ..RELAXED
     };
-    let bridge = start_with(&valkey.url(), without_token(limits)).await;
+    let bridge = start_with(&valkey.url(), without_token(bounds)).await;
     let (_, mut s) = open(&bridge).await;
     tokio::time::sleep(short * 5).await;
     s.send("1\ng:idle,5,1,1000,1\n").await;
@@ -102,11 +102,11 @@ async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
 #[tokio::test]
 async fn a_message_that_stalls_midway_ends_the_stream_at_the_body_deadline() {
     let valkey = Valkey::start();
-    let limits = ratelimit_bridge::limits::Limits {
+    let bounds = ratelimit_bridge::deadlines::ConnectionBounds {
         body_timeout: Duration::from_millis(300),
         ..RELAXED
     };
-    let bridge = start_with(&valkey.url(), without_token(limits)).await;
+    let bridge = start_with(&valkey.url(), without_token(bounds)).await;
     let (_, mut s) = open(&bridge).await;
     s.send("1\ng:a,5,1,1000,1\n").await;
     assert!(s.next().await.unwrap().starts_with("1\n"));

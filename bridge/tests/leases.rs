@@ -1,6 +1,6 @@
 //! Leases in the token bucket script on a real Valkey: an admitted check that asks for a
 //! lease takes up to that many tokens more, as many as the bucket holds beyond its cost;
-//! a refund gives tokens back, never past the burst, and a refund that fills a bucket
+//! a lease return gives tokens back, never past the burst, and one that fills a bucket
 //! leaves no key (a missing key is a full bucket). A rule in shadow mode never denies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
@@ -20,7 +20,7 @@ fn leasing(key: &str, burst: u64, lease: u64) -> RuleSpec {
 }
 
 #[tokio::test]
-async fn a_lease_takes_what_the_bucket_holds_beyond_the_cost_and_a_refund_returns_it() {
+async fn a_lease_takes_what_the_bucket_holds_beyond_the_cost_and_a_lease_return_gives_it_back() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let hot = leasing("rl:g", 10, 4);
@@ -34,17 +34,17 @@ async fn a_lease_takes_what_the_bucket_holds_beyond_the_cost_and_a_refund_return
     assert!(!last[0].allowed);
     // 3 of the 8 leased come back.
     let back = rule("rl:g", 10, 1, 3_600_000, 3);
-    let refunds = store.refund_all(&[vec![back]]).await;
-    assert_eq!(refunds[0].as_ref().unwrap().1[0].remaining, 3);
+    let returned = store.return_leases(&[vec![back]]).await;
+    assert_eq!(returned[0].as_ref().unwrap().1[0].remaining, 3);
     last = run(&store, std::slice::from_ref(&hot)).await.1;
     assert_eq!(
         (last[0].allowed, last[0].leased, last[0].remaining),
         (true, 2, 0)
     );
-    // A refund never fills a bucket past its burst.
+    // A lease return never fills a bucket past its burst.
     let all = rule("rl:g", 10, 1, 3_600_000, 10);
     for _ in 0..3 {
-        store.refund_all(&[vec![all.clone()]]).await;
+        store.return_leases(&[vec![all.clone()]]).await;
     }
     let after = run(&store, &[rule("rl:g", 10, 1, 3_600_000, 1)]).await.1;
     assert_eq!(after[0].remaining, 9);
@@ -98,28 +98,28 @@ fn exists(valkey: &Valkey, key: &str) -> bool {
 }
 
 #[tokio::test]
-async fn a_refund_that_fills_a_bucket_leaves_no_key() {
+async fn a_lease_return_that_fills_a_bucket_leaves_no_key() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let (token, one) = (3_600_000, |key| rule(key, 5, 1, 3_600_000, 1));
     let take = rule("rl:r", 5, 1, 3_600_000, 2);
     assert!(run(&store, std::slice::from_ref(&take)).await.1[0].allowed);
     // Short of full: stored, as before.
-    store.refund_all(&[vec![one("rl:r")]]).await[0]
+    store.return_leases(&[vec![one("rl:r")]]).await[0]
         .as_ref()
         .unwrap();
     assert_eq!(stored(&valkey, "rl:r").unwrap().units / token, 4);
     // Full: the key is deleted, not stored full (memory held for nothing until it expired).
-    let back = store.refund_all(&[vec![one("rl:r")]]).await;
+    let back = store.return_leases(&[vec![one("rl:r")]]).await;
     assert_eq!(back[0].as_ref().unwrap().1[0].remaining, 5);
     assert!(!exists(&valkey, "rl:r"), "a full bucket's key stays");
-    // A refund to a bucket already gone (it expired full meanwhile) writes nothing.
-    store.refund_all(&[vec![one("rl:gone")]]).await[0]
+    // A lease return to a bucket already gone (it expired full meanwhile) writes nothing.
+    store.return_leases(&[vec![one("rl:gone")]]).await[0]
         .as_ref()
         .unwrap();
     assert!(
         !exists(&valkey, "rl:gone"),
-        "a refund created a full bucket"
+        "a lease return created a full bucket"
     );
     // Deleted is the same as full: the next check sees all 5.
     let (_, out) = run(&store, std::slice::from_ref(&take)).await;
@@ -131,7 +131,7 @@ async fn a_full_bucket_that_counts_denials_keeps_its_key() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     // Blocked after 3 denials within a minute: a count in force is what a missing key
-    // would lose, so a refund that fills the bucket keeps the key while it lasts.
+    // would lose, so a lease return that fills the bucket keeps the key while it lasts.
     let login = RuleSpec {
         block: Some(Block {
             after: 3,
@@ -142,7 +142,7 @@ async fn a_full_bucket_that_counts_denials_keeps_its_key() {
     };
     assert!(run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
     assert!(!run(&store, std::slice::from_ref(&login)).await.1[0].allowed);
-    store.refund_all(&[vec![login.clone()]]).await[0]
+    store.return_leases(&[vec![login.clone()]]).await[0]
         .as_ref()
         .unwrap();
     assert!(exists(&valkey, "rl:login:ip"));

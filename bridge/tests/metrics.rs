@@ -13,7 +13,7 @@ use common::Valkey;
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::deadlines::ConnectionBounds;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -302,12 +302,12 @@ async fn metrics_need_no_token_and_count_the_exchanges_refused_without_it() {
 #[tokio::test]
 async fn a_connection_past_the_cap_and_a_late_body_count_as_failures() {
     let valkey = Valkey::start();
-    let limits = Limits {
+    let bounds = ConnectionBounds {
         body_timeout: Duration::from_secs(1),
         max_connections: 2,
         ..RELAXED
     };
-    let bridge = start_with(&valkey.url(), without_token(limits)).await;
+    let bridge = start_with(&valkey.url(), without_token(bounds)).await;
     // Two slots: one held by a check whose body stops short, one by an idle connection.
     let head = "POST /v1/check HTTP/1.1\r\nhost: bridge\r\ncontent-length: 10\r\n\r\nrl:";
     let stalled_check = || async {

@@ -187,7 +187,7 @@ async fn an_override_replaced_before_it_ends_passes_its_tokens_on() {
 }
 
 #[tokio::test]
-async fn no_lease_is_taken_under_an_override_and_a_give_back_returns_to_both_buckets() {
+async fn no_lease_is_taken_under_an_override_and_a_refund_goes_back_to_both_buckets() {
     let valkey = Valkey::start();
     let store = store(&valkey);
     let leasing = RuleSpec {
@@ -200,12 +200,13 @@ async fn no_lease_is_taken_under_an_override_and_a_give_back_returns_to_both_buc
     let (_, out) = store.check(&check).await.unwrap();
     assert!(out[0].allowed);
     assert_eq!((out[0].leased, out[0].remaining), (0, 19), "{out:?}");
-    // What a Redis Cluster gives back when another node denied the check.
-    let give_back = vec![RuleSpec {
+    // What a Redis Cluster refunds when another node denied the check (the script's
+    // `refund` mode, which lease returns run in too).
+    let refund = vec![RuleSpec {
         lease: 0,
         ..check[0].clone()
     }];
-    let back = store.refund_all(&[give_back]).await;
+    let back = store.return_leases(&[refund]).await;
     assert_eq!(back[0].as_ref().unwrap().1[0].remaining, 20);
     registry::clear(
         &store,

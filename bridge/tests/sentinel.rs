@@ -109,7 +109,7 @@ fn the_bridge_follows_a_failover_to_the_promoted_replica() {
         .query(&mut group.node(primary))
         .unwrap();
     assert_eq!(acked, 1);
-    let sha = redis::Script::new(ratelimit_bridge::script::TOKEN_BUCKET_LUA)
+    let sha = redis::Script::new(ratelimit_protocol::script::TOKEN_BUCKET_LUA)
         .get_hash()
         .to_string();
     let cached: Vec<i64> = redis::cmd("SCRIPT")

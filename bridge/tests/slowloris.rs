@@ -17,7 +17,7 @@ use http_body_util::StreamBody;
 use hyper::body::Frame;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::server::Config;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,8 +31,8 @@ use tokio::time::Instant;
 const SLACK: Duration = Duration::from_secs(5);
 const LONG: Duration = Duration::from_secs(60);
 
-fn limits(header_timeout: Duration, body_timeout: Duration, max_connections: u32) -> Config {
-    without_token(Limits {
+fn bounded(header_timeout: Duration, body_timeout: Duration, max_connections: u32) -> Config {
+    without_token(ConnectionBounds {
         header_timeout,
         body_timeout,
         max_connections,
@@ -102,7 +102,7 @@ const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\
 async fn connections_that_never_complete_their_headers_are_closed_after_the_deadline() {
     let valkey = Valkey::start();
     let header_timeout = Duration::from_millis(500);
-    let bridge = start_with(&valkey.url(), limits(header_timeout, LONG, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(header_timeout, LONG, 64)).await;
     let mut stalled = [
         connect(bridge.addr, PARTIAL_HEAD).await,
         connect(bridge.addr, b"").await, // not even the protocol
@@ -124,7 +124,7 @@ async fn connections_that_never_complete_their_headers_are_closed_after_the_dead
 async fn idle_connections_are_closed_between_requests_over_http1_and_h2() {
     let valkey = Valkey::start();
     let header_timeout = Duration::from_millis(500);
-    let bridge = start_with(&valkey.url(), limits(header_timeout, LONG, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(header_timeout, LONG, 64)).await;
     let mut h1 = connect(
         bridge.addr,
         b"GET /healthz HTTP/1.1\r\nhost: bridge\r\n\r\n",
@@ -155,7 +155,7 @@ async fn idle_connections_are_closed_between_requests_over_http1_and_h2() {
 #[tokio::test]
 async fn a_body_announced_too_large_is_refused_before_it_is_sent() {
     let valkey = Valkey::start();
-    let bridge = start_with(&valkey.url(), limits(LONG, LONG, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(LONG, LONG, 64)).await;
     let mut conn = connect(
         bridge.addr,
         b"POST /v1/check HTTP/1.1\r\nhost: bridge\r\ncontent-length: 10000000000\r\n\r\n",
@@ -174,7 +174,7 @@ async fn a_body_announced_too_large_is_refused_before_it_is_sent() {
 #[tokio::test]
 async fn only_a_body_past_the_bound_is_too_large_a_broken_one_is_a_bad_request() {
     let valkey = Valkey::start();
-    let bridge = start_with(&valkey.url(), limits(LONG, LONG, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(LONG, LONG, 64)).await;
     // Chunked, so no length is announced: the bound is found while reading.
     let chunk = "x".repeat(64 * 1024);
     let mut big =
@@ -199,7 +199,7 @@ async fn only_a_body_past_the_bound_is_too_large_a_broken_one_is_a_bad_request()
 async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
     let valkey = Valkey::start();
     let body_timeout = Duration::from_millis(500);
-    let bridge = start_with(&valkey.url(), limits(LONG, body_timeout, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(LONG, body_timeout, 64)).await;
     let mut conn = connect(
         bridge.addr,
         b"POST /v1/check HTTP/1.1\r\nhost: bridge\r\ncontent-length: 20\r\n\r\nk,1,1,1",
@@ -220,7 +220,7 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
 #[tokio::test]
 async fn checks_succeed_while_slowloris_connections_are_held_open() {
     let valkey = Valkey::start();
-    let bridge = start_with(&valkey.url(), limits(LONG, LONG, 64)).await;
+    let bridge = start_with(&valkey.url(), bounded(LONG, LONG, 64)).await;
     let mut held = Vec::new();
     for _ in 0..24 {
         held.push(connect(bridge.addr, PARTIAL_HEAD).await);
@@ -255,7 +255,7 @@ async fn healthz(addr: SocketAddr) -> Option<String> {
 #[tokio::test]
 async fn past_a_cap_of_connections_that_checked_new_ones_are_closed_unanswered() {
     let valkey = Valkey::start();
-    let bridge = start_with(&valkey.url(), limits(LONG, LONG, 4)).await;
+    let bridge = start_with(&valkey.url(), bounded(LONG, LONG, 4)).await;
     // Checks whose bodies never come: held by peers that have checked, so no new
     // connection takes their slots.
     let mut held = Vec::new();
@@ -286,7 +286,7 @@ async fn past_a_cap_of_connections_that_checked_new_ones_are_closed_unanswered()
 async fn a_full_cap_frees_itself_by_the_header_deadline() {
     let valkey = Valkey::start();
     let header_timeout = Duration::from_millis(500);
-    let bridge = start_with(&valkey.url(), limits(header_timeout, LONG, 2)).await;
+    let bridge = start_with(&valkey.url(), bounded(header_timeout, LONG, 2)).await;
     // Held by the client for the whole test: only the bridge can free their slots.
     let _held = [
         connect(bridge.addr, PARTIAL_HEAD).await,

@@ -17,8 +17,8 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratelimit_bridge::access::Access;
+use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::grpc::prefixed;
-use ratelimit_bridge::limits::Limits;
 use ratelimit_bridge::server::Config;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -69,7 +69,7 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
     let valkey = Valkey::start();
     let header_timeout = Duration::from_secs(1);
     let config = Config {
-        limits: Limits {
+        bounds: ConnectionBounds {
             header_timeout,
             max_connections: 16,
             ..RELAXED

@@ -139,7 +139,7 @@ fn bearer(token: &str) -> Result<Secret, ConfigError> {
     Ok(Secret(format!("Bearer {token}")))
 }
 
-fn check_timeout(field: &str, timeout_ms: u64) -> Result<(), ConfigError> {
+fn validate_timeout(field: &str, timeout_ms: u64) -> Result<(), ConfigError> {
     if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
         return err(field, format!("must be between 1 and {MAX_TIMEOUT_MS}"));
     }
@@ -168,7 +168,7 @@ impl RawBackend {
             );
         };
         let timeout_ms = self.timeout_ms.unwrap_or_else(default_timeout_ms);
-        check_timeout("backend.timeout_ms", timeout_ms)?;
+        validate_timeout("backend.timeout_ms", timeout_ms)?;
         let authorization = self.token.as_deref().map(bearer).transpose()?;
         Ok(Backend {
             authorization,
@@ -202,7 +202,7 @@ impl RawBackend {
                 "must name the Redis service's cluster",
             );
         }
-        check_timeout("backend.redis.timeout_ms", redis.timeout_ms)?;
+        validate_timeout("backend.redis.timeout_ms", redis.timeout_ms)?;
         let login = match (redis.username, redis.password) {
             (username, Some(password)) => {
                 for (field, value) in [
@@ -240,7 +240,7 @@ impl Backend {
     /// Refuses a backend this build cannot reach: the default build has no redis call
     /// (stock Envoy refuses a module that imports one), the redis-call build no bridge
     /// transport.
-    pub fn check_build(&self, redis_call_build: bool) -> Result<(), ConfigError> {
+    pub fn validate_build(&self, redis_call_build: bool) -> Result<(), ConfigError> {
         match (self.transport == Transport::Redis, redis_call_build) {
             (true, false) => err(
                 "backend.redis",
@@ -285,13 +285,13 @@ mod tests {
             ("rl", "s3cret")
         );
         assert!(!format!("{b:?}").contains("s3cret"), "never in Debug");
-        assert!(b.check_build(true).is_ok());
-        let e = b.check_build(false).unwrap_err();
+        assert!(b.validate_build(true).is_ok());
+        let e = b.validate_build(false).unwrap_err();
         assert_eq!(e.field, "backend.redis");
         assert!(e.problem.contains("ratelimit-redis.wasm"), "{e}");
         let bridge = parse(r#"{"cluster": "b"}"#).unwrap().backend;
-        assert!(bridge.check_build(false).is_ok());
-        assert!(bridge.check_build(true).is_err());
+        assert!(bridge.validate_build(false).is_ok());
+        assert!(bridge.validate_build(true).is_err());
         let password_only = parse(r#"{"redis": {"cluster": "r", "password": "p"}}"#).unwrap();
         assert_eq!(password_only.backend.login.unwrap().username, "");
     }

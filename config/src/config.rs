@@ -7,7 +7,7 @@
 use crate::backend::{Backend, RawBackend};
 use crate::error::{err, plain, ConfigError};
 use crate::json_path;
-use crate::keys::check_name;
+use crate::keys::validate_name;
 use crate::matcher::{method_overrides, Matcher};
 use crate::options::{self, BreakerConfig, FailureMode, HeaderOptions, LocalOptions, Mode};
 use crate::rule::{RawRule, Rule};
@@ -113,7 +113,7 @@ impl RawConfig {
     #[inline]
     fn validate(self) -> Result<Config, ConfigError> {
         let backend = self.backend.validate()?;
-        check_name("key_prefix", &self.key_prefix)?;
+        validate_name("key_prefix", &self.key_prefix)?;
         let local =
             LocalOptions::validate(self.failure_mode, self.local_share, self.local_buckets)?;
         let circuit_breaker = self.circuit_breaker.validate()?;
@@ -122,7 +122,7 @@ impl RawConfig {
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
-            check_name(&field, &name)?;
+            validate_name(&field, &name)?;
             identities.push(raw.validate(name, &field)?);
         }
         let mut config = Config {

@@ -25,7 +25,7 @@ const _: () = assert!(DIGESTED_KEY_LEN <= MAX_KEY_LEN);
 
 /// A name the configuration gives a key prefix, rule, identity or tier: names end up in
 /// Redis keys and headers, so they keep to the keys' small, safe alphabet and length.
-pub(crate) fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return err(field, format!("must be 1 to {MAX_NAME_LEN} characters"));
     }

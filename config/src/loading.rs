@@ -23,7 +23,7 @@ pub enum Build {
 #[inline]
 pub fn load(json: &[u8], build: Build) -> Result<Config, ConfigError> {
     let config = Config::parse(json)?;
-    config.backend.check_build(build == Build::RedisCall)?;
+    config.backend.validate_build(build == Build::RedisCall)?;
     Ok(config)
 }
 

@@ -6,7 +6,7 @@
 
 use crate::error::{err, ConfigError};
 use crate::path;
-use crate::source::check_header_name;
+use crate::source::validate_header_name;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -43,7 +43,7 @@ pub(crate) fn method_overrides(names: Vec<String>) -> Result<Vec<String>, Config
     let mut headers: Vec<String> = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let field = format!("method_override[{i}]");
-        let header = check_header_name(&field, name)?;
+        let header = validate_header_name(&field, name)?;
         if headers.contains(&header) {
             return err(field, format!("{name:?} is listed twice"));
         }

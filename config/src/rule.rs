@@ -5,7 +5,7 @@
 
 use crate::block::{BlockPolicy, RawBlock};
 use crate::error::{err, ConfigError};
-use crate::keys::check_name;
+use crate::keys::validate_name;
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
 use crate::matcher::{Matcher, RawMatch};
@@ -93,7 +93,7 @@ impl RawRule {
         identities: &[Identity],
         plugin_shadow: bool,
     ) -> Result<Rule, ConfigError> {
-        check_name(&format!("{field}.name"), &self.name)?;
+        validate_name(&format!("{field}.name"), &self.name)?;
         let mut key = Vec::with_capacity(self.key.len());
         for (i, name) in self.key.iter().enumerate() {
             let Some(index) = identity_index(identities, name) else {
@@ -127,7 +127,7 @@ impl RawRule {
         let limit = self.limit.validate(&format!("{field}.limit"), self.cost)?;
         let mut tiers = Vec::with_capacity(self.tiers.len());
         for (tier, raw) in self.tiers {
-            check_name(&format!("{field}.tiers"), &tier)?;
+            validate_name(&format!("{field}.tiers"), &tier)?;
             tiers.push((
                 tier.clone(),
                 raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?,

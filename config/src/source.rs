@@ -147,7 +147,7 @@ impl RawIdentity {
         let (source, trusted) =
             match (self.header, self.jwt, self.source) {
                 (Some(header), None, None) => (
-                    Source::Header(check_header_name(&format!("{field}.header"), &header)?),
+                    Source::Header(validate_header_name(&format!("{field}.header"), &header)?),
                     self.trusted.unwrap_or(false),
                 ),
                 (None, Some(jwt), None) => {
@@ -161,7 +161,7 @@ impl RawIdentity {
                         );
                     }
                     let trusted = !jwt.unverified || self.trusted.unwrap_or(false);
-                    let header = check_header_name(&format!("{field}.jwt.header"), &jwt.header)?;
+                    let header = validate_header_name(&format!("{field}.jwt.header"), &jwt.header)?;
                     let source = Source::Jwt {
                         header,
                         claim: jwt.claim,
@@ -226,7 +226,7 @@ fn forwarded(
 
 /// A header name as the configuration names one (`identity`, `method_override`): a valid
 /// token, lower-cased.
-pub(crate) fn check_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
+pub(crate) fn validate_header_name(field: &str, name: &str) -> Result<String, ConfigError> {
     let valid = !name.is_empty()
         && name
             .bytes()

@@ -1,10 +1,11 @@
 //! The unit tests' stand-ins for the host (`host`'s traits), the example configuration and
 //! the planned rule the modules' tests feed the code, in one place: a request of raw header
 //! bytes, shared data with Envoy's versioning, and both with a clock. And the builders the
-//! check's tests share, one file per topic (`decision/check_*tests.rs`): a check started,
-//! concluded by a reply, and what its response shows.
+//! admission's tests share, one file per topic (`decision/admission_*tests.rs`): an
+//! admission started, concluded by a reply, whether a request would ask the bridge, and
+//! what its response shows.
 
-use crate::decision::check::{
+use crate::decision::admission::{
     conclude_exchange, decode_callout, Admission, Concluding, Start, Verdict, Worker,
 };
 use crate::decision::response::{LocalReply, RateLimitFields};
@@ -212,20 +213,30 @@ pub fn host() -> FakeProxy {
 /// A started check, its worker and the callout body.
 pub fn started(config: &Config, host: &FakeProxy) -> (Admission, Worker, String) {
     let mut worker = Worker::new(config);
-    let mut check = Admission::default();
-    let Start::Ask(body) = check.start(config, &mut worker, host) else {
+    let mut admission = Admission::default();
+    let Start::Ask(body) = admission.start(config, &mut worker, host) else {
         panic!("no callout")
     };
-    (check, worker, body)
+    (admission, worker, body)
 }
 
-/// `started` on `host()`, then `conclude`d by `status` and `body`: the check and its
-/// verdict.
+/// `started` on `host`, then `conclude`d by `status` and `body`: the admission, the worker
+/// (with what it learnt: deny cache, leases) and the verdict.
+pub fn concluded(
+    config: &Config,
+    host: &FakeProxy,
+    status: Option<u32>,
+    body: &[u8],
+) -> (Admission, Worker, Verdict) {
+    let (mut admission, mut worker, _) = started(config, host);
+    let verdict = conclude(config, &mut worker, host, &mut admission, status, body);
+    (admission, worker, verdict)
+}
+
+/// `concluded` on `host()`: the admission and its verdict.
 pub fn finish(config: &Config, status: Option<u32>, body: &[u8]) -> (Admission, Verdict) {
-    let host = host();
-    let (mut check, mut worker, _) = started(config, &host);
-    let verdict = conclude(config, &mut worker, &host, &mut check, status, body);
-    (check, verdict)
+    let (admission, _, verdict) = concluded(config, &host(), status, body);
+    (admission, verdict)
 }
 
 /// Ends `check` as the only member of an exchange answered with `status` and `body`.
@@ -233,24 +244,43 @@ pub fn conclude(
     config: &Config,
     worker: &mut Worker,
     host: &FakeProxy,
-    check: &mut Admission,
+    admission: &mut Admission,
     status: Option<u32>,
     body: &[u8],
 ) -> Verdict {
-    let reply = decode_callout(status, body, &[check.rule_count()]);
+    let reply = decode_callout(status, body, &[admission.rule_count()]);
     let mut verdicts = conclude_exchange(
         config,
         worker,
         host,
         reply,
-        vec![Concluding::Check(config, check)],
+        vec![Concluding::Check(config, admission)],
     );
     verdicts.pop().flatten().unwrap()
 }
 
+/// Whether a new request on `host` would ask the bridge (`Start::Ask`), nothing else
+/// deciding it first.
+pub fn asks(config: &Config, worker: &mut Worker, host: &FakeProxy) -> bool {
+    matches!(
+        Admission::default().start(config, worker, host),
+        Start::Ask(_)
+    )
+}
+
+/// A new request on `host` that the worker answers itself, without the bridge: its
+/// admission and the reply.
+pub fn refused(config: &Config, worker: &mut Worker, host: &FakeProxy) -> (Admission, LocalReply) {
+    let mut admission = Admission::default();
+    let Start::Decided(Verdict::Reply(reply)) = admission.start(config, worker, host) else {
+        panic!("not answered locally")
+    };
+    (admission, reply)
+}
+
 /// The rate-limit headers an allowed request's response gets (none: empty).
-pub fn shown_headers(check: &Admission) -> Vec<(&'static str, String)> {
-    check
+pub fn shown_headers(admission: &Admission) -> Vec<(&'static str, String)> {
+    admission
         .response_headers
         .as_ref()
         .map(RateLimitFields::pairs)

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
-use ratelimit_filter::request::rules::plan;
+use ratelimit_filter::request::rules::{plan, PlannedRule};
 use ratelimit_filter::wire::encode_check;
 use ratelimit_fuzz::Request;
 use ratelimit_protocol::{key, parse_batch, Line, RuleSpec};
@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let mut line = String::new();
-    encode_check(&mut line, &planned);
+    encode_check(&mut line, planned.iter().map(PlannedRule::spec_ref));
     let sent: Vec<RuleSpec> = planned
         .iter()
         .map(|p| RuleSpec {
@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
     let sent = Line {
-        refund: false,
+        lease_return: false,
         rules: sent,
     };
     assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_protocol::{
-    encode_rule, end_check, parse_batch, start_refund, MAX_CHECKS, MAX_RULES,
+    encode_rule, end_check, parse_batch, start_lease_return, MAX_CHECKS, MAX_RULES,
 };
 
 fuzz_target!(|body: &[u8]| {
@@ -17,11 +17,11 @@ fuzz_target!(|body: &[u8]| {
         let rules = &parsed.rules;
         assert!(!rules.is_empty() && rules.len() <= MAX_RULES);
         let mut line = String::new();
-        if parsed.refund {
-            start_refund(&mut line);
+        if parsed.lease_return {
+            start_lease_return(&mut line);
         }
         for (i, r) in rules.iter().enumerate() {
-            encode_rule(&mut line, i == 0, r.fields());
+            encode_rule(&mut line, i == 0, r.spec_ref());
         }
         end_check(&mut line);
         assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(parsed)]), "{line}");

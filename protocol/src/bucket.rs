@@ -65,10 +65,10 @@ impl Shape {
         level >= self.cost
     }
 
-    /// Ends a check at `level`: `taken` says whether the check (all its rules) was admitted
-    /// and takes its cost here. The level left, and the rule's answer (whole tokens left,
-    /// ms until full, ms until the cost is there: 0 when it was taken).
-    pub fn settle(&self, level: u128, taken: bool) -> (u128, RuleResult) {
+    /// Applies a check's outcome at `level`: `taken` says whether the check (all its rules)
+    /// was admitted and takes its cost here. The level left, and the rule's answer (whole
+    /// tokens left, ms until full, ms until the cost is there: 0 when it was taken).
+    pub fn apply(&self, level: u128, taken: bool) -> (u128, RuleResult) {
         let left = if taken {
             level.saturating_sub(self.cost)
         } else {
@@ -112,12 +112,12 @@ mod tests {
         let s = Shape::of(10, 1, 1000, 3);
         let full = s.level_at(None, 5);
         assert_eq!(full, 10_000);
-        let (left, r) = s.settle(full, true);
+        let (left, r) = s.apply(full, true);
         assert_eq!(
             (left, r.remaining, r.full_ms, r.wait_ms),
             (7_000, 7, 3_000, 0)
         );
-        let (left, r) = s.settle(2_500, false);
+        let (left, r) = s.apply(2_500, false);
         assert_eq!(
             (left, r.allowed, r.remaining, r.wait_ms),
             (2_500, false, 2, 500)

@@ -13,7 +13,7 @@
 //! and at most `MAX_KEY_LEN` bytes in all. A key whose values would pass that bound is
 //! written `prefix:rule:#<digest>`, which the grammar already holds as one value.
 
-use crate::limits::MAX_KEY_LEN;
+use crate::bounds::MAX_KEY_LEN;
 use crate::split;
 
 /// Longest name: a key prefix, a rule (and, in the filter, an identity or a tier).

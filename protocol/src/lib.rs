@@ -4,7 +4,7 @@
 //!
 //! Bottom to top: each module uses only modules listed before it, tests aside.
 //!
-//! - `limits`: every bound of the format, derived from each other.
+//! - `bounds`: every bound of the format, derived from each other.
 //! - `number`: decimal numbers without `core::fmt`, cheap in wasm.
 //! - `split`: text split at one ASCII byte, cheaper than `str::split` for short fields.
 //! - `key`: the grammar of bucket keys, `prefix:rule[:value...]`: what the filter writes
@@ -63,9 +63,9 @@
 //! `script` is the other interface written once: how the token bucket script is called on
 //! Redis and its reply read, by the bridge and by the filter's redis-call build alike.
 
+mod bounds;
 mod bucket;
 pub mod key;
-mod limits;
 mod number;
 mod reply;
 mod request;
@@ -73,13 +73,13 @@ pub mod script;
 mod split;
 mod stream;
 
+pub use bounds::*;
 pub use bucket::{gcd, Level, Shape};
-pub use limits::*;
 pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
-    encode_rule, end_check, parse_batch, start_refund, BadBatch, Block, Line, Overridden,
-    RuleFields, RuleSpec, REFUND_MARK,
+    encode_rule, end_check, parse_batch, start_lease_return, BadBatch, Block, Line, Overridden,
+    RuleSpec, RuleSpecRef, LEASE_RETURN_MARK,
 };
 pub use stream::{split_message, stream_message};
 

@@ -1,7 +1,7 @@
 //! The reply side: the bridge renders one line per check, the filter decodes them
 //! strictly, checking that the reply answers exactly the checks and rules it sent.
 
-use crate::limits::{MAX_REASON_LEN, MAX_REPLY_LEN};
+use crate::bounds::{MAX_REASON_LEN, MAX_REPLY_LEN};
 use crate::number::push_u64;
 
 /// The outcome of one rule of a check.
@@ -163,7 +163,7 @@ fn number(field: Option<&[u8]>) -> Result<u64, BadReply> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::{MAX_CHECKS, MAX_RULES};
+    use crate::bounds::{MAX_CHECKS, MAX_RULES};
 
     const OK: RuleResult = RuleResult {
         allowed: true,

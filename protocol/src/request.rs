@@ -2,7 +2,7 @@
 //! strictly. A bad line fails only its own check; only a body that cannot be read as a
 //! batch at all fails the exchange.
 
-use crate::limits::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
+use crate::bounds::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
 use crate::number::push_u64;
 use crate::split;
 use std::fmt;
@@ -51,7 +51,7 @@ pub struct Overridden {
 /// tokens a lease did not use (`+ ` before the rules: give each rule's cost back).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
-    pub refund: bool,
+    pub lease_return: bool,
     pub rules: Vec<RuleSpec>,
 }
 
@@ -64,9 +64,12 @@ pub struct Block {
     pub for_ms: u64,
 }
 
-/// A rule as the filter encodes it, borrowing its key (see `RuleSpec` for the fields).
+/// One rule of a line, borrowed: the one input of `encode_rule`, whichever side holds the
+/// rule: a parsed `RuleSpec` (`RuleSpec::spec_ref`) or the filter's planned rule
+/// (`PlannedRule::spec_ref`). `RuleSpec`'s fields (see there) but `overridden`, which
+/// never travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuleFields<'a> {
+pub struct RuleSpecRef<'a> {
     pub key: &'a str,
     pub burst: u64,
     pub num: u64,
@@ -93,9 +96,9 @@ impl RuleSpec {
         }
     }
 
-    /// This rule as the filter encodes it.
-    pub fn fields(&self) -> RuleFields<'_> {
-        RuleFields {
+    /// This rule as a line carries it (`encode_rule`).
+    pub fn spec_ref(&self) -> RuleSpecRef<'_> {
+        RuleSpecRef {
             key: &self.key,
             burst: self.burst,
             num: self.num,
@@ -109,18 +112,18 @@ impl RuleSpec {
 }
 
 /// How a line that returns tokens starts.
-pub const REFUND_MARK: &str = "+ ";
+pub const LEASE_RETURN_MARK: &str = "+ ";
 
 /// Starts a line that returns tokens (see `Line`); its rules follow.
-pub fn start_refund(body: &mut String) {
-    body.push_str(REFUND_MARK);
+pub fn start_lease_return(body: &mut String) {
+    body.push_str(LEASE_RETURN_MARK);
 }
 
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
 /// lease, then `,after,within_ms,for_ms` for a rule that blocks); rules of a line are
 /// separated by a space.
-pub fn encode_rule(body: &mut String, first: bool, rule: RuleFields<'_>) {
+pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
     }
@@ -170,15 +173,18 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
-        let (refund, rules) = match line.strip_prefix(REFUND_MARK) {
+        let (lease_return, rules) = match line.strip_prefix(LEASE_RETURN_MARK) {
             Some(rules) => (true, rules),
             None => (false, line),
         };
         let parsed = parse_check(rules).and_then(|rules| {
-            if refund && rules.iter().any(|r| r.lease > 0) {
+            if lease_return && rules.iter().any(|r| r.lease > 0) {
                 return Err("a refund takes no lease".into());
             }
-            Ok(Line { refund, rules })
+            Ok(Line {
+                lease_return,
+                rules,
+            })
         });
         checks.push(parsed.map_err(|e| format!("check {}: {e}", n + 1)));
     }
@@ -210,7 +216,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
     };
     let mut parts = split::split(field, b',');
     let key = parts.next().unwrap_or_default();
-    // `~` (shadow) and `+` (refund) mark a rule and a line, never a key.
+    // `~` (shadow) and `+` (a lease return) mark a rule and a line, never a key.
     let marked = key.starts_with(['~', '+']);
     if key.is_empty()
         || key.len() > MAX_KEY_LEN

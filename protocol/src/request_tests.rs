@@ -10,7 +10,7 @@ fn encode(checks: &[&[RuleSpec]]) -> String {
     let mut body = String::new();
     for check in checks {
         for (i, rule) in check.iter().enumerate() {
-            encode_rule(&mut body, i == 0, rule.fields());
+            encode_rule(&mut body, i == 0, rule.spec_ref());
         }
         end_check(&mut body);
     }
@@ -47,17 +47,20 @@ fn what_the_filter_encodes_the_bridge_parses() {
         .collect();
     assert_eq!(parsed, checks);
 
-    let mut refund = String::new();
-    start_refund(&mut refund);
+    let mut lease_return = String::new();
+    start_lease_return(&mut lease_return);
     encode_rule(
-        &mut refund,
+        &mut lease_return,
         true,
-        RuleSpec::plain("rl:g", 5, 50, 1, 4).fields(),
+        RuleSpec::plain("rl:g", 5, 50, 1, 4).spec_ref(),
     );
-    end_check(&mut refund);
-    assert_eq!(refund, "+ rl:g,5,50,1,4\n");
-    let line = parse_batch(refund.as_bytes()).unwrap().remove(0).unwrap();
-    assert!(line.refund && line.rules[0].cost == 4);
+    end_check(&mut lease_return);
+    assert_eq!(lease_return, "+ rl:g,5,50,1,4\n");
+    let line = parse_batch(lease_return.as_bytes())
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!(line.lease_return && line.rules[0].cost == 4);
 
     // A lease asked for alone, ahead of need: cost 0.
     let top_up = RuleSpec {
@@ -146,7 +149,7 @@ fn the_longest_legal_check_fits_a_body_many_times() {
     };
     let mut body = String::new();
     for i in 0..MAX_RULES {
-        encode_rule(&mut body, i == 0, rule.fields());
+        encode_rule(&mut body, i == 0, rule.spec_ref());
     }
     end_check(&mut body);
     assert!(body.len() * 8 < MAX_BODY, "{}", body.len());

@@ -2,7 +2,7 @@
 //! id, `\n`, then a batch (or its answer), so that replies can come back in any order and
 //! a late one is recognised as such.
 
-use crate::limits::MAX_ID_LINE;
+use crate::bounds::MAX_ID_LINE;
 use crate::number::push_u64;
 
 /// A stream message carrying `body` for exchange `id`.

@@ -5,7 +5,7 @@
 
 use crate::callout::CalloutState;
 use crate::error::HarnessError;
-use crate::host::Host;
+use crate::vm::Host;
 use std::time::Duration;
 
 impl Host {

@@ -6,7 +6,7 @@
 use crate::abi::{count, pairs, Pair};
 use crate::error::HarnessError;
 use crate::grpc::{GrpcStream, UNAVAILABLE};
-use crate::host::Host;
+use crate::vm::Host;
 use std::net::SocketAddr;
 
 /// A message the guest sent on a stream: the stream's token and the bytes.

@@ -20,7 +20,7 @@
 //! - `live`: live mode: callouts forwarded to a real bridge, redis calls to a real Redis.
 //! - `memory`: guest memory, touched only through bounds-checked copies.
 //! - `hostcalls`: the ABI functions the guest imports, each refusable with a chosen status.
-//! - `host`: a loaded VM, its callbacks and the event loop around them.
+//! - `vm`: a loaded VM (`Host`), its callbacks and the event loop around them.
 //! - `stream`: driving HTTP streams through the guest, and delivering callout and redis
 //!   replies.
 //! - `grpc_upstream`: playing the upstream of the guest's gRPC streams.
@@ -34,7 +34,6 @@ mod clock;
 pub mod error;
 pub mod grpc;
 mod grpc_upstream;
-pub mod host;
 mod hostcalls;
 pub mod live;
 mod memory;
@@ -42,14 +41,15 @@ pub mod queue;
 pub mod redis;
 pub mod state;
 pub mod stream;
+pub mod vm;
 pub mod wasm;
 
 pub use abi::{pairs, Action, LogLevel, MapType, Pair, Status};
 pub use callout::{CallResponse, Callout, CalloutState};
 pub use error::HarnessError;
 pub use grpc::GrpcStream;
-pub use host::Host;
 pub use hostcalls::wasi::ProcExit;
 pub use queue::SharedQueue;
 pub use state::{Event, HostState, LocalReply, Stream};
+pub use vm::Host;
 pub use wasm::Wasm;

@@ -4,8 +4,8 @@
 use crate::abi::{count, pairs, Action, Pair, Status};
 use crate::callout::{CallResponse, Callout, CalloutState};
 use crate::error::HarnessError;
-use crate::host::Host;
 use crate::state::Stream;
+use crate::vm::Host;
 use std::net::SocketAddr;
 
 impl Host {

@@ -190,7 +190,7 @@ impl Cluster {
                     .arg(node.bus),
             );
         }
-        cluster.wait_until_settled();
+        cluster.wait_until_slots_agree();
         cluster
     }
 
@@ -273,7 +273,7 @@ impl Cluster {
         }
     }
 
-    fn wait_until_settled(&self) {
+    fn wait_until_slots_agree(&self) {
         let expected: Vec<(i64, i64, i64)> = RANGES
             .iter()
             .enumerate()
@@ -288,17 +288,17 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = Vec::new();
         while Instant::now() < deadline {
-            let settled = (0..self.nodes.len()).all(|i| {
+            let agreed = (0..self.nodes.len()).all(|i| {
                 let info: String = self.cmd(i, redis::cmd("CLUSTER").arg("INFO"));
                 last = slots(&self.cmd(i, redis::cmd("CLUSTER").arg("SLOTS")));
                 info.contains("cluster_state:ok") && last == expected
             });
-            if settled {
+            if agreed {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("the cluster did not settle: last CLUSTER SLOTS {last:?}, expected {expected:?}");
+        panic!("the cluster's slot map did not agree: last CLUSTER SLOTS {last:?}, expected {expected:?}");
     }
 }
 

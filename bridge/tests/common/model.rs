@@ -41,7 +41,7 @@ pub fn check(state: &mut Buckets, rules: &[RuleSpec], now: u128) -> Vec<RuleOutc
         .iter()
         .zip(levels)
         .map(|(r, level)| {
-            let (left, outcome) = shape(r).settle(level, admitted);
+            let (left, outcome) = shape(r).apply(level, admitted);
             if admitted {
                 state.insert(
                     r.key.clone(),

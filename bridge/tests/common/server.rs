@@ -1,7 +1,7 @@
 //! The bridge's server in-process on a free port, against a given Redis, stopped on demand.
 
 use ratelimit_bridge::access::Access;
-use ratelimit_bridge::limits::Limits;
+use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
@@ -17,7 +17,7 @@ pub struct Bridge {
 }
 
 /// Deadlines far longer than any test, so that only the tests about them see them.
-pub const RELAXED: Limits = Limits {
+pub const RELAXED: ConnectionBounds = ConnectionBounds {
     header_timeout: Duration::from_secs(60),
     body_timeout: Duration::from_secs(60),
     write_timeout: Duration::from_secs(60),
@@ -26,9 +26,9 @@ pub const RELAXED: Limits = Limits {
 };
 
 /// Open to every caller, with `limits`.
-pub fn without_token(limits: Limits) -> Config {
+pub fn without_token(bounds: ConnectionBounds) -> Config {
     Config {
-        limits,
+        bounds,
         access: Access::open(),
         admin: Access::open(),
         plugin: None,
@@ -47,7 +47,7 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
     let access = Access::from_token_file(&path);
     std::fs::remove_file(&path).unwrap();
     let config = Config {
-        limits: RELAXED,
+        bounds: RELAXED,
         access: access.unwrap(),
         admin: Access::open(),
         plugin: None,

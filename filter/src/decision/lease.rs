@@ -25,7 +25,7 @@ use ratelimit_protocol::RuleResult;
 /// Buckets a worker tracks for leases (held, asked for, or seen once within their ttl).
 pub const MAX_ENTRIES: usize = 10_000;
 
-/// Tokens to give back to a bucket.
+/// A lease return: unused tokens going back to their bucket (a `+ ` line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Return {
     pub key: String,
@@ -69,7 +69,7 @@ struct TopUp {
 #[derive(Debug, Default)]
 pub struct Leases {
     held: HashMap<String, Held>,
-    /// Tokens to give back, waiting for the next exchange.
+    /// Lease returns, waiting for the next exchange.
     returns: Vec<Return>,
     /// No entry ends before then: the tick's `expire` skips the scan until it has to.
     soonest_ms: u64,
@@ -130,12 +130,12 @@ impl Leases {
         Some(Taken { shown, top_up })
     }
 
-    /// Puts back what `take` took for a request another rule refused (to Redis, if the
+    /// Returns what `take` took for a request another rule refused (to Redis, if the
     /// lease is gone meanwhile).
-    pub fn put_back(&mut self, key: &str, limit: &Limit, cost: u64) {
+    pub fn return_taken(&mut self, key: &str, limit: &Limit, cost: u64) {
         match self.held.get_mut(key).filter(|h| h.limit == *limit) {
             Some(held) => held.tokens += cost,
-            None => self.give_back(key, limit, cost),
+            None => self.queue_return(key, limit, cost),
         }
     }
 
@@ -170,7 +170,7 @@ impl Leases {
         let full_at_ms = expires_ms.saturating_add(result.full_ms);
         let Some(held) = self.held.get_mut(key) else {
             if result.leased > 0 {
-                self.give_back(key, limit, result.leased);
+                self.queue_return(key, limit, result.leased);
             }
             return;
         };
@@ -195,7 +195,7 @@ impl Leases {
             asking: false,
         };
         if total > kept {
-            self.give_back(key, limit, total - kept);
+            self.queue_return(key, limit, total - kept);
         }
     }
 
@@ -284,12 +284,12 @@ impl Leases {
         }
     }
 
-    /// The tokens to give back now, each to its bucket.
+    /// The lease returns to send now, each to its bucket.
     pub fn take_returns(&mut self) -> Vec<Return> {
         std::mem::take(&mut self.returns)
     }
 
-    fn give_back(&mut self, key: &str, limit: &Limit, tokens: u64) {
+    fn queue_return(&mut self, key: &str, limit: &Limit, tokens: u64) {
         self.returns.push(Return {
             key: key.to_owned(),
             limit: *limit,

@@ -71,7 +71,7 @@ fn a_lease_serves_only_its_limit_and_its_ttl_and_what_is_left_goes_back() {
         "more than held"
     );
     assert!(leases.take("k", &l, 4, NEVER_LOW, 10).is_some());
-    leases.put_back("k", &l, 1);
+    leases.return_taken("k", &l, 1);
     leases.expire(999);
     assert!(leases.take_returns().is_empty());
     assert!(
@@ -90,7 +90,7 @@ fn tokens_with_nowhere_to_go_are_returned_not_lost() {
     let (mut leases, l) = (Leases::default(), limit(10, 10, 1_000));
     // A grant for a bucket no longer tracked, a put-back after expiry, a merge past burst.
     leases.granted("gone", &l, &grant(4, 0), 1_000);
-    leases.put_back("gone", &l, 1);
+    leases.return_taken("gone", &l, 1);
     leases.wants("k", &l, 1_000, 0);
     leases.wants("k", &l, 1_000, 0);
     leases.granted("k", &l, &grant(8, 0), 1_000);

@@ -104,7 +104,7 @@ pub fn admit(
     let results = shapes
         .iter()
         .zip(levels)
-        .map(|(s, level)| s.settle(level, admitted).1)
+        .map(|(s, level)| s.apply(level, admitted).1)
         .collect();
     Some(results)
 }
@@ -122,7 +122,7 @@ fn take_all(
 ) -> Option<bool> {
     for (i, (key, s)) in keys.iter().zip(shapes).enumerate() {
         let outcome = update(store, key, s, now_ms, |level| {
-            s.admits(level).then(|| s.settle(level, true).0)
+            s.admits(level).then(|| s.apply(level, true).0)
         });
         let taken = match outcome {
             Some(Ok(found)) => {
@@ -140,10 +140,10 @@ fn take_all(
             None => None,
         };
         for (key, s) in keys.iter().zip(shapes).take(i) {
-            let refunded = update(store, key, s, now_ms, |level| {
+            let restored = update(store, key, s, now_ms, |level| {
                 Some(level.saturating_add(s.cost).min(s.capacity))
             });
-            if refunded.is_none() {
+            if restored.is_none() {
                 log::debug!("local bucket {key} contended: a taken token is lost");
             }
         }

@@ -9,12 +9,12 @@
 //!
 //! Bottom to top: what a worker keeps to decide without the bridge (`breaker`,
 //! `deny_cache`, `lease`), the counts of what was decided (`counters`), the failure mode's
-//! own buckets (`local`), what the client sees (`shown`, `ietf`, `response`), and `check`,
-//! one request's admission from its plan to its verdict (`check::settle`: how an exchange
-//! ends; `check::shortcuts`: what a worker decides without the bridge).
+//! own buckets (`local`), what the client sees (`shown`, `ietf`, `response`), and
+//! `admission`, one request's admission from its plan to its verdict (`admission::settle`:
+//! how an exchange ends; `admission::shortcuts`: what a worker decides without the bridge).
 
+pub mod admission;
 pub mod breaker;
-pub mod check;
 pub mod counters;
 pub mod deny_cache;
 pub mod ietf;

@@ -3,7 +3,7 @@
 //! host error is handled here.
 
 use super::abi;
-use crate::decision::check::Verdict;
+use crate::decision::admission::Verdict;
 use crate::decision::response::RateLimitFields;
 use crate::host::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};

@@ -10,10 +10,11 @@ use ratelimit_config::keys::bucket_key;
 use ratelimit_config::limit::Limit;
 use ratelimit_config::path;
 use ratelimit_config::source::Missing;
-use ratelimit_protocol::Block;
+use ratelimit_protocol::{Block, RuleSpecRef};
 use std::borrow::Cow;
 
-/// One bucket to check for the current request.
+/// One bucket to check for the current request: a planned rule. On the wire it is a
+/// `RuleSpecRef` (`spec_ref`), the rule and the limit it is checked under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRule {
     /// Index of the rule in `Config::rules`.
@@ -30,6 +31,23 @@ pub struct PlannedRule {
     pub block: Option<Block>,
     /// The rule is in shadow mode: it never denies.
     pub shadow: bool,
+}
+
+impl PlannedRule {
+    /// This rule as its check's line carries it (`wire::encode_check`): the same borrowed
+    /// form a parsed `RuleSpec` gives, so one encoder serves both.
+    pub fn spec_ref(&self) -> RuleSpecRef<'_> {
+        RuleSpecRef {
+            key: &self.key,
+            burst: self.limit.burst,
+            num: self.limit.num,
+            den: self.limit.den,
+            cost: self.cost,
+            lease: self.lease,
+            block: self.block,
+            shadow: self.shadow,
+        }
+    }
 }
 
 /// Why a request is refused before any check.

@@ -10,36 +10,27 @@
 
 pub mod redis_call;
 
-use crate::request::rules::PlannedRule;
 use ratelimit_config::limit::Limit;
+pub use ratelimit_protocol::RuleSpecRef;
 pub use ratelimit_protocol::{
     decode_reply, split_message, stream_message, CheckResult, RuleResult, GRPC_METHOD,
     GRPC_SERVICE, MAX_REPLY_LEN, PATH,
 };
-use ratelimit_protocol::{encode_rule, end_check, start_refund, RuleFields};
+use ratelimit_protocol::{encode_rule, end_check, start_lease_return};
 
-/// Appends one check's line (all its rules) to a batch.
-pub fn encode_check(body: &mut String, rules: &[PlannedRule]) {
-    for (i, r) in rules.iter().enumerate() {
-        let l = &r.limit;
-        let fields = RuleFields {
-            key: &r.key,
-            burst: l.burst,
-            num: l.num,
-            den: l.den,
-            cost: r.cost,
-            lease: r.lease,
-            block: r.block,
-            shadow: r.shadow,
-        };
-        encode_rule(body, i == 0, fields);
+/// Appends one check's line (all its rules) to a batch: a request's planned rules
+/// (`PlannedRule::spec_ref`), or a top-up's one rule.
+pub fn encode_check<'a>(body: &mut String, rules: impl IntoIterator<Item = RuleSpecRef<'a>>) {
+    for (i, rule) in rules.into_iter().enumerate() {
+        encode_rule(body, i == 0, rule);
     }
     end_check(body);
 }
 
-/// Appends a line that gives `tokens` a lease did not use back to the bucket `key`.
+/// Appends a lease return: a line that gives `tokens` a lease did not use back to the
+/// bucket `key`.
 pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
-    let fields = RuleFields {
+    let rule = RuleSpecRef {
         key,
         burst: limit.burst,
         num: limit.num,
@@ -49,27 +40,25 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         block: None,
         shadow: false,
     };
-    start_refund(body);
-    encode_rule(body, true, fields);
-    end_check(body);
+    start_lease_return(body);
+    encode_check(body, [rule]);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fakes::planned;
+    use crate::request::rules::PlannedRule;
 
     #[test]
     fn a_check_encodes_as_one_line_of_rules() {
         let mut body = String::new();
-        encode_check(
-            &mut body,
-            &[
-                planned("rl:a:x", 10, 1, 6000, 1),
-                planned("rl:g", 5, 50, 1, 2),
-            ],
-        );
-        encode_check(&mut body, &[planned("rl:b", 1, 1, 1, 1)]);
+        let first = [
+            planned("rl:a:x", 10, 1, 6000, 1),
+            planned("rl:g", 5, 50, 1, 2),
+        ];
+        encode_check(&mut body, first.iter().map(PlannedRule::spec_ref));
+        encode_check(&mut body, [planned("rl:b", 1, 1, 1, 1).spec_ref()]);
         assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
     }
 }

@@ -37,11 +37,11 @@ pub enum Invoke {
 pub fn script_query(body: &str, invoke: Invoke) -> Result<Vec<u8>, String> {
     let lines = parse_batch(body.as_bytes()).map_err(|e| e.0)?;
     let lines = lines.into_iter().collect::<Result<Vec<_>, String>>()?;
-    let refund = lines.first().is_some_and(|l| l.refund);
-    if lines.iter().any(|l| l.refund != refund) {
+    let returns = lines.first().is_some_and(|l| l.lease_return);
+    if lines.iter().any(|l| l.lease_return != returns) {
         return Err("a batch mixes checks and lease returns".into());
     }
-    let mode = if refund { Mode::Refund } else { Mode::Check };
+    let mode = if returns { Mode::Refund } else { Mode::Check };
     let checks: Vec<_> = lines.into_iter().map(|l| l.rules).collect();
     let parts: Vec<Part> = checks
         .iter()

@@ -20,7 +20,7 @@ mod requests;
 pub use link::Link;
 pub use requests::Go;
 
-use crate::decision::check::{conclude_exchange, Admission, Concluding, Verdict, Worker};
+use crate::decision::admission::{conclude_exchange, Admission, Concluding, Verdict, Worker};
 use crate::decision::counters::{self, Counter, Counters, PER_RULE};
 use crate::host::Proxy;
 use crate::wire::redis_call::Invoke;
@@ -50,11 +50,11 @@ struct Generation {
     rule_ids: Vec<[Option<u32>; PER_RULE.len()]>,
 }
 
-/// A request's check, held while it waits, is out, or is answered and its response
-/// headers not yet added.
+/// A request's admission, held while its check waits, is out, or is decided and its
+/// response headers not yet added.
 struct Held {
     generation: u64,
-    check: Admission,
+    admission: Admission,
     phase: Phase,
 }
 
@@ -65,7 +65,7 @@ enum Phase {
     /// Out in this request's own HTTP callout (exchange id): no group commit.
     Carrying(u32),
     /// Decided; the response headers are still to come.
-    Settled,
+    Decided,
 }
 
 /// A callout or redis call the dispatcher sent: its exchange, and for a redis call what
@@ -353,7 +353,7 @@ impl Dispatcher {
                         .iter()
                         .find(|g| g.number == held.generation)
                         .map_or(&current.config, |g| &g.config);
-                    Concluding::Check(config, &mut held.check)
+                    Concluding::Check(config, &mut held.admission)
                 }
                 (None, Some(id)) => Concluding::TopUp(id),
                 (None, None) => Concluding::Nothing,
@@ -370,10 +370,10 @@ impl Dispatcher {
             let (Some(mut held), Some(verdict)) = (held, verdict) else {
                 continue; // the request went away meanwhile
             };
-            if let Some(outcome) = held.check.outcome {
+            if let Some(outcome) = held.admission.outcome {
                 self.counters.add(outcome.counter(), 1);
             }
-            held.phase = Phase::Settled;
+            held.phase = Phase::Decided;
             self.requests.insert(context_id, held);
             out.push((context_id, verdict));
         }
@@ -423,9 +423,9 @@ impl Dispatcher {
     }
 }
 
-/// Queues what a worker's leases send on their own for the next exchange: the tokens they
-/// give back, one line each, and their top-ups. No request waits for these. Whether
-/// anything was queued.
+/// Queues what a worker's leases send on their own for the next exchange: their lease
+/// returns, one line each, and their top-ups. No request waits for these. Whether anything
+/// was queued.
 fn queue_lease_lines(worker: &mut Worker, exchanges: &mut Exchanges) -> bool {
     let returns = worker.leases.take_returns();
     let top_ups = worker.leases.take_top_ups();

@@ -8,7 +8,7 @@
 
 use hashbrown::HashMap;
 use ratelimit_protocol::script::MAX_KEYS_PER_CALL;
-use ratelimit_protocol::{MAX_BODY, MAX_CHECKS, REFUND_MARK};
+use ratelimit_protocol::{LEASE_RETURN_MARK, MAX_BODY, MAX_CHECKS};
 use std::collections::VecDeque;
 
 /// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
@@ -36,7 +36,7 @@ struct Waiting {
     member: Member,
     line: String,
     /// The line returns a lease's tokens (see `wire::encode_return`).
-    refund: bool,
+    lease_return: bool,
 }
 
 #[derive(Debug)]
@@ -97,11 +97,11 @@ impl Exchanges {
     }
 
     fn push(&mut self, member: Member, line: String) {
-        let refund = line.starts_with(REFUND_MARK);
+        let lease_return = line.starts_with(LEASE_RETURN_MARK);
         self.queue.push_back(Waiting {
             member,
             line,
-            refund,
+            lease_return,
         });
     }
 
@@ -123,12 +123,13 @@ impl Exchanges {
         let mut members = Vec::new();
         let mut body = String::new();
         let mut keys = 0;
-        let refund = self.queue.front().is_some_and(|w| w.refund);
+        let returns = self.queue.front().is_some_and(|w| w.lease_return);
         while let Some(next) = self.queue.front() {
             let full = members.len() == MAX_BATCH
                 || body.len() + next.line.len() > MAX_BODY
                 || (self.one_mode
-                    && (next.refund != refund || keys + next.member.rules > MAX_KEYS_PER_CALL));
+                    && (next.lease_return != returns
+                        || keys + next.member.rules > MAX_KEYS_PER_CALL));
             if full && !members.is_empty() {
                 break;
             }

@@ -66,7 +66,7 @@ impl Dispatcher {
             return Vec::new();
         };
         self.answered(call.id, host, link, |counts| {
-            crate::decision::check::decode_callout(status, body, counts)
+            crate::decision::admission::decode_callout(status, body, counts)
         })
     }
 

@@ -3,7 +3,7 @@
 //! lets go of whatever is held for it.
 
 use super::{Dispatcher, Held, Link, Phase, Verdicts};
-use crate::decision::check::{decode_callout, Admission, Start, Verdict};
+use crate::decision::admission::{decode_callout, Admission, Start, Verdict};
 use crate::decision::response::RateLimitFields;
 use crate::host::Proxy;
 use ratelimit_config::backend::Transport;
@@ -41,31 +41,30 @@ impl Dispatcher {
         let Some(current) = self.generations.last_mut() else {
             return (Go::Continue, Vec::new());
         };
-        let mut check = Admission::default();
-        let start = check.start(&current.config, &mut current.worker, host);
+        let mut admission = Admission::default();
+        let start = admission.start(&current.config, &mut current.worker, host);
         let generation = current.number;
         let backend = &current.config.backend;
         let (transport, own_callout) = (backend.transport, backend.max_inflight == 0);
         let line = match start {
             Start::Skip => return (Go::Continue, Vec::new()),
             Start::Decided(verdict) => {
-                // Admitted from a lease, which may want a top-up (or a refused request
-                // put back what it took from one whose owner has gone).
+                // Admitted from a lease, which may want a top-up                 // returned what it took from one whose owner has gone).
                 if super::queue_lease_lines(&mut current.worker, &mut self.exchanges) {
                     self.wake_root(link);
                 }
-                if let Some(outcome) = check.outcome {
+                if let Some(outcome) = admission.outcome {
                     self.counters.add(outcome.counter(), 1);
                 }
-                if check.response_headers.is_some() {
-                    self.hold(context_id, generation, check, Phase::Settled);
+                if admission.response_headers.is_some() {
+                    self.hold(context_id, generation, admission, Phase::Decided);
                 }
                 return (Go::now(verdict), Vec::new());
             }
             Start::Ask(line) => line,
         };
-        let rules = check.rule_count();
-        self.hold(context_id, generation, check, Phase::Parked);
+        let rules = admission.rule_count();
+        self.hold(context_id, generation, admission, Phase::Parked);
         self.exchanges.enqueue(context_id, rules, line);
         // On the stream the check leaves at once if there is room, with any other waiting
         // check (the reply goes to the root whatever becomes of this request). Over HTTP
@@ -116,10 +115,10 @@ impl Dispatcher {
         (go, others)
     }
 
-    fn hold(&mut self, context_id: u32, generation: u64, check: Admission, phase: Phase) {
+    fn hold(&mut self, context_id: u32, generation: u64, admission: Admission, phase: Phase) {
         let held = Held {
             generation,
-            check,
+            admission,
             phase,
         };
         self.requests.insert(context_id, held);
@@ -150,14 +149,17 @@ impl Dispatcher {
     /// Request `context_id`'s response headers: the rate-limit fields its check adds, once
     /// it is decided (a response that comes first, from elsewhere, gets none).
     pub fn response_headers(&mut self, context_id: u32) -> Option<RateLimitFields> {
-        let settled = self
+        let decided = self
             .requests
             .get(&context_id)
-            .is_some_and(|held| held.phase == Phase::Settled);
-        if !settled {
+            .is_some_and(|held| held.phase == Phase::Decided);
+        if !decided {
             return None;
         }
-        self.requests.remove(&context_id)?.check.response_headers
+        self.requests
+            .remove(&context_id)?
+            .admission
+            .response_headers
     }
 
     /// Request `context_id` is gone: its waiting check leaves the queue (an exchange already
@@ -168,7 +170,7 @@ impl Dispatcher {
             return;
         };
         match held.phase {
-            Phase::Settled => {}
+            Phase::Decided => {}
             Phase::Parked => self.exchanges.forget(context_id),
             Phase::Carrying(id) => {
                 self.exchanges.forget(context_id);

@@ -3,7 +3,9 @@
 //! blames the backend for.
 
 use super::*;
-use crate::fakes::{conclude, example, finish, header, host, shown_headers, started, EXAMPLE};
+use crate::fakes::{
+    asks, conclude, example, finish, header, host, shown_headers, started, EXAMPLE,
+};
 
 const FAILURES: &[(Option<u32>, &[u8])] = &[
     (None, b""),
@@ -16,17 +18,17 @@ const FAILURES: &[(Option<u32>, &[u8])] = &[
 #[test]
 fn failures_follow_the_failure_mode() {
     for &(status, body) in FAILURES {
-        let (check, verdict) = finish(&example("closed"), status, body);
+        let (admission, verdict) = finish(&example("closed"), status, body);
         let Verdict::Reply(r) = verdict else {
             panic!("closed let it through")
         };
         assert_eq!(r.status, 503);
         assert_eq!(header(&r, "retry-after"), "1");
-        assert_eq!(check.outcome, Some(Outcome::BackendFailed));
+        assert_eq!(admission.outcome, Some(Outcome::BackendFailed));
 
-        let (check, verdict) = finish(&example("open"), status, body);
+        let (admission, verdict) = finish(&example("open"), status, body);
         assert_eq!(verdict, Verdict::Resume);
-        assert!(shown_headers(&check).is_empty());
+        assert!(shown_headers(&admission).is_empty());
     }
 }
 
@@ -41,9 +43,9 @@ fn local_failure_mode_enforces_the_share_with_shared_buckets() {
     let mut worker = Worker::new(&c);
     let mut verdicts = Vec::new();
     for _ in 0..8 {
-        let mut check = Admission::default();
-        let verdict = match check.start(&c, &mut worker, &host) {
-            Start::Ask(_) => conclude(&c, &mut worker, &host, &mut check, None, b""),
+        let mut admission = Admission::default();
+        let verdict = match admission.start(&c, &mut worker, &host) {
+            Start::Ask(_) => conclude(&c, &mut worker, &host, &mut admission, None, b""),
             Start::Decided(v) => v,
             Start::Skip => panic!("rules apply"),
         };
@@ -64,16 +66,19 @@ fn an_open_breaker_skips_the_callout_until_a_probe_succeeds() {
     let host = host();
     let mut worker = Worker::new(&c);
     for _ in 0..c.circuit_breaker.failures {
-        let mut check = Admission::default();
-        assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
-        conclude(&c, &mut worker, &host, &mut check, None, b"");
+        let mut admission = Admission::default();
+        assert!(matches!(
+            admission.start(&c, &mut worker, &host),
+            Start::Ask(_)
+        ));
+        conclude(&c, &mut worker, &host, &mut admission, None, b"");
     }
-    let mut check = Admission::default();
-    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
+    let mut admission = Admission::default();
+    let Start::Decided(Verdict::Reply(r)) = admission.start(&c, &mut worker, &host) else {
         panic!("breaker not open")
     };
     assert_eq!(r.status, 503);
-    assert_eq!(check.outcome, Some(Outcome::ShortCircuited));
+    assert_eq!(admission.outcome, Some(Outcome::ShortCircuited));
     host.now.set(host.now.get() + c.circuit_breaker.open_ms);
     let mut probe = Admission::default();
     assert!(matches!(probe.start(&c, &mut worker, &host), Start::Ask(_)));
@@ -93,12 +98,12 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
     let c = example("closed");
     let host = host();
     let mut worker = Worker::new(&c);
-    let mut checks: Vec<Admission> = (0..2 * c.circuit_breaker.failures)
+    let mut admissions: Vec<Admission> = (0..2 * c.circuit_breaker.failures)
         .map(|_| started(&c, &host).0)
         .collect();
-    let members = checks
+    let members = admissions
         .iter_mut()
-        .map(|check| Concluding::Check(&c, check))
+        .map(|admission| Concluding::Check(&c, admission))
         .collect();
     let verdicts = conclude_exchange(&c, &mut worker, &host, Err("reset".into()), members);
     assert!(verdicts
@@ -107,7 +112,7 @@ fn a_failed_exchange_counts_once_in_the_breaker_however_many_checks_it_carried()
     assert!(
         !worker.breaker.is_open(),
         "one failure, not {}",
-        checks.len()
+        admissions.len()
     );
     // A line the bridge could not run fails its own check only; a departed member gets
     // no verdict.
@@ -135,19 +140,18 @@ fn refused_checks_get_the_failure_mode_but_never_open_the_breaker() {
     let host = host();
     let mut worker = Worker::new(&c);
     for _ in 0..3 * c.circuit_breaker.failures {
-        let mut check = started(&c, &host).0;
+        let mut admission = started(&c, &host).0;
         let verdict = conclude(
             &c,
             &mut worker,
             &host,
-            &mut check,
+            &mut admission,
             Some(200),
             b"? key outside the allowed prefixes\n",
         );
         assert!(matches!(verdict, Verdict::Reply(r) if r.status == 503));
-        assert_eq!(check.outcome, Some(Outcome::Refused));
+        assert_eq!(admission.outcome, Some(Outcome::Refused));
     }
     assert!(!worker.breaker.is_open());
-    let mut check = Admission::default();
-    assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
+    assert!(asks(&c, &mut worker, &host));
 }

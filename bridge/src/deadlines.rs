@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 /// Bounds on what clients may hold; see the module documentation.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct ConnectionBounds {
     /// Longest a connection may go without a request in progress before the next request's
     /// headers are complete.
     pub header_timeout: Duration,
@@ -178,7 +178,7 @@ pub struct Connection {
 pub async fn drive<C>(
     conn: C,
     held: Connection,
-    limits: Limits,
+    bounds: ConnectionBounds,
     mut stop: watch::Receiver<bool>,
     store: Store,
 ) where
@@ -191,21 +191,21 @@ pub async fn drive<C>(
         peer,
         slot,
     } = held;
-    let header_timeout = limits.header_timeout;
+    let header_timeout = bounds.header_timeout;
     let end = tokio::select! {
         ended = conn.as_mut() => End::Ended(ended),
         () = activity.idle_for(header_timeout) => {
             log::debug!("closing a connection idle for {header_timeout:?}");
             End::Graceful(IDLE_GRACE)
         }
-        () = activity.write_stalled(limits.write_timeout) => {
+        () = activity.write_stalled(bounds.write_timeout) => {
             // A warning for a peer that has checked (a gateway, or a token holder); anyone
             // else could flood the log with connections that never read their 401.
             let level = if peer.is_proven() { log::Level::Warn } else { log::Level::Debug };
             log::log!(
                 level,
                 "closed a connection whose peer took no answer for {:?} (--write-timeout-ms)",
-                limits.write_timeout
+                bounds.write_timeout
             );
             store.metrics().failure(Failure::WriteTimeout);
             End::Cut

@@ -8,7 +8,7 @@ use crate::decision::deny_cache::{self, DenyCache, Reason};
 use crate::decision::lease::Leases;
 use crate::decision::response::{self, LocalReply, Shown};
 use crate::request::rules::PlannedRule;
-use crate::wire::{self, RuleResult};
+use crate::wire::{self, RuleResult, RuleSpecRef};
 use ratelimit_config::config::Config;
 
 impl Admission {
@@ -133,13 +133,13 @@ impl Admission {
             };
             if let Some((id, tokens)) = taken.top_up {
                 // The bucket's rule asking for a lease alone: `0+tokens`.
-                let ask = PlannedRule {
+                let ask = RuleSpecRef {
                     cost: 0,
                     lease: tokens,
-                    ..p.clone()
+                    ..p.spec_ref()
                 };
                 let mut line = String::with_capacity(64);
-                wire::encode_check(&mut line, std::slice::from_ref(&ask));
+                wire::encode_check(&mut line, [ask]);
                 leases.send_top_up(id, line);
             }
             self.leased_shown.push(taken.shown);
@@ -153,9 +153,9 @@ impl Admission {
         }
     }
 
-    /// Once the verdict is known: a refused request puts back what it took from leases;
-    /// the leases asked for are held (an admitted check's grant) or asked again later.
-    pub(super) fn settle_leases(
+    /// Once the verdict is known: a refused request returns what it took from leases
+    /// (`Leases::return_taken`); the leases asked for are held (an admitted check's grant) or asked again later.
+    pub(super) fn update_leases(
         &mut self,
         config: &Config,
         leases: &mut Leases,
@@ -166,7 +166,7 @@ impl Admission {
         if !admitted {
             self.leased_shown.clear();
             for p in self.leased.drain(..) {
-                leases.put_back(&p.key, &p.limit, p.cost);
+                leases.return_taken(&p.key, &p.limit, p.cost);
             }
         }
         for (i, p) in self.planned.iter().enumerate().filter(|(_, p)| p.lease > 0) {

@@ -1,4 +1,5 @@
-//! One request's rate-limit check, from the rules that apply to the verdict.
+//! One request's admission: its rate-limit check, from the rules that apply to the
+//! verdict.
 //!
 //! Host-independent: the proxy-wasm glue feeds it the request through `Proxy`, sends the
 //! callout body it returns, and hands back the bridge's reply; everything it decides is
@@ -163,12 +164,12 @@ impl Admission {
             Permit::Deny => {
                 self.outcome = Some(Outcome::ShortCircuited);
                 let verdict = self.failure_mode(config, host);
-                self.settle_leases(config, &mut worker.leases, &verdict, None);
+                self.update_leases(config, &mut worker.leases, &verdict, None);
                 return Start::Decided(verdict);
             }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
-        wire::encode_check(&mut body, &self.planned);
+        wire::encode_check(&mut body, self.planned.iter().map(PlannedRule::spec_ref));
         Start::Ask(body)
     }
 
@@ -196,7 +197,7 @@ impl Admission {
             Ok(CheckResult::Checked { rules, .. }) => Some(&rules[..]),
             _ => None,
         };
-        self.settle_leases(config, &mut worker.leases, &verdict, answered);
+        self.update_leases(config, &mut worker.leases, &verdict, answered);
         verdict
     }
 
@@ -353,14 +354,14 @@ pub use settle::{
 };
 
 #[cfg(test)]
-#[path = "check_deny_cache_tests.rs"]
+#[path = "admission_deny_cache_tests.rs"]
 mod deny_cache_tests;
 #[cfg(test)]
-#[path = "check_failure_tests.rs"]
+#[path = "admission_failure_tests.rs"]
 mod failure_tests;
 #[cfg(test)]
-#[path = "check_lease_tests.rs"]
+#[path = "admission_lease_tests.rs"]
 mod lease_tests;
 #[cfg(test)]
-#[path = "check_tests.rs"]
+#[path = "admission_tests.rs"]
 mod tests;

@@ -2,17 +2,18 @@
 //! denied locally until it has it again, and a block is trusted for a second at most.
 
 use super::*;
-use crate::fakes::{conclude, example, header, host, started, FakeProxy, FakeRequest, EXAMPLE};
+use crate::fakes::{
+    asks, conclude, concluded, example, header, host, started, FakeProxy, FakeRequest, EXAMPLE,
+};
 
 #[test]
 fn a_denied_bucket_is_denied_locally_until_it_has_the_cost_again() {
     let config = example("closed");
     let alice = host();
     let host = &alice;
-    let (mut check, mut worker, _) = started(&config, host);
     // The IP rule lacks a token for 6 s, the global one for 20 ms (Redis's clock).
     let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 0,0,20,20\n";
-    conclude(&config, &mut worker, host, &mut check, Some(200), reply);
+    let (_, mut worker, _) = concluded(&config, host, Some(200), reply);
     assert_eq!(worker.deny_cache.len(), 2, "both lacking buckets are known");
 
     host.now.set(1_000_000 + 1_000);
@@ -37,11 +38,7 @@ fn a_denied_bucket_is_denied_locally_until_it_has_the_cost_again() {
 
     // Once the IP bucket holds a token again, the bridge is asked.
     host.now.set(1_000_000 + 6_000);
-    let mut later = Admission::default();
-    assert!(matches!(
-        later.start(&config, &mut worker, host),
-        Start::Ask(_)
-    ));
+    assert!(asks(&config, &mut worker, host));
 
     // Another client shares only the global bucket, whose 20 ms are long over.
     let bob = FakeProxy {
@@ -59,11 +56,7 @@ fn a_denied_bucket_is_denied_locally_until_it_has_the_cost_again() {
         Start::Decided(_)
     ));
     bob.now.set(1_000_000 + 1_000);
-    let mut other = Admission::default();
-    assert!(matches!(
-        other.start(&config, &mut worker, &bob),
-        Start::Ask(_)
-    ));
+    assert!(asks(&config, &mut worker, &bob));
 }
 
 #[test]
@@ -71,14 +64,9 @@ fn a_deny_cache_of_zero_entries_asks_every_time() {
     let json = EXAMPLE.replace(r#""rules""#, r#""deny_cache_entries": 0, "rules""#);
     let config = Config::parse(json.as_bytes()).unwrap();
     let host = host();
-    let (mut check, mut worker, _) = started(&config, &host);
     let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 1,1,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), reply);
-    let mut again = Admission::default();
-    assert!(matches!(
-        again.start(&config, &mut worker, &host),
-        Start::Ask(_)
-    ));
+    let (_, mut worker, _) = concluded(&config, &host, Some(200), reply);
+    assert!(asks(&config, &mut worker, &host));
 }
 
 #[test]
@@ -89,18 +77,24 @@ fn a_blocked_client_gets_the_rules_status_and_is_then_refused_locally() {
     );
     let config = Config::parse(json.as_bytes()).unwrap();
     let host = host();
-    let (mut check, mut worker, body) = started(&config, &host);
+    let (mut admission, mut worker, body) = started(&config, &host);
     assert!(
         body.contains(",3,60000,900000 "),
         "the block travels: {body}"
     );
     // The IP rule answers that the client is blocked for 900 s.
     let reply = b"1700000000000 1,50,30000,0 b,0,60000,900000 1,1,1,0\n";
-    let Verdict::Reply(r) = conclude(&config, &mut worker, &host, &mut check, Some(200), reply)
-    else {
+    let Verdict::Reply(r) = conclude(
+        &config,
+        &mut worker,
+        &host,
+        &mut admission,
+        Some(200),
+        reply,
+    ) else {
         panic!("admitted")
     };
-    assert_eq!(check.outcome, Some(Outcome::Blocked));
+    assert_eq!(admission.outcome, Some(Outcome::Blocked));
     assert_eq!(r.status, 403);
     assert_eq!(header(&r, "retry-after"), "900");
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
@@ -125,9 +119,8 @@ fn a_cached_block_is_trusted_for_a_second_so_that_lifting_it_reaches_every_gatew
     );
     let config = Config::parse(json.as_bytes()).unwrap();
     let host = host();
-    let (mut check, mut worker, _) = started(&config, &host);
     let reply = b"1700000000000 1,50,30000,0 b,0,60000,3600000 1,1,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), reply);
+    let (_, mut worker, _) = concluded(&config, &host, Some(200), reply);
     host.now.set(1_000_000 + 999);
     let mut cached = Admission::default();
     let Start::Decided(Verdict::Reply(r)) = cached.start(&config, &mut worker, &host) else {
@@ -149,20 +142,16 @@ fn a_cached_block_is_trusted_for_a_second_so_that_lifting_it_reaches_every_gatew
     let lifted = b"1700000001000 1,50,30000,0 1,0,60000,0 1,1,1,0\n";
     let verdict = conclude(&config, &mut worker, &host, &mut asked, Some(200), lifted);
     assert!(matches!(verdict, Verdict::Resume));
-    assert!(matches!(
-        Admission::default().start(&config, &mut worker, &host),
-        Start::Ask(_)
-    ));
+    assert!(asks(&config, &mut worker, &host));
 }
 
 #[test]
 fn a_plain_denial_is_still_cached_for_its_whole_wait() {
     let config = example("closed");
     let host = host();
-    let (mut check, mut worker, _) = started(&config, &host);
     // The IP rule lacks the cost for 6 s: exact, so cached that long (no one-second cap).
     let reply = b"1700000000000 1,50,30000,0 0,0,60000,6000 1,1,1,0\n";
-    conclude(&config, &mut worker, &host, &mut check, Some(200), reply);
+    let (_, mut worker, _) = concluded(&config, &host, Some(200), reply);
     host.now.set(1_000_000 + 5_999);
     let mut again = Admission::default();
     assert!(matches!(
@@ -171,8 +160,5 @@ fn a_plain_denial_is_still_cached_for_its_whole_wait() {
     ));
     assert_eq!(again.outcome, Some(Outcome::DeniedCached));
     host.now.set(1_000_000 + 6_000);
-    assert!(matches!(
-        Admission::default().start(&config, &mut worker, &host),
-        Start::Ask(_)
-    ));
+    assert!(asks(&config, &mut worker, &host));
 }

@@ -44,7 +44,7 @@ pub fn conclude_exchange(
 ) -> Vec<Option<Verdict>> {
     let probe = members
         .iter()
-        .any(|m| matches!(m, Concluding::Check(_, check) if check.probe));
+        .any(|m| matches!(m, Concluding::Check(_, admission) if admission.probe));
     record_exchange(
         config,
         worker,
@@ -60,7 +60,9 @@ pub fn conclude_exchange(
         .iter_mut()
         .zip(results)
         .map(|(member, result)| match member {
-            Concluding::Check(config, check) => Some(check.conclude(config, worker, host, result)),
+            Concluding::Check(config, admission) => {
+                Some(admission.conclude(config, worker, host, result))
+            }
             Concluding::TopUp(id) => {
                 let granted = match &result {
                     Ok(CheckResult::Checked { rules, .. }) => rules.first(),

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::fakes::{
-    example, finish, header, host, shown_headers, started, FakeProxy, FakeRequest, EXAMPLE,
+    asks, example, finish, header, host, refused, shown_headers, started, FakeProxy, FakeRequest,
+    EXAMPLE,
 };
 
 #[test]
@@ -33,15 +34,15 @@ fn no_applicable_rule_means_no_callout() {
 #[test]
 fn allowed_request_shows_the_rule_with_fewest_tokens_left() {
     let c = example("closed");
-    let (check, verdict) = finish(
+    let (admission, verdict) = finish(
         &c,
         Some(200),
         b"1700000000000 1,97,1800,0 1,3,42000,0 1,49999,1,0\n",
     );
     assert_eq!(verdict, Verdict::Resume);
-    assert_eq!(check.outcome, Some(Outcome::Allowed));
+    assert_eq!(admission.outcome, Some(Outcome::Allowed));
     assert_eq!(
-        shown_headers(&check),
+        shown_headers(&admission),
         vec![
             ("x-ratelimit-limit", "10".to_string()),
             ("x-ratelimit-remaining", "3".to_string()),
@@ -52,13 +53,13 @@ fn allowed_request_shows_the_rule_with_fewest_tokens_left() {
 
 #[test]
 fn remaining_ties_go_to_the_smaller_bucket() {
-    let (check, verdict) = finish(
+    let (admission, verdict) = finish(
         &example("closed"),
         Some(200),
         b"1700000000000 1,5,1,0 1,5,1,0 1,9,1,0\n",
     );
     assert_eq!(verdict, Verdict::Resume);
-    assert_eq!(shown_headers(&check)[0].1, "10");
+    assert_eq!(shown_headers(&admission)[0].1, "10");
 }
 
 #[test]
@@ -69,10 +70,10 @@ fn a_rule_in_shadow_mode_is_never_shown() {
     );
     let c = Config::parse(json.as_bytes()).unwrap();
     // The shadow rule lacked the cost: it has the fewest tokens, yet per-user is shown.
-    let (check, verdict) = finish(&c, Some(200), b"1 1,97,1800,0 1,0,60000,6000 1,49999,1,0\n");
+    let (admission, verdict) = finish(&c, Some(200), b"1 1,97,1800,0 1,0,60000,6000 1,49999,1,0\n");
     assert_eq!(verdict, Verdict::Resume);
-    assert_eq!(shown_headers(&check)[0].1, "100");
-    assert_eq!(shown_headers(&check)[1].1, "97");
+    assert_eq!(shown_headers(&admission)[0].1, "100");
+    assert_eq!(shown_headers(&admission)[1].1, "97");
 
     // With every rule in shadow mode the response shows nothing.
     let all_shadow = Config::parse(
@@ -81,19 +82,19 @@ fn a_rule_in_shadow_mode_is_never_shown() {
             .as_bytes(),
     )
     .unwrap();
-    let (check, verdict) = finish(&all_shadow, Some(200), b"1 1,0,1,5 1,0,1,5 1,0,1,5\n");
+    let (admission, verdict) = finish(&all_shadow, Some(200), b"1 1,0,1,5 1,0,1,5 1,0,1,5\n");
     assert_eq!(verdict, Verdict::Resume);
     assert!(
-        shown_headers(&check).is_empty(),
+        shown_headers(&admission).is_empty(),
         "{:?}",
-        shown_headers(&check)
+        shown_headers(&admission)
     );
 }
 
 #[test]
 fn denial_shows_the_denying_rule_with_the_longest_wait() {
     // Alice has tokens left; the IP rule and the global rule deny, the IP one for longer.
-    let (check, verdict) = finish(
+    let (admission, verdict) = finish(
         &example("closed"),
         Some(200),
         b"1700000000000 1,50,30000,0 0,0,60000,6000 0,0,20,20\n",
@@ -109,8 +110,8 @@ fn denial_shows_the_denying_rule_with_the_longest_wait() {
     assert!(r
         .body
         .contains("rate limit of 10 requests per minute. Try again in 6 seconds."));
-    assert!(shown_headers(&check).is_empty());
-    assert_eq!(check.outcome, Some(Outcome::Denied));
+    assert!(shown_headers(&admission).is_empty());
+    assert_eq!(admission.outcome, Some(Outcome::Denied));
 }
 
 #[test]
@@ -120,18 +121,18 @@ fn headers_on_allowed_responses_can_be_turned_off() {
         r#""key_prefix": "rl", "headers": {"on_allowed": false},"#,
     );
     let c = Config::parse(json.as_bytes()).unwrap();
-    let (check, verdict) = finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0");
+    let (admission, verdict) = finish(&c, Some(200), b"1 1,1,1,0 1,1,1,0 1,1,1,0");
     assert_eq!(verdict, Verdict::Resume);
-    assert!(shown_headers(&check).is_empty());
+    assert!(shown_headers(&admission).is_empty());
 }
 
 #[test]
 fn extreme_numbers_from_the_bridge_do_not_overflow() {
     let max = u64::MAX;
     let allowed = format!("{max} 1,{max},{max},0 1,{max},{max},0 1,{max},{max},0\n");
-    let (check, verdict) = finish(&example("closed"), Some(200), allowed.as_bytes());
+    let (admission, verdict) = finish(&example("closed"), Some(200), allowed.as_bytes());
     assert_eq!(verdict, Verdict::Resume);
-    assert_eq!(shown_headers(&check)[2].1, (max / 1000 + 1).to_string());
+    assert_eq!(shown_headers(&admission)[2].1, (max / 1000 + 1).to_string());
     let denied = format!("{max} 0,0,{max},{max} 1,1,1,0 1,1,1,0\n");
     let (_, verdict) = finish(&example("closed"), Some(200), denied.as_bytes());
     let Verdict::Reply(r) = verdict else {
@@ -146,21 +147,17 @@ fn a_repeated_identity_header_is_refused_without_a_check() {
     let mut host = host();
     host.req = host.req.twice("x-user-id");
     let mut worker = Worker::new(&c);
-    let mut check = Admission::default();
-    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
-        panic!("not refused")
-    };
+    let (admission, r) = refused(&c, &mut worker, &host);
     assert_eq!(r.status, 400);
     assert!(
         r.body.contains("x-user-id header appears more than once"),
         "{}",
         r.body
     );
-    assert_eq!(check.outcome, Some(Outcome::Rejected));
+    assert_eq!(admission.outcome, Some(Outcome::Rejected));
     // A repeated header no rule reads changes nothing.
     host.req = self::host().req.twice("x-unrelated");
-    let mut check = Admission::default();
-    assert!(matches!(check.start(&c, &mut worker, &host), Start::Ask(_)));
+    assert!(asks(&c, &mut worker, &host));
 }
 
 #[test]
@@ -173,10 +170,7 @@ fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted(
     let c = Config::parse(json.as_bytes()).unwrap();
     let host = host();
     let mut worker = Worker::new(&c);
-    let mut check = Admission::default();
-    let Start::Decided(Verdict::Reply(r)) = check.start(&c, &mut worker, &host) else {
-        panic!("not refused")
-    };
+    let (admission, r) = refused(&c, &mut worker, &host);
     assert_eq!(r.status, 429);
     assert!(
         !r.headers.iter().any(|(name, _)| *name == "retry-after"),
@@ -189,7 +183,7 @@ fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted(
         body["message"],
         "This request lacks the x-api-key header, which the rate limit \"uploads\" needs to count it."
     );
-    assert_eq!(check.outcome, Some(Outcome::Missing));
+    assert_eq!(admission.outcome, Some(Outcome::Missing));
     let uploads = c.rules.iter().position(|r| r.name == "uploads").unwrap();
     assert_eq!(worker.rule_counts.drain(), [(uploads, Counter::Missing, 1)]);
     // With the key, it is checked as before.
@@ -197,8 +191,5 @@ fn a_request_lacking_a_required_identity_is_refused_without_a_check_and_counted(
         req: self::host().req.with("x-api-key", "k1"),
         ..self::host()
     };
-    assert!(matches!(
-        Admission::default().start(&c, &mut worker, &keyed),
-        Start::Ask(_)
-    ));
+    assert!(asks(&c, &mut worker, &keyed));
 }

@@ -1,5 +1,5 @@
 //! Leases through the check: a hot bucket leased and admitted from the lease, rules from
-//! leases and rules sent each keeping their results, leased tokens put back when another
+//! leases and rules sent each keeping their results, leased tokens returned when another
 //! rule refuses, and the top-up in the background.
 
 use super::*;
@@ -73,8 +73,15 @@ fn holding_leases(
     allowed: &[u8],
     granted: &[u8],
 ) -> (Worker, String) {
-    let (mut check, mut worker, _) = started(config, host);
-    conclude(config, &mut worker, host, &mut check, Some(200), allowed);
+    let (mut admission, mut worker, _) = started(config, host);
+    conclude(
+        config,
+        &mut worker,
+        host,
+        &mut admission,
+        Some(200),
+        allowed,
+    );
     let mut ask = Admission::default();
     let Start::Ask(body) = ask.start(config, &mut worker, host) else {
         panic!("no check")
@@ -201,13 +208,9 @@ fn a_lease_running_low_is_topped_up_in_the_background_and_no_request_waits() {
         panic!("low again: one more top-up: {top_ups:?}")
     };
     assert_eq!(line, "rl:global,50000,50,1,0+3\n");
-    let mut after = Admission::default();
-    let start = after.start(&config, &mut worker, &host);
-    assert_eq!(
-        start,
-        Start::Ask("rl:global,50000,50,1,1\n".into()),
-        "used up; a top-up is out"
-    );
+    let after = Admission::default().start(&config, &mut worker, &host);
+    let ask = Start::Ask("rl:global,50000,50,1,1\n".into());
+    assert_eq!(after, ask, "used up; a top-up is out");
 
     // A failed top-up grants nothing and lets the next one ask again.
     let failed = vec![Concluding::TopUp(*id)];
