@@ -46,7 +46,8 @@
 //!     verdicts and `dispatch::Link` calls out.
 //! - `glue` (`glue/`, the wasm build only): the proxy-wasm binding, a root context per
 //!   worker and an HTTP context per request that hand their events to the dispatcher
-//!   (`root`, `request`, `host`, `link`, `abi`, and `redis` in the redis-call build).
+//!   (`root`, `request`, `proxy`, `executor`, `link`, `abi`, and `redis` in the
+//!   redis-call build).
 //! - `fakes` (tests only): the unit tests' stand-ins for the host, the example
 //!   configuration and planned rules they feed the code, and the builders the check's
 //!   tests share.

@@ -8,8 +8,9 @@
 //! would kill the VM and every request of its worker.
 
 mod abi;
-mod host;
+mod executor;
 mod link;
+mod proxy;
 #[cfg(feature = "redis-call")]
 mod redis;
 mod request;

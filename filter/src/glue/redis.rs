@@ -7,8 +7,9 @@
 //! id the host names.
 
 use super::abi;
-use super::host::{run, ProxyHost};
+use super::executor::run;
 use super::link::HostLink;
+use super::proxy::ProxyHost;
 use crate::worker::dispatch::Dispatcher;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Backend;

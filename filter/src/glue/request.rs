@@ -1,8 +1,9 @@
 //! One request's context: its events go to the worker's dispatcher, and it carries out
 //! what the dispatcher decides for it (go on, wait, answer) and adds its response headers.
 
-use super::host::{add_response_headers, callout_reply, carry_out, run, ProxyHost};
+use super::executor::{add_response_headers, carry_out, run};
 use super::link::HostLink;
+use super::proxy::{callout_reply, ProxyHost};
 use crate::worker::dispatch::{Dispatcher, Go};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;

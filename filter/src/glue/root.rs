@@ -2,8 +2,9 @@
 //! event (replies, the stream closing, ticks, wake-ups) to the worker's dispatcher.
 
 use super::abi;
-use super::host::{callout_reply, run, stream_message, ProxyHost};
+use super::executor::run;
 use super::link::{register_wake_queue, HostLink};
+use super::proxy::{callout_reply, stream_message, ProxyHost};
 use super::request::Request;
 use crate::worker::dispatch::{Dispatcher, Verdicts};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
