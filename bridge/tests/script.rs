@@ -9,9 +9,12 @@ mod common;
 use common::buckets::{age, batch, redis_now_ms, rule, run, store, stored};
 use common::model::{self, Buckets};
 use common::{Connect, Valkey};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::Store;
 use ratelimit_protocol::gcd;
+use std::cell::Cell;
 use std::time::Duration;
 
 #[tokio::test]
@@ -169,98 +172,139 @@ async fn the_script_is_reloaded_after_a_script_flush() {
     assert_eq!(run(&store, &r).await.1[0].remaining, 3);
 }
 
-/// xorshift64*: deterministic pseudo-random runs without a dependency.
-struct Rng(u64);
+/// One limit of a run: a burst, so many requests per one of `PERIODS`, and a cost (taken
+/// modulo the burst).
+type Limit = (u64, u64, usize, u64);
+/// One step of a run: time passing (maybe), then a batch of checks, each the run's buckets
+/// picked by a bit mask, in a rotation.
+type Step = (Option<u64>, Vec<(u8, u8)>);
 
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
+const PERIODS: [u64; 4] = [1_000, 60_000, 3_600_000, 86_400_000];
+
+/// Runs of a few buckets with their own limits, and 30 steps each.
+fn runs() -> impl Strategy<Value = (Vec<Limit>, Vec<Step>)> {
+    let limit = (1..=20u64, 1..=500u64, 0..PERIODS.len(), any::<u64>());
+    let batch = prop::collection::vec((any::<u8>(), any::<u8>()), 1..=8);
+    let step = (prop::option::weighted(1.0 / 3.0, 0..120_000u64), batch);
+    (
+        prop::collection::vec(limit, 1..=4),
+        prop::collection::vec(step, 30),
+    )
 }
 
-/// A random limit: `burst` tokens, a rate of so many per second, minute, hour or day.
-fn random_rule(rng: &mut Rng, key: String) -> RuleSpec {
-    let burst = 1 + rng.below(20);
-    let per_ms = [1_000, 60_000, 3_600_000, 86_400_000][rng.below(4) as usize];
-    let requests = 1 + rng.below(500);
+fn limit_rule(key: String, (burst, requests, period, cost): Limit) -> RuleSpec {
+    let per_ms = PERIODS[period];
     let g = gcd(requests, per_ms);
-    rule(&key, burst, requests / g, per_ms / g, 1 + rng.below(burst))
+    rule(&key, burst, requests / g, per_ms / g, 1 + cost % burst)
 }
 
-#[tokio::test]
-async fn the_script_agrees_with_the_model_over_random_runs() {
-    let valkey = Valkey::start();
-    let store = store(&valkey);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (mut admitted, mut denied) = (0, 0);
-    for run_no in 0..40 {
-        // A few buckets, each with its own limit, shared by the checks of a run.
-        let limits: Vec<RuleSpec> = (0..1 + rng.below(4))
-            .map(|i| random_rule(&mut rng, format!("m{run_no}:{i}")))
-            .collect();
-        let mut state = Buckets::new();
-        for _ in 0..30 {
-            if rng.below(3) == 0 {
-                let ms = u128::from(rng.below(120_000));
-                for r in &limits {
-                    if let Some(b) = state.get_mut(&r.key) {
-                        age(&valkey, &r.key, ms);
-                        b.at -= ms;
-                    }
-                }
-            }
-            // A batch of 1..=8 checks, each on a random subset of the buckets (a key at
-            // most once per check, as the wire format demands), in a random order.
-            let checks: Vec<Check> = (0..1 + rng.below(8))
-                .map(|_| {
-                    let mut rules: Vec<RuleSpec> = limits
-                        .iter()
-                        .filter(|_| rng.below(2) == 0)
-                        .cloned()
-                        .collect();
-                    if rules.is_empty() {
-                        rules.push(limits[rng.below(limits.len() as u64) as usize].clone());
-                    }
-                    let turn = rng.below(rules.len() as u64) as usize;
-                    rules.rotate_left(turn);
-                    rules
-                })
+/// The checks of a batch: each on the buckets its mask picks (a key at most once per
+/// check, as the wire format demands; one bucket if the mask picks none), rotated.
+fn checks_of(limits: &[RuleSpec], batch: &[(u8, u8)]) -> Vec<Check> {
+    batch
+        .iter()
+        .map(|&(mask, turn)| {
+            let mut rules: Vec<RuleSpec> = (0..limits.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| limits[i].clone())
                 .collect();
-            let got = batch(&store, &checks).await;
-            let now = got[0].0;
-            assert!(
-                got.iter().all(|(t, _)| *t == now),
-                "one Redis time per call"
-            );
-            let got: Vec<Vec<RuleOutcome>> = got.into_iter().map(|(_, o)| o).collect();
-            let expected = model::batch(&mut state, &checks, u128::from(now));
-            assert_eq!(got, expected, "run {run_no}: {checks:?}");
-            for check in &got {
-                if check.iter().all(|o| o.allowed) {
-                    admitted += 1;
-                } else {
-                    denied += 1;
-                }
+            if rules.is_empty() {
+                rules.push(limits[usize::from(mask) % limits.len()].clone());
             }
-            let redis_now = u128::from(redis_now_ms(&valkey));
+            let len = rules.len();
+            rules.rotate_left(usize::from(turn) % len);
+            rules
+        })
+        .collect()
+}
+
+/// One run against the script and the model, on keys of its own; the checks admitted and
+/// denied.
+async fn agree(
+    valkey: &Valkey,
+    store: &Store,
+    run_no: u64,
+    limits: &[Limit],
+    steps: &[Step],
+) -> (u64, u64) {
+    let limits: Vec<RuleSpec> = limits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| limit_rule(format!("m{run_no}:{i}"), l))
+        .collect();
+    let (mut state, mut admitted, mut denied) = (Buckets::new(), 0, 0);
+    for (passing, batch_of) in steps {
+        if let Some(ms) = passing.map(u128::from) {
             for r in &limits {
-                match (stored(&valkey, &r.key), state.get(&r.key)) {
-                    (Some(bucket), Some(m)) => assert_eq!(bucket, *m, "stored state of {}", r.key),
-                    (None, None) => {}
-                    // Gone already: only legitimate if the bucket is full by now.
-                    (None, Some(m)) => {
-                        let cap = u128::from(r.burst) * u128::from(r.den);
-                        let full_ms = (cap - m.units).div_ceil(u128::from(r.num));
-                        assert!(redis_now >= m.at + full_ms, "{} expired early", r.key);
-                    }
-                    (Some(bucket), None) => panic!("{} stored {bucket:?} unasked", r.key),
+                if let Some(b) = state.get_mut(&r.key) {
+                    age(valkey, &r.key, ms);
+                    b.at -= ms;
                 }
             }
         }
+        let checks = checks_of(&limits, batch_of);
+        let got = batch(store, &checks).await;
+        let now = got[0].0;
+        assert!(
+            got.iter().all(|(t, _)| *t == now),
+            "one Redis time per call"
+        );
+        let got: Vec<Vec<RuleOutcome>> = got.into_iter().map(|(_, o)| o).collect();
+        let expected = model::batch(&mut state, &checks, u128::from(now));
+        assert_eq!(got, expected, "run {run_no}: {checks:?}");
+        for check in &got {
+            if check.iter().all(|o| o.allowed) {
+                admitted += 1;
+            } else {
+                denied += 1;
+            }
+        }
+        let redis_now = u128::from(redis_now_ms(valkey));
+        for r in &limits {
+            match (stored(valkey, &r.key), state.get(&r.key)) {
+                (Some(bucket), Some(m)) => assert_eq!(bucket, *m, "stored state of {}", r.key),
+                (None, None) => {}
+                // Gone already: only legitimate if the bucket is full by now.
+                (None, Some(m)) => {
+                    let cap = u128::from(r.burst) * u128::from(r.den);
+                    let full_ms = (cap - m.units).div_ceil(u128::from(r.num));
+                    assert!(redis_now >= m.at + full_ms, "{} expired early", r.key);
+                }
+                (Some(bucket), None) => panic!("{} stored {bucket:?} unasked", r.key),
+            }
+        }
     }
+    (admitted, denied)
+}
+
+/// Random runs (proptest, a fixed seed: the same runs every time, and a failing one shrunk
+/// to a small case), each step's answers and stored buckets held to the native model.
+#[test]
+fn the_script_agrees_with_the_model_over_random_runs() {
+    let valkey = Valkey::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(async { store(&valkey) });
+    let config = Config {
+        cases: 40,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let (run_no, admitted, denied) = (Cell::new(0), Cell::new(0), Cell::new(0));
+    runner
+        .run(&runs(), |(limits, steps)| {
+            run_no.set(run_no.get() + 1);
+            let (a, d) = runtime.block_on(agree(&valkey, &store, run_no.get(), &limits, &steps));
+            admitted.set(admitted.get() + a);
+            denied.set(denied.get() + d);
+            Ok(())
+        })
+        .unwrap();
+    let (admitted, denied) = (admitted.get(), denied.get());
     assert!(
         admitted > 500 && denied > 500,
         "{admitted} admitted, {denied} denied"
