@@ -175,6 +175,9 @@ def main():
         by_crate[crate_of(name)] += size
         counts[crate_of(name)] += 1
     print(f"{len(data):,} bytes; code {code:,} bytes in {len(functions):,} functions\n")
+    if not names:
+        print("(no `name` section: a stripped build; build with CARGO_PROFILE_RELEASE_STRIP=none "
+              "to see crates)\n")
     print("| crate | functions | code bytes | share of code |\n|---|---:|---:|---:|")
     for crate, size in by_crate.most_common():
         print(f"| {crate} | {counts[crate]} | {size:,} | {100 * size / code:.1f} % |")

@@ -25,7 +25,7 @@ use futures_util::future::join_all;
 use ratelimit_protocol::script::{part_rules, Mode, Part};
 use redis::cluster::ClusterClientBuilder;
 use redis::FromRedisValue;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -429,17 +429,18 @@ impl Store {
         replies: &[PartReply],
         sent_to: &[Arc<str>],
     ) -> HashMap<String, Arc<str>> {
-        let mut keys: BTreeMap<&Arc<str>, Vec<&str>> = BTreeMap::new();
+        // Each distinct key once per node: many checks of a call may share a bucket.
+        let mut keys: BTreeMap<&Arc<str>, BTreeSet<&str>> = BTreeMap::new();
         for ((part, reply), node) in call.parts.iter().zip(replies).zip(sent_to) {
             if let Err(CallError::Misplaced(_)) = reply {
                 let rules = part_rules(checks, part).map(|r| r.key.as_str());
                 keys.entry(node).or_default().extend(rules);
             }
         }
-        let asked = join_all(
-            keys.iter()
-                .map(|(node, keys)| self.backend.redirects(node, keys)),
-        )
+        let asked = join_all(keys.into_iter().map(|(node, keys)| async move {
+            let keys: Vec<&str> = keys.into_iter().collect();
+            self.backend.redirects(node, &keys).await
+        }))
         .await;
         asked.into_iter().flatten().collect()
     }
