@@ -23,6 +23,16 @@
 //!   - `identity`: who is calling: hostile request data into bounded, key-safe values.
 //!   - `rules`: which rules apply to a request, and the bucket each checks
 //!     (`request::rules::plan`).
+//! - `metering` (`metering/`): what a metered rule's response cost, read from its body
+//!   as it passes (an LLM API's `usage` token counts, in JSON or server-sent events),
+//!   in fixed memory and without holding back a byte.
+//!   - `paths`: the field paths a rule reads, compiled into masks.
+//!   - `find`: the next byte that matters, eight bytes at a time.
+//!   - `number`: a JSON number's grammar, and whether it is a usable count.
+//!   - `key`: a JSON string's escapes, and the key kept of it for comparison.
+//!   - `json`: a streaming JSON scanner that follows the structure and records the
+//!     numbers at those paths.
+//!   - `events`: server-sent events framing, each event's data handed to the scanner.
 //! - `wire` (`wire/`): the filter's side of the wire format (the `ratelimit-protocol`
 //!   crate): a planned check as one line.
 //!   - `redis_call`: the redis-call build's side of Redis: a batch as one RESP `EVALSHA`.
@@ -59,6 +69,7 @@ pub mod decision;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod host;
+pub mod metering;
 pub mod request;
 pub mod wire;
 pub mod worker;

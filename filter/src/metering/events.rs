@@ -1,0 +1,147 @@
+//! Server-sent events framing (`text/event-stream`, the WHATWG rules): lines, fields and
+//! events, each event's `data` handed to the JSON scanner as one value.
+//!
+//! A streamed LLM response is a run of events whose data is JSON (`data: {...}`), the
+//! usage in one of them. Rather than gather an event's data and parse it, the framer
+//! passes the data bytes of each line straight to the scanner as they arrive, a line
+//! ending as the `\n` that joins an event's data lines, and resets the scanner at each
+//! blank line: one event's malformed data (`[DONE]`, a truncated chunk) is then lost
+//! only until the event ends. The rest of a line is never kept, so a line of any length
+//! costs nothing, and the state between chunks is only where in a line the framer is.
+
+use super::find;
+use super::json::Scanner;
+
+/// Where in a line the framer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// At the stream's start: how many bytes of a UTF-8 byte order mark were read.
+    Bom(u8),
+    /// At a line's start.
+    Start,
+    /// At a line's start, the previous line ended by `\r`: a `\n` now is that end's.
+    StartAfterCr,
+    /// In a field's name, its first bytes those of `data`: how many.
+    Field(u8),
+    /// After `data:`: an optional space.
+    DataStart,
+    /// In a `data` field's value.
+    Data,
+    /// In a line of no interest: a comment, another field, a malformed line.
+    Ignore,
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+const DATA: &[u8] = b"data";
+const DATA_COLON: &[u8] = b"data:";
+
+#[derive(Debug)]
+pub(super) struct Framer {
+    line: Line,
+}
+
+fn is_eol(b: u8) -> bool {
+    b == b'\n' || b == b'\r'
+}
+
+impl Framer {
+    pub(super) fn new() -> Framer {
+        Framer { line: Line::Bom(0) }
+    }
+
+    pub(super) fn feed(&mut self, bytes: &[u8], json: &mut Scanner) {
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            if let Line::Data | Line::Ignore = self.line {
+                // The run up to the line's end, at once: data to the scanner, the rest
+                // nowhere.
+                let rest = bytes.get(i..).unwrap_or_default();
+                let run = find::either(rest, b'\n', b'\r');
+                if self.line == Line::Data && !json.failed() {
+                    json.feed(rest.get(..run).unwrap_or_default());
+                }
+                i += run;
+                let Some(&eol) = bytes.get(i) else { return };
+                if self.line == Line::Data {
+                    json.feed(b"\n");
+                }
+                self.end_line(eol);
+                i += 1;
+            } else if matches!(self.line, Line::Start | Line::StartAfterCr)
+                && bytes.get(i..i + 5) == Some(DATA_COLON)
+            {
+                // The usual line, its field name at once.
+                self.line = Line::DataStart;
+                i += 5;
+            } else if self.step(b, json) {
+                i += 1;
+            }
+        }
+    }
+
+    /// One byte outside a line's value; false when it was not taken and must be read
+    /// again in the new state.
+    fn step(&mut self, b: u8, json: &mut Scanner) -> bool {
+        match self.line {
+            Line::Bom(at) => match BOM.get(usize::from(at)) {
+                Some(&expected) if expected == b => {
+                    let at = at + 1;
+                    self.line = match usize::from(at) == BOM.len() {
+                        true => Line::Start,
+                        false => Line::Bom(at),
+                    };
+                }
+                // A partial mark starts a line that names no field anyone reads.
+                _ => {
+                    self.line = if at == 0 { Line::Start } else { Line::Ignore };
+                    return false;
+                }
+            },
+            Line::StartAfterCr if b == b'\n' => self.line = Line::Start,
+            Line::Start | Line::StartAfterCr => match b {
+                b'\n' | b'\r' => {
+                    // A blank line: the event ends, and with it its data's value.
+                    json.reset();
+                    self.end_line(b);
+                }
+                b'd' => self.line = Line::Field(1),
+                _ => self.line = Line::Ignore,
+            },
+            Line::Field(at) => match DATA.get(usize::from(at)) {
+                Some(&expected) if expected == b => self.line = Line::Field(at + 1),
+                None if b == b':' => self.line = Line::DataStart,
+                // `data` alone on its line: a data line with an empty value.
+                None if is_eol(b) => {
+                    json.feed(b"\n");
+                    self.end_line(b);
+                }
+                _ if is_eol(b) => self.end_line(b),
+                _ => self.line = Line::Ignore,
+            },
+            Line::DataStart => {
+                self.line = Line::Data;
+                return b == b' ';
+            }
+            // `feed` reads these a run at a time; a byte at a time, the same.
+            Line::Data if is_eol(b) => {
+                json.feed(b"\n");
+                self.end_line(b);
+            }
+            Line::Data => json.feed(&[b]),
+            Line::Ignore if is_eol(b) => self.end_line(b),
+            Line::Ignore => {}
+        }
+        true
+    }
+
+    fn end_line(&mut self, eol: u8) {
+        self.line = match eol {
+            b'\r' => Line::StartAfterCr,
+            _ => Line::Start,
+        };
+    }
+}
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;

@@ -1,0 +1,436 @@
+//! A streaming JSON scanner: follows one JSON value byte by byte, in whatever pieces it
+//! comes, and records the numbers found at the configured paths.
+//!
+//! Nothing of the body is kept: the state is a fixed handful of fields (a key of at most
+//! `MAX_KEY_LEN` bytes for comparison, a number's digits as they add up, a stack of
+//! `MAX_DEPTH` open containers as bits), so a body of any size, a string or a number of any
+//! length, costs the same memory, and a chunk boundary can fall anywhere because every
+//! byte's meaning is carried in that state.
+//!
+//! Most of the time goes to the bytes between the ones that matter, so what usually
+//! comes together is read together when the chunk holds it: a string's text a run at a
+//! time (`find`), a key's closing quote with its colon, a comma with the next key's quote,
+//! `null` whole, a number's digits in one loop. At a chunk's edge the same steps are taken
+//! a byte at a time.
+//!
+//! It checks the grammar (RFC 8259), because a structure it misread could put a value at a
+//! path it is not at; but two things only a strict parser needs are let through: control
+//! characters inside strings and invalid UTF-8. Below `MAX_DEPTH` open containers only
+//! brackets and strings are followed, until the value closes: no path reaches that deep
+//! (`MAX_SEGMENTS`), and the values after it are still read.
+
+use super::find;
+use super::key::{Escape, Key};
+use super::number::{Next, Number};
+use super::paths::{Paths, MAX_SEGMENTS};
+
+/// Containers followed in full; deeper, only their brackets are counted.
+const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A value, whitespace before it: the root, after `:`, after `,` in an array.
+    Value,
+    /// After `[`: a value or `]`.
+    FirstElement,
+    /// After `{`: a key or `}`.
+    FirstKey,
+    /// After `,` in an object: a key.
+    Key,
+    /// After a key: `:`.
+    Colon,
+    /// After a value in a container: `,` or the container's close.
+    AfterValue,
+    /// Inside a string, of the kind `kind` says.
+    Str,
+    /// After a backslash in a string.
+    Escape,
+    /// In a `\u` escape: how many hex digits are still to come.
+    Unicode(u8),
+    /// Inside `true`, `false` or `null` (an index in `WORDS`): how many bytes were read.
+    Literal(u8, u8),
+    /// Inside a number, `number`.
+    Number,
+    /// Inside a value deeper than `MAX_DEPTH`: brackets still open in it are `skip`.
+    Skip,
+    /// The root value is complete: only whitespace may follow.
+    Done,
+    /// Malformed: nothing more is read until `reset`.
+    Failed,
+}
+
+/// What a string is: a key is compared with the paths, a string value ends a value, a
+/// string inside a skipped value ends nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StrKind {
+    Key,
+    Value,
+    Skipped,
+}
+
+const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
+const NULL: u8 = 2;
+
+/// One JSON value's scanner, and what it found at the paths (kept across `reset`).
+#[derive(Debug)]
+pub(super) struct Scanner {
+    paths: Paths,
+    values: Vec<Option<u64>>,
+    poisoned: bool,
+    state: State,
+    kind: StrKind,
+    /// Open containers, at most `MAX_DEPTH`; bit `i` of `objects` set when the `i`th is an
+    /// object, `masks[i]` the paths its keys are compared with (none below `MAX_SEGMENTS`).
+    depth: usize,
+    objects: u32,
+    masks: [u16; MAX_SEGMENTS],
+    /// The paths ending at the value being read; those going on below it, should it be an
+    /// object.
+    exact: u16,
+    deeper: u16,
+    key: Key,
+    number: Number,
+    skip: u64,
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+impl Scanner {
+    pub(super) fn new(paths: Paths) -> Scanner {
+        let values = vec![None; paths.len()];
+        let deeper = paths.usable();
+        Scanner {
+            paths,
+            values,
+            poisoned: false,
+            state: State::Value,
+            kind: StrKind::Value,
+            depth: 0,
+            objects: 0,
+            masks: [0; MAX_SEGMENTS],
+            exact: 0,
+            deeper,
+            key: Key::new(),
+            number: Number::new(),
+            skip: 0,
+        }
+    }
+
+    /// Ready for a new value (an event's), keeping what was recorded.
+    pub(super) fn reset(&mut self) {
+        self.state = State::Value;
+        self.depth = 0;
+        self.exact = 0;
+        self.deeper = self.paths.usable();
+    }
+
+    pub(super) fn values(&self) -> &[Option<u64>] {
+        &self.values
+    }
+
+    pub(super) fn poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// True once the value is malformed: the rest is not read.
+    pub(super) fn failed(&self) -> bool {
+        self.state == State::Failed
+    }
+
+    /// The input ended: a number still pending is complete.
+    pub(super) fn finish(&mut self) {
+        if self.state == State::Number && self.number.complete() {
+            self.end_number();
+        }
+    }
+
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            i = match self.state {
+                State::Failed => return,
+                State::Str => self.string(bytes, i),
+                State::Number => self.number(bytes, i),
+                _ => self.step(bytes, i),
+            };
+        }
+    }
+
+    /// Reads on from `bytes[i]`, one byte or a few that usually come together; where to
+    /// read on from.
+    fn step(&mut self, bytes: &[u8], i: usize) -> usize {
+        let Some(&b) = bytes.get(i) else {
+            return bytes.len();
+        };
+        match self.state {
+            State::Value => return self.value(bytes, i),
+            State::FirstElement if b == b']' => self.close(b),
+            State::FirstElement => return self.value(bytes, i),
+            State::FirstKey if b == b'}' => self.close(b),
+            State::FirstKey | State::Key if b == b'"' => {
+                self.start_key();
+                return self.string(bytes, i + 1);
+            }
+            State::FirstKey | State::Key | State::Colon if is_space(b) => {}
+            State::Colon if b == b':' => self.state = State::Value,
+            State::FirstKey | State::Key | State::Colon => self.fail(),
+            State::AfterValue => match b {
+                b',' if self.top_is_object() => {
+                    if bytes.get(i + 1) == Some(&b'"') {
+                        self.start_key();
+                        return self.string(bytes, i + 2);
+                    }
+                    self.state = State::Key;
+                }
+                b',' => self.state = State::Value,
+                b']' | b'}' => self.close(b),
+                _ if is_space(b) => {}
+                _ => self.fail(),
+            },
+            State::Str => return self.string(bytes, i),
+            State::Escape => match self.key.escape(b) {
+                Escape::Done => self.state = State::Str,
+                Escape::Unicode => self.state = State::Unicode(4),
+                Escape::Malformed => self.fail(),
+            },
+            State::Unicode(left) if !self.key.unicode(left, b) => self.fail(),
+            State::Unicode(left) if left > 1 => self.state = State::Unicode(left - 1),
+            State::Unicode(_) => self.state = State::Str,
+            State::Literal(word, at) => self.literal(word, at, b),
+            State::Number => return self.number(bytes, i),
+            State::Skip => match b {
+                b'"' => self.start_string(StrKind::Skipped),
+                b'[' | b'{' => self.skip = self.skip.saturating_add(1),
+                b']' | b'}' => {
+                    self.skip = self.skip.saturating_sub(1);
+                    if self.skip == 0 {
+                        self.end_value();
+                    }
+                }
+                _ => {}
+            },
+            State::Done if is_space(b) => {}
+            State::Done => self.fail(),
+            State::Failed => return bytes.len(),
+        }
+        i + 1
+    }
+
+    fn fail(&mut self) {
+        self.state = State::Failed;
+    }
+
+    fn poison_if_exact(&mut self) {
+        if self.exact != 0 {
+            self.poisoned = true;
+        }
+    }
+
+    /// A value starting at `bytes[i]`.
+    fn value(&mut self, bytes: &[u8], i: usize) -> usize {
+        let Some(&b) = bytes.get(i) else {
+            return bytes.len();
+        };
+        match b {
+            b'{' => self.open(true),
+            b'[' => self.open(false),
+            b'"' => {
+                self.poison_if_exact();
+                self.start_string(StrKind::Value);
+                return self.string(bytes, i + 1);
+            }
+            b't' | b'f' | b'n' => {
+                let word = match b {
+                    b't' => 0,
+                    b'f' => 1,
+                    _ => NULL,
+                };
+                if word != NULL {
+                    self.poison_if_exact();
+                }
+                let text = WORDS.get(usize::from(word)).copied().unwrap_or_default();
+                if bytes.get(i..i + text.len()) == Some(text) {
+                    self.end_value();
+                    return i + text.len();
+                }
+                self.state = State::Literal(word, 1);
+            }
+            b'-' | b'0'..=b'9' => {
+                self.number.start(b);
+                self.state = State::Number;
+                return self.number(bytes, i + 1);
+            }
+            _ if is_space(b) => {}
+            _ => self.fail(),
+        }
+        i + 1
+    }
+
+    fn open(&mut self, object: bool) {
+        self.poison_if_exact();
+        if self.depth >= MAX_DEPTH {
+            self.skip = 1;
+            self.state = State::Skip;
+            return;
+        }
+        let bit = 1u32 << self.depth;
+        if object {
+            self.objects |= bit;
+        } else {
+            self.objects &= !bit;
+        }
+        if let Some(mask) = self.masks.get_mut(self.depth) {
+            *mask = if object { self.deeper } else { 0 };
+        }
+        self.depth += 1;
+        self.exact = 0;
+        self.deeper = 0;
+        self.state = if object {
+            State::FirstKey
+        } else {
+            State::FirstElement
+        };
+    }
+
+    fn top_is_object(&self) -> bool {
+        let top = self
+            .depth
+            .checked_sub(1)
+            .and_then(|t| u32::try_from(t).ok());
+        top.and_then(|t| self.objects.checked_shr(t))
+            .is_some_and(|bits| bits & 1 != 0)
+    }
+
+    fn close(&mut self, b: u8) {
+        if self.depth == 0 || (b == b'}') != self.top_is_object() {
+            return self.fail();
+        }
+        self.depth -= 1;
+        self.end_value();
+    }
+
+    /// A value is complete: what follows it is its container's business.
+    fn end_value(&mut self) {
+        self.exact = 0;
+        self.deeper = 0;
+        self.state = if self.depth == 0 {
+            State::Done
+        } else {
+            State::AfterValue
+        };
+    }
+
+    /// The index of the innermost open container, whose keys are its paths' segment there.
+    fn level(&self) -> Option<usize> {
+        self.depth.checked_sub(1)
+    }
+
+    fn start_string(&mut self, kind: StrKind) {
+        self.kind = kind;
+        self.key.start(false);
+        self.state = State::Str;
+    }
+
+    /// A key, kept only if a path may match it.
+    fn start_key(&mut self) {
+        self.kind = StrKind::Key;
+        let candidates = self.level().and_then(|l| self.masks.get(l));
+        self.key.start(candidates.is_some_and(|&mask| mask != 0));
+        self.state = State::Str;
+    }
+
+    /// Inside a string from `bytes[i]`: its text up to a quote or a backslash at once.
+    fn string(&mut self, bytes: &[u8], i: usize) -> usize {
+        let rest = bytes.get(i..).unwrap_or_default();
+        let run = find::either(rest, b'"', b'\\');
+        if self.key.kept() {
+            self.key.push(rest.get(..run).unwrap_or_default());
+        }
+        let at = i + run;
+        match bytes.get(at) {
+            Some(b'"') if self.kind == StrKind::Key => {
+                self.end_key();
+                if bytes.get(at + 1) == Some(&b':') {
+                    self.state = State::Value;
+                    return at + 2;
+                }
+            }
+            Some(b'"') if self.kind == StrKind::Value => self.end_value(),
+            Some(b'"') => self.state = State::Skip,
+            Some(_) => self.state = State::Escape,
+            None => return at,
+        }
+        at + 1
+    }
+
+    /// A key is complete: the paths its value ends, and those going on below it.
+    fn end_key(&mut self) {
+        let level = self.level().unwrap_or(0);
+        let hits = match self.key.get() {
+            Some(key) => {
+                let candidates = self.masks.get(level).copied().unwrap_or(0);
+                self.paths.hits(candidates, level, key)
+            }
+            None => 0,
+        };
+        let last = self.paths.last(level);
+        self.exact = hits & last;
+        self.deeper = hits & !last;
+        self.state = State::Colon;
+    }
+
+    fn literal(&mut self, word: u8, at: u8, b: u8) {
+        let text = WORDS.get(usize::from(word)).copied().unwrap_or_default();
+        if text.get(usize::from(at)) != Some(&b) {
+            return self.fail();
+        }
+        if usize::from(at) + 1 == text.len() {
+            self.end_value();
+        } else {
+            self.state = State::Literal(word, at + 1);
+        }
+    }
+
+    /// Inside a number from `bytes[i]`: all its digits at once.
+    fn number(&mut self, bytes: &[u8], i: usize) -> usize {
+        let rest = bytes.get(i..).unwrap_or_default();
+        match self.number.run(rest) {
+            (taken, Next::More) => i + taken,
+            (taken, Next::Ended) => {
+                self.end_number();
+                i + taken
+            }
+            (_, Next::Malformed) => {
+                self.fail();
+                bytes.len()
+            }
+        }
+    }
+
+    /// A number is complete: a usable count is recorded at its paths, anything else
+    /// poisons them.
+    fn end_number(&mut self) {
+        if self.exact != 0 {
+            match self.number.count() {
+                Some(count) => {
+                    let mut rest = self.exact;
+                    while rest != 0 {
+                        let index = rest.trailing_zeros() as usize;
+                        if let Some(value) = self.values.get_mut(index) {
+                            *value = Some(count);
+                        }
+                        rest &= rest - 1;
+                    }
+                }
+                None => self.poisoned = true,
+            }
+        }
+        self.end_value();
+    }
+}
+
+#[cfg(test)]
+#[path = "json_tests.rs"]
+mod tests;

@@ -1,0 +1,131 @@
+//! What a metered rule's response cost: counts read out of the upstream's response body
+//! as it passes, such as an OpenAI-compatible API's `usage.prompt_tokens` and
+//! `usage.completion_tokens` (a JSON body, or server-sent events when streamed) or
+//! Anthropic's `message.usage.input_tokens` and `usage.output_tokens` (events).
+//!
+//! A layer of its own because it reads a different hostile input (a response, not a
+//! request) and decides nothing: what a count costs, and what becomes of the reservation
+//! made when the request was admitted, is `decision`'s. It is plain `std` Rust with no host
+//! in it, so that every split of a body can be tested natively.
+//!
+//! The body is not held back to be read: the gateway streams each chunk on as it arrives,
+//! and the reader sees it once, in passing, split anywhere. So the reader is a byte-at-a-
+//! time state machine of fixed size: a body, a line or a string of any length costs no
+//! memory, no allocation is made after `UsageReader::new`, and a chunk boundary inside a
+//! key, a number or a `\r\n` changes nothing.
+//!
+//! Bottom to top: `paths` (the paths as bit masks), `find` (the next byte that matters,
+//! eight at a time), `number` (a number's grammar and count), `key` (a string's escapes,
+//! and the key kept of it), `json` (the scanner that follows one JSON value and records
+//! what it finds at the paths), `events` (server-sent events framing, each event's data a
+//! value of its own), and here `UsageReader`, the one thing the rest of the filter uses.
+
+mod events;
+mod find;
+mod json;
+mod key;
+mod number;
+mod paths;
+
+pub use number::MAX_COUNT;
+pub use paths::{MAX_KEY_LEN, MAX_PATHS, MAX_SEGMENTS};
+
+/// How a response body carries its JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// One JSON value, whitespace around it allowed (`application/json`).
+    Json,
+    /// Server-sent events (`text/event-stream`), each event's data one JSON value.
+    EventStream,
+}
+
+/// Reads the counts at a few field paths out of a response body, chunk by chunk.
+///
+/// A path names object members from the root of a JSON value, `["usage",
+/// "prompt_tokens"]`; arrays are followed but never descended into. What the reader makes
+/// of the body:
+///
+/// - A usable count is an integer from 0 to `MAX_COUNT` written without fraction or
+///   exponent (`-0` is 0). It is recorded as soon as its number ends, and a later one at
+///   the same path (the next event's, a duplicated key's) replaces it.
+/// - `null` at a path is no value at all (OpenAI's `"usage": null` in every chunk but the
+///   last). Anything else there (a negative number, `1.5`, `1e3`, a number above
+///   `MAX_COUNT`, a string, `true`, `false`, an object, an array) poisons the reader: the
+///   caller cannot trust the counts and keeps what it reserved. A path that a non-object
+///   cuts short (`"usage": 5` for `usage.prompt_tokens`) is just not there.
+/// - `BodyFormat::Json`: malformed JSON stops the reading for good; what was recorded
+///   before stands. `BodyFormat::EventStream`: an event's data that is not JSON
+///   (`[DONE]`) or is malformed is ignored from there to the event's end; the next event
+///   starts clean.
+#[derive(Debug)]
+pub struct UsageReader {
+    json: json::Scanner,
+    /// The framing, for `BodyFormat::EventStream`.
+    events: Option<events::Framer>,
+    bytes: u64,
+    finished: bool,
+}
+
+impl UsageReader {
+    /// A reader of `paths` (at most `MAX_PATHS`, each of 1 to `MAX_SEGMENTS` segments of at
+    /// most `MAX_KEY_LEN` bytes; any other path keeps its index in `values` but is never
+    /// found).
+    pub fn new(format: BodyFormat, paths: Vec<Vec<String>>) -> UsageReader {
+        UsageReader {
+            json: json::Scanner::new(paths::Paths::new(paths)),
+            events: match format {
+                BodyFormat::Json => None,
+                BodyFormat::EventStream => Some(events::Framer::new()),
+            },
+            bytes: 0,
+            finished: false,
+        }
+    }
+
+    /// One chunk of the body, as it passes. After `finish`, chunks are counted in `bytes`
+    /// but not read.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        let len = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+        self.bytes = self.bytes.saturating_add(len);
+        if self.finished {
+            return;
+        }
+        match &mut self.events {
+            Some(framer) => framer.feed(chunk, &mut self.json),
+            None => self.json.feed(chunk),
+        }
+    }
+
+    /// The body has ended: a number still pending at its very end is complete (a body
+    /// without its closing bracket, as a path always ends inside an object). Idempotent.
+    pub fn finish(&mut self) {
+        if !self.finished {
+            self.json.finish();
+            self.finished = true;
+        }
+    }
+
+    /// The last usable count seen at each path, in the order of `paths`; `None` where
+    /// there was none.
+    pub fn values(&self) -> &[Option<u64>] {
+        self.json.values()
+    }
+
+    /// True once a path held something other than a usable count or `null`.
+    pub fn poisoned(&self) -> bool {
+        self.json.poisoned()
+    }
+
+    /// The bytes fed so far, saturating.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+#[path = "reader_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "props_tests.rs"]
+mod props;

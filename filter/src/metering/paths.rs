@@ -1,0 +1,128 @@
+//! The field paths a metered rule reads, compiled once per reader into bit masks.
+//!
+//! The scanner follows a body byte by byte and must know, at every object it enters,
+//! which paths can still match below it. With at most 16 paths that set is one `u16`, so
+//! descending, matching a key and deciding whether a value ends a path are a few bit
+//! operations, and a key is compared only with the segments of the paths still in play.
+//!
+//! A path the reader cannot match (beyond the 16th, empty, longer than 8 segments) is not
+//! refused here, where there is no one to tell: it keeps its place in `values` and never
+//! matches. The configuration is where such a path is refused.
+
+/// Most paths a reader matches; the others are never found.
+pub const MAX_PATHS: usize = 16;
+/// Most segments in a path; a longer path is never found.
+pub const MAX_SEGMENTS: usize = 8;
+/// Longest key compared, in bytes as decoded: a longer key, and a path with a longer
+/// segment, never match.
+pub const MAX_KEY_LEN: usize = 64;
+
+/// The paths, and for each segment index which paths end there.
+#[derive(Debug)]
+pub(super) struct Paths {
+    segments: Vec<Vec<String>>,
+    /// The paths that can match at all.
+    usable: u16,
+    /// `last[d]`: the usable paths whose final segment is segment `d`.
+    last: [u16; MAX_SEGMENTS],
+}
+
+impl Paths {
+    pub(super) fn new(segments: Vec<Vec<String>>) -> Paths {
+        let mut usable = 0u16;
+        let mut last = [0u16; MAX_SEGMENTS];
+        for (index, path) in segments.iter().enumerate().take(MAX_PATHS) {
+            let bit = 1u16 << index;
+            let fits = path.iter().all(|s| s.len() <= MAX_KEY_LEN);
+            match path.len().checked_sub(1).and_then(|d| last.get_mut(d)) {
+                Some(ends_here) if fits => {
+                    *ends_here |= bit;
+                    usable |= bit;
+                }
+                _ => {}
+            }
+        }
+        Paths {
+            segments,
+            usable,
+            last,
+        }
+    }
+
+    /// How many paths were given, usable or not: the length of `values`.
+    pub(super) fn len(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The paths an object at the root is searched for.
+    pub(super) fn usable(&self) -> u16 {
+        self.usable
+    }
+
+    /// The paths whose final segment is segment `level`.
+    pub(super) fn last(&self, level: usize) -> u16 {
+        self.last.get(level).copied().unwrap_or(0)
+    }
+
+    /// Of `candidates`, the paths whose segment `level` is `key`.
+    pub(super) fn hits(&self, candidates: u16, level: usize, key: &[u8]) -> u16 {
+        let mut hits = 0;
+        let mut rest = candidates;
+        while rest != 0 {
+            let index = rest.trailing_zeros() as usize;
+            let segment = self.segments.get(index).and_then(|p| p.get(level));
+            if segment.is_some_and(|s| s.as_bytes() == key) {
+                hits |= 1 << index;
+            }
+            rest &= rest - 1;
+        }
+        hits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(list: &[&[&str]]) -> Paths {
+        Paths::new(
+            list.iter()
+                .map(|p| p.iter().map(|s| s.to_string()).collect())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn each_path_ends_at_its_last_segment_and_matches_only_its_own_keys() {
+        let p = paths(&[&["usage", "prompt_tokens"], &["usage"], &["usage", "x"]]);
+        assert_eq!(p.usable(), 0b111);
+        assert_eq!(p.last(0), 0b010);
+        assert_eq!(p.last(1), 0b101);
+        assert_eq!(p.hits(0b111, 0, b"usage"), 0b111);
+        assert_eq!(p.hits(0b101, 1, b"prompt_tokens"), 0b001);
+        assert_eq!(p.hits(0b101, 1, b"prompt_tokens2"), 0);
+        assert_eq!(
+            p.hits(0b010, 1, b"prompt_tokens"),
+            0,
+            "usage has no segment 1"
+        );
+    }
+
+    #[test]
+    fn paths_beyond_the_bounds_keep_their_place_but_are_never_usable() {
+        let long_key = "k".repeat(MAX_KEY_LEN + 1);
+        let nine: Vec<&str> = vec!["a"; MAX_SEGMENTS + 1];
+        let long = [long_key.as_str()];
+        let mut list: Vec<&[&str]> = vec![&[], &nine, &long, &["ok"]];
+        let many: Vec<[&str; 1]> = (0..20).map(|_| ["x"]).collect();
+        list.extend(many.iter().map(|p| &p[..]));
+        let p = paths(&list);
+        assert_eq!(p.len(), 24);
+        assert_eq!(p.usable() & 0b1111, 0b1000);
+        assert_eq!(p.usable().count_ones() as usize, MAX_PATHS - 3);
+        assert_eq!(
+            p.hits(u16::MAX, 0, b"x").count_ones() as usize,
+            MAX_PATHS - 4
+        );
+    }
+}
