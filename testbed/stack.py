@@ -9,7 +9,6 @@ runs at interpreter exit, so nothing outlives the run.
 
 import atexit
 import copy
-import http.client
 import itertools
 import json
 import os
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import valkey
 import yaml
+
+from .client import request, stream  # `request` was defined here: the tests import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -68,31 +69,6 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
             last_error = e
         time.sleep(0.05)
     raise RuntimeError(f"{what} not ready after {timeout}s (last error: {last_error})")
-
-
-def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0, body=b""):
-    """One HTTP/1.1 request on its own connection; `source` binds the client address
-    (any 127.x.y.z works on loopback). `headers` is a dict, or a list of (name, value)
-    pairs to send a header more than once; `body` (bytes) goes with a POST, PUT or PATCH.
-    Returns (status, lower-case headers, body)."""
-    conn = http.client.HTTPConnection(
-        "127.0.0.1", port, timeout=timeout,
-        source_address=(source, 0) if source else None)
-    try:
-        pairs = list(headers.items() if isinstance(headers, dict) else headers or [])
-        names = {name.lower() for name, _ in pairs}
-        conn.putrequest(method, path, skip_host="host" in names,
-                        skip_accept_encoding="accept-encoding" in names)
-        if method in ("POST", "PUT", "PATCH") and "content-length" not in names:
-            pairs.append(("content-length", str(len(body))))  # as http.client's request() sends
-        for name, value in pairs:
-            conn.putheader(name, value)
-        conn.endheaders(body or None)
-        resp = conn.getresponse()
-        body = resp.read().decode(errors="replace")
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
-    finally:
-        conn.close()
 
 
 def redis_command(port, *args):
@@ -353,6 +329,10 @@ class Stack:
 
     def get(self, gateway=0, path="/", headers=None, **kw):
         return request(self.ports[gateway], path, headers, **kw)
+
+    def stream(self, gateway=0, path="/v1/chat/completions", body=None, headers=None, **kw):
+        """A request through a gateway, its response read as it arrives (`client.stream`)."""
+        return stream(self.ports[gateway], path, body, headers, **kw)
 
     def stats(self, gateway=0):
         """The filter's counters on one gateway: {"allowed": 3, "callouts": 3, ...}. The
