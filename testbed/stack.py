@@ -9,7 +9,6 @@ runs at interpreter exit, so nothing outlives the run.
 
 import atexit
 import copy
-import http.client
 import itertools
 import json
 import os
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import valkey
 import yaml
+
+from .client import request, stream  # `request` was defined here: the tests import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -68,31 +69,6 @@ def wait_for(what, ready, timeout=30.0, proc=None, log=None):
             last_error = e
         time.sleep(0.05)
     raise RuntimeError(f"{what} not ready after {timeout}s (last error: {last_error})")
-
-
-def request(port, path="/", headers=None, method="GET", source=None, timeout=10.0, body=b""):
-    """One HTTP/1.1 request on its own connection; `source` binds the client address
-    (any 127.x.y.z works on loopback). `headers` is a dict, or a list of (name, value)
-    pairs to send a header more than once; `body` (bytes) goes with a POST, PUT or PATCH.
-    Returns (status, lower-case headers, body)."""
-    conn = http.client.HTTPConnection(
-        "127.0.0.1", port, timeout=timeout,
-        source_address=(source, 0) if source else None)
-    try:
-        pairs = list(headers.items() if isinstance(headers, dict) else headers or [])
-        names = {name.lower() for name, _ in pairs}
-        conn.putrequest(method, path, skip_host="host" in names,
-                        skip_accept_encoding="accept-encoding" in names)
-        if method in ("POST", "PUT", "PATCH") and "content-length" not in names:
-            pairs.append(("content-length", str(len(body))))  # as http.client's request() sends
-        for name, value in pairs:
-            conn.putheader(name, value)
-        conn.endheaders(body or None)
-        resp = conn.getresponse()
-        body = resp.read().decode(errors="replace")
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
-    finally:
-        conn.close()
 
 
 def redis_command(port, *args):
@@ -189,12 +165,43 @@ def filter_resource(wasm_filter):
                            "name": FILTER_NAME, "typed_config": wasm_filter["typed_config"]}]}
 
 
+# A real upstream for the route (testbed/llm_upstream.py's, say) instead of envoy.yaml's
+# `direct_response`: slow streams must pass, so the route waits a minute for a whole
+# response and a minute of silence within it, and Envoy's circuit breakers (1,024
+# requests by default) stay out of the way of load tests, which the filter limits.
+UPSTREAM_TIMEOUT = "60s"
+
+
+def route_to_upstream(config, port):
+    """`config`'s route `upstream` sent to a cluster `upstream`: HTTP/1.1 on 127.0.0.1:`port`."""
+    routes = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    route = next(r for r in routes if r["name"] == "upstream")
+    route.pop("direct_response")
+    route["route"] = {"cluster": "upstream", "timeout": UPSTREAM_TIMEOUT,
+                      "idle_timeout": UPSTREAM_TIMEOUT}
+    many = {"max_connections": 100000, "max_pending_requests": 100000,
+            "max_requests": 100000, "max_retries": 3}
+    config["static_resources"]["clusters"].append({
+        "name": "upstream", "type": "STATIC", "connect_timeout": "1s",
+        "circuit_breakers": {"thresholds": [many]},
+        "load_assignment": {"cluster_name": "upstream", "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {
+                "address": "127.0.0.1", "port_value": port}}}}]}]},
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http_protocol_options": {}}}}})
+    return config
+
+
 def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
-                 filters_before=()):
+                 filters_before=(), upstream=None):
     """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
     `raw_paths` turns Envoy's own path normalization off (`normalize_path`,
     `merge_slashes`), so that the filter sees `:path` exactly as the client sent it.
-    `filters_before` are HTTP filters run before the wasm filter (e.g. `jwt_authn`)."""
+    `filters_before` are HTTP filters run before the wasm filter (e.g. `jwt_authn`).
+    `upstream` (a port) routes to a server there instead of envoy.yaml's stand-in."""
     config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
     config = copy.deepcopy(config)
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
@@ -212,7 +219,7 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
         if cluster["name"] == "ratelimit_bridge":
             endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
             endpoint["address"]["socket_address"]["port_value"] = bridge_port
-    return config
+    return config if upstream is None else route_to_upstream(config, upstream)
 
 
 def default_plugin():
@@ -251,10 +258,12 @@ def load_error(plugin):
 
 class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
-    `raw_paths` and `filters_before` as in `envoy_config` (not with `reloadable`)."""
+    `raw_paths`, `filters_before` and `upstream` as in `envoy_config` (the first two not
+    with `reloadable`)."""
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
-                 bridge_args=(), reloadable=False, filters_before=(), valkey_args=()):
+                 bridge_args=(), reloadable=False, filters_before=(), valkey_args=(),
+                 upstream=None):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -285,7 +294,7 @@ class Stack:
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
             config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths,
-                                  filters_before)
+                                  filters_before, upstream)
             if reloadable:
                 filters = config["static_resources"]["listeners"][0]["filter_chains"][0][
                     "filters"][0]["typed_config"]["http_filters"]
@@ -353,6 +362,10 @@ class Stack:
 
     def get(self, gateway=0, path="/", headers=None, **kw):
         return request(self.ports[gateway], path, headers, **kw)
+
+    def stream(self, gateway=0, path="/v1/chat/completions", body=None, headers=None, **kw):
+        """A request through a gateway, its response read as it arrives (`client.stream`)."""
+        return stream(self.ports[gateway], path, body, headers, **kw)
 
     def stats(self, gateway=0):
         """The filter's counters on one gateway: {"allowed": 3, "callouts": 3, ...}. The
