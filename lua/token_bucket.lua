@@ -5,12 +5,14 @@
 --
 -- KEYS     every rule's bucket, check after check (with a mode ending in '*', for a
 --          Redis Cluster node: only the first, which routes the call; the keys end ARGV)
--- ARGV     the mode ('check', 'refund', 'peek' or 'unblock'), S, 13 numbers per rule
---          shape (limit, block, lease, shadow, override), the checks as one byte string
---          (per check its rule count, then its rules' shapes), and with '*' the keys
+-- ARGV     the mode ('check', 'refund', 'peek', 'settle' or 'unblock'), S, 14 numbers per
+--          rule shape (limit, block, lease, shadow, override, debt), the checks as one byte
+--          string (per check its rule count, then its rules' shapes), with 'settle' the
+--          settlements' ids, and with '*' the keys
 -- Returns  one string of little-endian 64-bit integers: now_ms, then per rule tokens left,
---          ms until full, ms until the cost is available ('unblock': { now_ms, how many
---          were blocked })
+--          ms until full, ms until the cost is available ('settle': whether it applied,
+--          tokens left or owed, tokens taken on credit; 'unblock': { now_ms, how many were
+--          blocked })
 -- In full (every argument, the reply's codes, how a bucket is stored, the bounds that keep
 -- the arithmetic exact): docs/token-bucket.md; protocol/src/script.rs lays out the calls.
 
@@ -19,6 +21,7 @@
 local ARGV, call, pcall, tonumber, type = ARGV, redis.call, redis.pcall, tonumber, type
 local floor, byte, sub, find, rep = math.floor, string.byte, string.sub, string.find, string.rep
 local pack, unpack_bucket, match = struct.pack, struct.unpack, string.match
+local gmatch = string.gmatch
 
 -- A key must never vanish before its bucket is full: a missing key reads as full, so that
 -- would admit too much. The script's TIME is the server's snapshot of the command's start,
@@ -26,6 +29,11 @@ local pack, unpack_bucket, match = struct.pack, struct.unpack, string.match
 -- up to 8). A second of slack covers that; a key read after its bucket is full is still
 -- exact (the level clamps at capacity), it only lives a little longer.
 local EXPIRY_SLACK_MS = 1000
+-- How long a settlement's id is remembered, so that one sent again (its reply lost with a
+-- bridge that restarted) is never applied twice: well past the filter's retries.
+local SETTLED_MEMORY_MS = 120000
+-- A level below this is no level this script wrote (levels stay above -2^53).
+local LOWEST = -9007199254740992
 
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
@@ -56,15 +64,18 @@ if mode == 'unblock' then
 end
 
 -- Numbers per shape in ARGV.
-local W = 13
+local W = 14
 local nshapes = tonumber(ARGV[2])
-local nkeys = spread and #ARGV - 3 - W * nshapes or #KEYS
+local settle = mode == 'settle'
+-- With 'settle', the ids follow the layout: one argument more before the keys.
+local ids = settle and 1 or 0
+local nkeys = spread and #ARGV - 3 - ids - W * nshapes or #KEYS
 -- The callers' bound (MAX_KEYS_PER_CALL in the protocol crate): past a few thousand keys
 -- the unpacks below overflow Lua's C stack, some of them after buckets were written.
 if nkeys > 1024 then
   return redis.error_reply('token_bucket: ' .. nkeys .. ' keys in one call, at most 1024')
 end
-local KEYS = spread and { unpack(ARGV, 4 + W * nshapes) } or KEYS
+local KEYS = spread and { unpack(ARGV, 4 + ids + W * nshapes) } or KEYS
 
 -- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
 -- the nil ones tells them apart (rarely needed past it), so no hash, list or set that
@@ -102,10 +113,12 @@ local refund, peek = mode == 'refund', mode == 'peek'
 -- Shape s is sh[14s-13 .. 14s]: capacity in units, num, den, the cost in units, then after,
 -- within and for (0 0 0: the rule never blocks), the lease in tokens, shadow (0 or 1),
 -- then the override's capacity in its units, num, den, the cost in its units, and until
--- (0: no override).
-local sh = {}
+-- (0: no override). With 'settle' the cost is what the settlement takes (below 0: gives
+-- back), and debt[s] how many tokens below 0 it may take the bucket.
+local sh, debt = {}, {}
 for s = 1, nshapes do
-  local a, b = W * s - 10, 14 * s - 13
+  local a, b = W * s - 11, 14 * s - 13
+  debt[s] = tonumber(ARGV[a + 13])
   local den, cost, oden = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 11])
   sh[b], sh[b + 1], sh[b + 2], sh[b + 3] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1]), den, cost * den
   sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
@@ -121,8 +134,8 @@ end
 -- what a missing key reads as, so the key is deleted rather than written); then
 -- when its count of denials began st[k-2], the count st[k-1], and when its block ends
 -- st[k]. A missing key reads as infinitely many units, which every rule clamps to its
--- capacity; a key holding a value this script did not write reads as -1 units and is
--- never written.
+-- capacity; a key holding a value this script did not write is foreign (bad[f]) and is
+-- never written. A level below 0 is a metered rule's debt (see 'settle').
 -- Keys whose value holds a count of denials or a block (blocks[f]); keys where a denial
 -- was counted (counted[f]); with 'peek', each key's level now before this call took
 -- anything (base[f]), as a peek persists the counts of denials only, never what it took.
@@ -131,14 +144,28 @@ end
 -- time ov[k4-2], and when its override ends ov[k4] (nil: none); with 'peek', its level
 -- before this call took anything (obase[f]); fresh[f] when this call started it, which is
 -- written even by a denial (or a client denied from the start would never refill it).
-local first, st, blocks, counted, base, dn = {}, {}, {}, {}, {}, {}
+local first, st, blocks, counted, base, dn, bad = {}, {}, {}, {}, {}, {}, {}
 local ov, obase, fresh = {}, {}, nil
 local out, o = { now }, 1
 local layout = { byte(ARGV[3 + W * nshapes] or '', 1, -1) }
-local r, a, nlayout = 0, 1, #layout
+local settlements = {}
+if settle then
+  for id in gmatch(ARGV[4 + W * nshapes] or '', '%S+') do settlements[#settlements + 1] = id end
+end
+local r, a, nlayout, nth = 0, 1, #layout, 0
+if settle then
+  -- One id per settlement, or none is applied: a marker written for the wrong one would
+  -- make a later settlement look like one already applied.
+  local parts, p = 0, 1
+  while p <= nlayout do parts, p = parts + 1, p + layout[p] + 1 end
+  if parts ~= #settlements then
+    return redis.error_reply('token_bucket: ' .. #settlements .. ' ids for ' .. parts .. ' settlements')
+  end
+end
 while a <= nlayout do
   local n = layout[a]
   local admitted, foreign = true, false
+  nth = nth + 1
   -- First pass: every rule's level now, parked in its three output slots.
   for i = 1, n do
     local key = KEYS[r + i]
@@ -153,44 +180,44 @@ while a <= nlayout do
         if len == 25 and tag == 3 then
           local _, su, sa, sn = unpack_bucket('<Bddd', v)
           -- NaN fails every test: only sane levels, times and units are trusted.
-          if su >= 0 and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else u = -1 end
+          if su > LOWEST and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else bad[f] = true end
         elseif len == 49 and tag == 2 then
           local _, su, sa, sn, sf, sd, sb = unpack_bucket('<Bdddddd', v)
-          if su >= 0 and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
+          if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
             u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
           else
-            u = -1
+            bad[f] = true
           end
         elseif len == 81 and tag == 4 then
           local _, su, sa, sn, sf, sd, sb, ou, oa, on, oe = unpack_bucket('<Bdddddddddd', v)
-          if su >= 0 and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0
-            and ou >= 0 and oa >= 0 and on >= 1 and oe >= 0 then
+          if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0
+            and ou > LOWEST and oa >= 0 and on >= 1 and oe >= 0 then
             u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
             local k4 = 4 * f
             ov[k4 - 3], ov[k4 - 2], ov[k4 - 1], ov[k4] = ou, oa, on, oe
           else
-            u = -1
+            bad[f] = true
           end
         elseif len == 17 and tag == 1 then
           local _, su, sa = unpack_bucket('<Bdd', v)
-          if su >= 0 and sa >= 0 then u, when = su, sa else u = -1 end
+          if su >= 0 and sa >= 0 then u, when = su, sa else bad[f] = true end
         else
           local su, sa = match(v, '^(%d+) (%d+)$')
-          if su then u, when = tonumber(su), tonumber(sa) else u = -1 end
+          if su then u, when = tonumber(su), tonumber(sa) else bad[f] = true end
         end
       elseif alien and alien[key] then
-        u = -1
+        bad[f] = true
       end
       local k = 6 * f
       st[k - 5], st[k - 4], st[k - 2], st[k - 1], st[k] = u, when, since, denials, blocked
     end
     local k = 6 * f
-    if st[k - 5] < 0 then foreign = true end
+    if bad[f] then foreign = true end
     local s14 = 14 * layout[a + i]
     local d, sd = sh[s14 - 11], dn[f]
     if sd ~= d then
       -- Units of another limit: the same tokens in this rule's units, rounded down.
-      if sd and st[k - 5] > 0 then
+      if sd and st[k - 5] ~= 0 then
         st[k - 5] = floor(st[k - 5] * d / sd)
         if base[f] then base[f] = floor(base[f] * d / sd) end
       end
@@ -258,8 +285,33 @@ while a <= nlayout do
       if ends > 0 then
         x, xc, xrate, xd, xneed = ov[k4 - 3], sh[s14 - 4], sh[s14 - 3], sh[s14 - 2], sh[s14 - 1]
       end
-      local wait, shadowed = 0, false
-      if refund then
+      local wait, shadowed, applied, borrowed = 0, false, false, 0
+      if settle then
+        -- The id's marker shares the bucket's hash slot (its hash tag is the whole key, and
+        -- a key never holds a brace): SET NX applies a settlement once, however often sent.
+        local key = KEYS[r + i]
+        applied = call('SET', key .. '{' .. key .. '}' .. settlements[nth], '1', 'NX', 'PX',
+          SETTLED_MEMORY_MS) ~= false
+        if applied then
+          -- Extra usage is taken even past 0, down to the debt bound (never raising a
+          -- bucket already below it); unused tokens go back, up to the capacity.
+          local before, lowest = x, -debt[s14 / 14] * xd
+          x = x - xneed
+          if x > xc then x = xc end
+          if xneed > 0 then
+            if x < lowest then x = lowest end
+            if x > before then x = before end
+            local held = before > 0 and before or 0
+            if before - x > held then borrowed = floor((before - x - held) / xd) end
+          end
+          if ends > 0 then
+            local was = l
+            l = l - need
+            if l > c then l = c end
+            if need > 0 and l < 0 then l = was < 0 and was or 0 end
+          end
+        end
+      elseif refund then
         -- Under an override the rule's bucket gets the cost back as well: it may have been
         -- charged less (at 0), so it may gain up to the cost, never more.
         x = x + xneed
@@ -277,9 +329,11 @@ while a <= nlayout do
         x = x - xneed
         local lease = sh[s14 - 6]
         if ends > 0 then
-          -- The rule's bucket pays what its override admits, down to 0: it never denies.
+          -- The rule's bucket pays what its override admits, down to 0 (or a debt it had):
+          -- it never denies.
+          local was = l
           l = l - need
-          if l < 0 then l = 0 end
+          if l < 0 then l = was < 0 and was or 0 end
         elseif lease > 0 and not peek then
           local g = floor(x / d)
           if g * d > x then g = g - 1 end
@@ -307,7 +361,7 @@ while a <= nlayout do
       if ends == 0 then l = x end
       local full = floor((xc - x) / xrate)
       if full * xrate < xc - x then full = full + 1 end
-      local write = refund or admitted or (fresh and fresh[f] and not peek)
+      local write = applied or (not settle and (refund or admitted or (fresh and fresh[f] and not peek)))
       if wait > 0 and after > 0 and not blocked and not shadowed then
         -- One more denial of this client: a new count once the last one's window is over.
         if now - st[k - 2] >= sh[s14 - 8] then
@@ -346,13 +400,18 @@ while a <= nlayout do
         st[k - 5], st[k - 4], st[k - 3] = l, now, keep > now and keep + EXPIRY_SLACK_MS
         blocks[f] = after > 0 or nil
       end
-      if blocked then
+      if settle then
+        local whole = floor(x / xd)
+        out[slot - 2], out[slot - 1], out[slot] = applied and 1 or 0, whole, borrowed
+      elseif blocked then
         out[slot - 2], out[slot - 1], out[slot] = -2, full, st[k] - now
       elseif shadowed then
         out[slot - 2], out[slot - 1], out[slot] = -3, full, wait
       else
+        -- A bucket in debt has 0 left: a negative count would read as one of the codes.
         local whole = floor(x / xd)
         if whole * xd > x then whole = whole - 1 end
+        if whole < 0 then whole = 0 end
         out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
       end
     end

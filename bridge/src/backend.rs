@@ -334,7 +334,7 @@ impl Backend {
             Err(e) => return fail(CallError::Failed(format!("redis: {e}"))),
         };
         let decoded =
-            script::integers(&packed).and_then(|v| script::decode(&v, rules.iter().sum()));
+            script::integers(&packed).and_then(|v| script::decode(mode, &v, rules.iter().sum()));
         let (now, outcomes) = match decoded {
             Ok(decoded) => decoded,
             Err(e) => return fail(CallError::Failed(e)),

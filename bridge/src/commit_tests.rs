@@ -27,11 +27,8 @@ impl Caller for Fake {
                     .map(|r| {
                         Some(RuleOutcome {
                             allowed: true,
-                            blocked: false,
                             remaining: r.key[1..].parse().unwrap(),
-                            full_ms: 0,
-                            wait_ms: 0,
-                            leased: 0,
+                            ..RuleOutcome::default()
                         })
                     })
                     .collect();

@@ -205,6 +205,13 @@ impl Store {
         self.each_node(Mode::Refund, returns).await
     }
 
+    /// Applies metered rules' settlements, node by node, in the script's `settle` mode: each
+    /// bucket on its own, once per settlement id however often it comes; one outcome per
+    /// settlement.
+    pub async fn settle_all(&self, settlements: &[Check]) -> Vec<CheckOutcome> {
+        self.each_node(Mode::Settle, settlements).await
+    }
+
     /// Runs one check atomically (a batch of one).
     pub async fn check(&self, check: &Check) -> CheckOutcome {
         self.check_all(std::slice::from_ref(check))

@@ -120,6 +120,8 @@ impl Tally {
                             full_ms: 0,
                             wait_ms: 0,
                             leased: 0,
+                            owed: 0,
+                            borrowed: 0,
                         }),
                         outcome => outcome,
                     })

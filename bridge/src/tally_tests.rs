@@ -12,6 +12,8 @@ fn outcome(allowed: bool) -> ScriptOutcome {
         full_ms: 1,
         wait_ms: u64::from(!allowed),
         leased: 0,
+        owed: 0,
+        borrowed: 0,
     })
 }
 

@@ -75,6 +75,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
         shadow: rule.shadow,
         overridden: None,
+        settle: None,
     };
     Ok((rule.name.clone(), spec))
 }

@@ -5,7 +5,7 @@ use crate::check::{Check, CheckOutcome};
 use crate::metrics::{Failure, Outcome, Transport};
 use crate::store::Store;
 pub use ratelimit_protocol::MAX_BODY;
-use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line};
+use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line, LineKind};
 use std::time::Instant;
 
 /// Where a line of the batch went.
@@ -14,16 +14,18 @@ enum Place {
     Refused(String),
     Checked,
     Returned,
+    Settled,
 }
 
 /// Answers one batch: every readable line whose keys lie in the store's keyspace is run
-/// (the checks together, in order; the lease returns together); any other line is refused
-/// alone (`?`, which the filter never holds against the backend). A check's rule with an
-/// active override is run under the override (`overrides`). A lease return is not: it
-/// returns a lease's tokens, which only the rule's own bucket gives (no lease is taken
-/// under an override), so they go back there. The error is for a body that is no batch at
-/// all. The metrics count the exchange (by `transport`) and each check's outcome; a refused
-/// line counts as a refused check, whether it was a check or a lease return.
+/// (the checks together, in order; the lease returns together; the settlements together);
+/// any other line is refused alone (`?`, which the filter never holds against the backend).
+/// A check's rule with an active override is run under the override (`overrides`), and so
+/// is a settlement's, which corrects what a check took. A lease return is not: it returns
+/// a lease's tokens, which only the rule's own bucket gives (no lease is taken under an
+/// override), so they go back there. The error is for a body that is no batch at all. The
+/// metrics count the exchange (by `transport`) and each check's outcome; a refused line
+/// counts as a refused check, whatever its kind.
 pub async fn answer(
     store: &Store,
     transport: Transport,
@@ -36,38 +38,35 @@ pub async fn answer(
     let lines = parse_batch(body).inspect_err(|_| metrics.failure(Failure::BadBatch))?;
     let mut checks: Vec<Check> = Vec::new();
     let mut returns: Vec<Check> = Vec::new();
+    let mut settlements: Vec<Check> = Vec::new();
     let mut places = Vec::new();
     let overrides = store.overrides().table();
     for line in lines {
         let line = line.and_then(|mut line| match store.keyspace().refusal(&line.rules) {
             Some(reason) => Err(reason),
             None => {
-                if !line.lease_return {
+                if line.kind != LineKind::LeaseReturn {
                     overrides.apply(&mut line.rules);
                 }
                 Ok(line)
             }
         });
         places.push(match line {
-            Ok(Line {
-                lease_return: false,
-                rules,
-            }) => {
-                checks.push(rules);
-                Place::Checked
-            }
-            Ok(Line {
-                lease_return: true,
-                rules,
-            }) => {
-                returns.push(rules);
-                Place::Returned
+            Ok(Line { kind, rules }) => {
+                let (lines, place) = match kind {
+                    LineKind::Check => (&mut checks, Place::Checked),
+                    LineKind::LeaseReturn => (&mut returns, Place::Returned),
+                    LineKind::Settlement => (&mut settlements, Place::Settled),
+                };
+                lines.push(rules);
+                place
             }
             Err(reason) => Place::Refused(reason),
         });
     }
     let mut checked = store.check_all(&checks).await.into_iter();
     let mut returned = store.return_leases(&returns).await.into_iter();
+    let mut settled = store.settle_all(&settlements).await.into_iter();
     let results: Vec<CheckResult> = places
         .into_iter()
         .map(|place| {
@@ -79,6 +78,15 @@ pub async fn answer(
                 Place::Checked => ran(checked.next()),
                 // Not a check: `script_calls_total{mode="refund"}` counts its script calls.
                 Place::Returned => return ran(returned.next()),
+                // Nor is a settlement (`mode="settle"`).
+                Place::Settled => {
+                    return match ran(settled.next()) {
+                        CheckResult::Checked { now_ms, rules } => {
+                            CheckResult::Settled { now_ms, rules }
+                        }
+                        other => other,
+                    }
+                }
             };
             metrics.check(counted_as(&result));
             result
@@ -105,6 +113,7 @@ fn counted_as(result: &CheckResult) -> Outcome {
     match result {
         CheckResult::Checked { rules, .. } if rules.iter().all(|r| r.allowed) => Outcome::Allowed,
         CheckResult::Checked { .. } => Outcome::Denied,
+        CheckResult::Settled { .. } => Outcome::Allowed,
         CheckResult::Failed(_) => Outcome::Failed,
         CheckResult::Refused(_) => Outcome::Refused,
     }

@@ -137,6 +137,11 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             r#"{"rules": [{"block": {"zz": 1}}]}"#,
         ),
         (
+            "a meter",
+            "/definitions/meter/properties",
+            r#"{"rules": [{"meter": {"zz": 1}}]}"#,
+        ),
+        (
             "a lease",
             "/definitions/lease/properties",
             r#"{"rules": [{"lease": {"zz": 1}}]}"#,

@@ -24,6 +24,7 @@
 //! - `scope`: Higress's `matchRules` (`_rules_`): what each entry matches.
 //! - `block`: a rule's `block`, blocking repeat offenders.
 //! - `lease`: a rule's `lease` of a hot bucket's tokens.
+//! - `meter`: a rule's `meter`: a cost read from the response, reserved, then settled.
 //! - `options`: the plugin-wide options: shadow mode, the failure mode, headers, the
 //!   circuit breaker, the deny cache's size.
 //! - `rule`: one rule, validated against the configuration's identities.
@@ -42,6 +43,7 @@ pub mod lease;
 pub mod limit;
 pub mod loading;
 pub mod matcher;
+pub mod meter;
 pub mod options;
 pub mod path;
 pub mod rule;

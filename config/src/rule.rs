@@ -9,6 +9,7 @@ use crate::keys::validate_name;
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
 use crate::matcher::{Matcher, RawMatch};
+use crate::meter::{MeterPolicy, RawMeter};
 use crate::options::Mode;
 use crate::source::{Identity, Missing};
 use serde::Deserialize;
@@ -23,20 +24,16 @@ pub(crate) struct RawRule {
     #[serde(default, rename = "match")]
     matcher: RawMatch,
     limit: RawLimit,
-    #[serde(default = "default_cost")]
-    cost: u64,
+    cost: Option<u64>,
     #[serde(default)]
     tiers: BTreeMap<String, RawLimit>,
     #[serde(default = "default_tier_identity")]
     tier_identity: String,
     block: Option<RawBlock>,
     lease: Option<RawLease>,
+    meter: Option<RawMeter>,
     mode: Option<Mode>,
     missing: Option<Missing>,
-}
-
-fn default_cost() -> u64 {
-    1
 }
 
 fn default_tier_identity() -> String {
@@ -54,7 +51,8 @@ pub struct Rule {
     pub missing: Vec<Missing>,
     pub matcher: Matcher,
     pub limit: Limit,
-    /// Tokens one request takes.
+    /// Tokens one request takes (a metered rule's: what it reserves unless the request
+    /// asks for another reservation).
     pub cost: u64,
     /// Index of the identity whose value selects a tier, when the rule has tiers.
     pub tier_identity: Option<usize>,
@@ -64,6 +62,8 @@ pub struct Rule {
     pub block: Option<BlockPolicy>,
     /// Lease tokens of a hot bucket to the worker.
     pub lease: Option<LeasePolicy>,
+    /// A cost read from the response, reserved at the check and settled at its end.
+    pub meter: Option<MeterPolicy>,
     /// Shadow mode (the rule's or the whole plugin's): never denies.
     pub shadow: bool,
     /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
@@ -121,18 +121,42 @@ impl RawRule {
             .map(|&id| self.missing.or(of_identity(id)).unwrap_or_default())
             .collect();
         let matcher = self.matcher.validate(&format!("{field}.match"))?;
-        if self.cost == 0 {
+        if self.cost == Some(0) {
             return err(format!("{field}.cost"), "must be at least 1");
         }
-        let limit = self.limit.validate(&format!("{field}.limit"), self.cost)?;
+        if self.meter.is_some() && self.cost.is_some() {
+            return err(
+                format!("{field}.cost"),
+                "a metered rule's cost is what its response measures: give the meter a                  reserve instead",
+            );
+        }
+        if self.meter.is_some() && self.lease.is_some() {
+            return err(
+                format!("{field}.lease"),
+                "a metered rule takes no lease: each request's reservation is settled on its                  own",
+            );
+        }
+        // A meter's reservations are checked against the limits once they are known.
+        let cost = self.cost.unwrap_or(1);
+        let limit = self.limit.validate(&format!("{field}.limit"), cost)?;
         let mut tiers = Vec::with_capacity(self.tiers.len());
         for (tier, raw) in self.tiers {
             validate_name(&format!("{field}.tiers"), &tier)?;
             tiers.push((
                 tier.clone(),
-                raw.validate(&format!("{field}.tiers.{tier}"), self.cost)?,
+                raw.validate(&format!("{field}.tiers.{tier}"), cost)?,
             ));
         }
+        let meter = match self.meter {
+            Some(raw) => Some(raw.validate(&format!("{field}.meter"), &limit)?),
+            None => None,
+        };
+        if let Some(meter) = &meter {
+            for (tier, limit) in &tiers {
+                meter.fits(&format!("{field}.tiers.{tier}"), limit)?;
+            }
+        }
+        let cost = meter.as_ref().map_or(cost, |m| m.reserve);
         let tier_identity = if tiers.is_empty() {
             None
         } else {
@@ -173,11 +197,12 @@ impl RawRule {
             missing,
             matcher,
             limit,
-            cost: self.cost,
+            cost,
             tier_identity,
             tiers,
             block,
             lease,
+            meter,
             shadow,
             scope: None,
         })

@@ -8,7 +8,7 @@ use ratelimit_config::config::Config;
 use ratelimit_filter::request::rules::{plan, PlannedRule};
 use ratelimit_filter::wire::encode_check;
 use ratelimit_fuzz::Request;
-use ratelimit_protocol::{key, parse_batch, Line, RuleSpec};
+use ratelimit_protocol::{key, parse_batch, Line, LineKind, RuleSpec};
 
 fuzz_target!(|data: &[u8]| {
     // The configuration, then after a NUL (which JSON never holds) the request.
@@ -50,10 +50,11 @@ fuzz_target!(|data: &[u8]| {
             block: p.block,
             shadow: p.shadow,
             overridden: None,
+            settle: None,
         })
         .collect();
     let sent = Line {
-        lease_return: false,
+        kind: LineKind::Check,
         rules: sent,
     };
     assert_eq!(parse_batch(line.as_bytes()), Ok(vec![Ok(sent)]), "{line}");

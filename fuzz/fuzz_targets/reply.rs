@@ -38,6 +38,8 @@ fn result((kind, now_ms, rules, reason): Item) -> CheckResult {
                         full_ms,
                         wait_ms,
                         leased: 0,
+                        owed: 0,
+                        borrowed: 0,
                     },
                 )
                 .collect(),

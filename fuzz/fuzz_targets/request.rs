@@ -5,7 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_protocol::{
-    encode_rule, end_check, parse_batch, start_lease_return, MAX_CHECKS, MAX_RULES,
+    encode_rule, end_check, parse_batch, start_lease_return, start_settlement, LineKind,
+    MAX_CHECKS, MAX_RULES,
 };
 
 fuzz_target!(|body: &[u8]| {
@@ -17,8 +18,13 @@ fuzz_target!(|body: &[u8]| {
         let rules = &parsed.rules;
         assert!(!rules.is_empty() && rules.len() <= MAX_RULES);
         let mut line = String::new();
-        if parsed.lease_return {
-            start_lease_return(&mut line);
+        match parsed.kind {
+            LineKind::Check => {}
+            LineKind::LeaseReturn => start_lease_return(&mut line),
+            LineKind::Settlement => {
+                let id = rules.first().and_then(|r| r.settle.as_ref()).map(|s| &s.id);
+                start_settlement(&mut line, id.map_or("", String::as_str));
+            }
         }
         for (i, r) in rules.iter().enumerate() {
             encode_rule(&mut line, i == 0, r.spec_ref());

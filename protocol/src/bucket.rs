@@ -86,6 +86,8 @@ impl Shape {
             full_ms: saturate(self.capacity.saturating_sub(left).div_ceil(self.num)),
             wait_ms: saturate(wait),
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         };
         (left, result)
     }

@@ -78,8 +78,9 @@ pub use bucket::{gcd, Level, Shape};
 pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
-    encode_rule, end_check, parse_batch, start_lease_return, BadBatch, Block, Line, Overridden,
-    RuleSpec, RuleSpecRef, LEASE_RETURN_MARK,
+    encode_rule, end_check, parse_batch, start_lease_return, start_settlement, valid_settlement_id,
+    BadBatch, Block, Line, LineKind, Overridden, RuleSpec, RuleSpecRef, Settle, LEASE_RETURN_MARK,
+    MAX_SETTLEMENT_ID_LEN, SETTLEMENT_MARK,
 };
 pub use stream::{split_message, stream_message};
 

@@ -5,7 +5,7 @@ use crate::bounds::{MAX_REASON_LEN, MAX_REPLY_LEN};
 use crate::number::push_u64;
 
 /// The outcome of one rule of a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuleResult {
     pub allowed: bool,
     /// The bucket's client is blocked (`wait_ms`: until the block ends); never allowed.
@@ -18,6 +18,10 @@ pub struct RuleResult {
     pub wait_ms: u64,
     /// Tokens taken beyond the cost, as a lease the check asked for.
     pub leased: u64,
+    /// A settlement's only: tokens the bucket owes (a metered rule's debt).
+    pub owed: u64,
+    /// A settlement's only: tokens it took beyond what the bucket held.
+    pub borrowed: u64,
 }
 
 /// The outcome of one check.
@@ -25,6 +29,9 @@ pub struct RuleResult {
 pub enum CheckResult {
     /// Redis's clock at the check (ms since the epoch) and one result per rule.
     Checked { now_ms: u64, rules: Vec<RuleResult> },
+    /// A settlement applied (or found applied before), with what each bucket holds or
+    /// owes now (`remaining`, `owed`, `borrowed`).
+    Settled { now_ms: u64, rules: Vec<RuleResult> },
     /// The bridge could not run this check (Redis failed): a backend failure.
     Failed(String),
     /// The bridge would not run this check (a line it cannot read, a key outside its
@@ -53,6 +60,16 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
                     if r.leased > 0 {
                         out.push(',');
                         push_u64(out, r.leased);
+                    }
+                }
+            }
+            CheckResult::Settled { now_ms, rules } => {
+                push_u64(out, *now_ms);
+                for r in rules {
+                    out.push_str(" s");
+                    for n in [r.remaining, r.owed, r.borrowed] {
+                        out.push(',');
+                        push_u64(out, n);
                     }
                 }
             }
@@ -126,12 +143,27 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     let mut fields = line.as_bytes().split(|&b| b == b' ');
     let now_ms = number(fields.next())?;
     let mut rules = Vec::with_capacity(expected);
+    let mut settled = 0;
     for field in fields {
         let mut parts = field.split(|&b| b == b',');
         let (allowed, blocked) = match parts.next() {
             Some(b"1") => (true, false),
             Some(b"0") => (false, false),
             Some(b"b") => (false, true),
+            Some(b"s") => {
+                settled += 1;
+                rules.push(RuleResult {
+                    allowed: true,
+                    remaining: number(parts.next())?,
+                    owed: number(parts.next())?,
+                    borrowed: number(parts.next())?,
+                    ..RuleResult::default()
+                });
+                if parts.next().is_some() {
+                    return Err(BadReply("rule result has extra fields"));
+                }
+                continue;
+            }
             _ => return Err(BadReply("rule result lacks an allowed flag")),
         };
         let result = RuleResult {
@@ -141,6 +173,7 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
             full_ms: number(parts.next())?,
             wait_ms: number(parts.next())?,
             leased: parts.next().map_or(Ok(0), |f| number(Some(f)))?,
+            ..RuleResult::default()
         };
         if parts.next().is_some() || (result.leased > 0 && !allowed) {
             return Err(BadReply("rule result has extra fields"));
@@ -150,7 +183,11 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     if rules.len() != expected {
         return Err(BadReply("reply answers a different number of rules"));
     }
-    Ok(CheckResult::Checked { now_ms, rules })
+    match settled {
+        0 => Ok(CheckResult::Checked { now_ms, rules }),
+        n if n == rules.len() => Ok(CheckResult::Settled { now_ms, rules }),
+        _ => Err(BadReply("a reply line mixes a settlement and a check")),
+    }
 }
 
 fn number(field: Option<&[u8]>) -> Result<u64, BadReply> {
@@ -172,6 +209,8 @@ mod tests {
         full_ms: 6000,
         wait_ms: 0,
         leased: 0,
+        owed: 0,
+        borrowed: 0,
     };
     const NO: RuleResult = RuleResult {
         allowed: false,
@@ -180,6 +219,8 @@ mod tests {
         full_ms: 100,
         wait_ms: 40,
         leased: 0,
+        owed: 0,
+        borrowed: 0,
     };
 
     #[test]
@@ -258,6 +299,8 @@ mod tests {
             full_ms: u64::MAX,
             wait_ms: u64::MAX,
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         };
         let full = CheckResult::Checked {
             now_ms: u64::MAX,

@@ -29,6 +29,21 @@ pub struct RuleSpec {
     /// The emergency override in force for this bucket, which the bridge adds (never on
     /// the wire): its own bucket decides instead of this one.
     pub overridden: Option<Overridden>,
+    /// On a settlement's line (then `cost` and `lease` are 0): what it does to the bucket.
+    pub settle: Option<Settle>,
+}
+
+/// A metered rule's settlement on one bucket: the usage its response measured minus what
+/// its check reserved, applied once (`id`) however often it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Settle {
+    /// Tokens taken (extra usage; taken even past 0, down to `-debt`) or, below 0, given
+    /// back (an unused reservation, up to the capacity).
+    pub delta: i64,
+    /// How many tokens below 0 the bucket may go.
+    pub debt: u64,
+    /// The settlement's id, the same on each of its rules (`valid_settlement_id`).
+    pub id: String,
 }
 
 /// An emergency override's bucket on a rule (`bridge/src/overrides.rs` puts it there,
@@ -47,12 +62,22 @@ pub struct Overridden {
     pub until_ms: u64,
 }
 
-/// One line of a batch: a check (take each rule's cost, all or nothing), or the return of
-/// tokens a lease did not use (`+ ` before the rules: give each rule's cost back).
+/// One line of a batch: its kind, then its rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
-    pub lease_return: bool,
+    pub kind: LineKind,
     pub rules: Vec<RuleSpec>,
+}
+
+/// What a line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineKind {
+    /// Take each rule's cost, all or nothing.
+    Check,
+    /// Give each rule's cost back: tokens a lease did not use (`+ ` before the rules).
+    LeaseReturn,
+    /// Apply each rule's `settle` (`= ID ` before the rules): each bucket on its own, once.
+    Settlement,
 }
 
 /// A rule's automatic block: a client denied `after` times within `within_ms` (counted
@@ -78,6 +103,7 @@ pub struct RuleSpecRef<'a> {
     pub lease: u64,
     pub block: Option<Block>,
     pub shadow: bool,
+    pub settle: Option<&'a Settle>,
 }
 
 impl RuleSpec {
@@ -93,6 +119,7 @@ impl RuleSpec {
             block: None,
             shadow: false,
             overridden: None,
+            settle: None,
         }
     }
 
@@ -107,6 +134,7 @@ impl RuleSpec {
             lease: self.lease,
             block: self.block,
             shadow: self.shadow,
+            settle: self.settle.as_ref(),
         }
     }
 }
@@ -119,10 +147,32 @@ pub fn start_lease_return(body: &mut String) {
     body.push_str(LEASE_RETURN_MARK);
 }
 
+/// How a settlement's line starts, its id and a space following.
+pub const SETTLEMENT_MARK: &str = "= ";
+
+/// Most bytes of a settlement's id.
+pub const MAX_SETTLEMENT_ID_LEN: usize = 64;
+
+/// Whether `id` may name a settlement: 1 to 64 ASCII letters, digits, `-` or `_` (the
+/// script keeps it beside the bucket's key, space-separated from the others).
+pub fn valid_settlement_id(id: &str) -> bool {
+    (1..=MAX_SETTLEMENT_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Starts a settlement's line (see `Line`); its rules follow, each with its `settle`.
+pub fn start_settlement(body: &mut String, id: &str) {
+    body.push_str(SETTLEMENT_MARK);
+    body.push_str(id);
+    body.push(' ');
+}
+
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
-/// lease, then `,after,within_ms,for_ms` for a rule that blocks); rules of a line are
-/// separated by a space.
+/// lease, or for a settlement `delta,debt` in its place, then `,after,within_ms,for_ms`
+/// for a rule that blocks); rules of a line are separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
@@ -131,9 +181,20 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
         body.push('~');
     }
     body.push_str(rule.key);
-    for n in [rule.burst, rule.num, rule.den, rule.cost] {
+    for n in [rule.burst, rule.num, rule.den] {
         body.push(',');
         push_u64(body, n);
+    }
+    body.push(',');
+    if let Some(settle) = rule.settle {
+        if settle.delta < 0 {
+            body.push('-');
+        }
+        push_u64(body, settle.delta.unsigned_abs());
+        body.push(',');
+        push_u64(body, settle.debt);
+    } else {
+        push_u64(body, rule.cost);
     }
     if rule.lease > 0 {
         body.push('+');
@@ -173,19 +234,7 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
         if checks.len() == MAX_CHECKS {
             return Err(BadBatch(format!("more than {MAX_CHECKS} checks")));
         }
-        let (lease_return, rules) = match line.strip_prefix(LEASE_RETURN_MARK) {
-            Some(rules) => (true, rules),
-            None => (false, line),
-        };
-        let parsed = parse_check(rules).and_then(|rules| {
-            if lease_return && rules.iter().any(|r| r.lease > 0) {
-                return Err("a refund takes no lease".into());
-            }
-            Ok(Line {
-                lease_return,
-                rules,
-            })
-        });
+        let parsed = parse_line(line);
         checks.push(parsed.map_err(|e| format!("check {}: {e}", n + 1)));
     }
     if checks.is_empty() {
@@ -194,13 +243,42 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<Result<Line, String>>, BadBatch> {
     Ok(checks)
 }
 
-fn parse_check(line: &str) -> Result<Vec<RuleSpec>, String> {
+fn parse_line(line: &str) -> Result<Line, String> {
+    if let Some(rules) = line.strip_prefix(LEASE_RETURN_MARK) {
+        let rules = parse_rules(rules, None)?;
+        if rules.iter().any(|r| r.lease > 0) {
+            return Err("a refund takes no lease".into());
+        }
+        return Ok(Line {
+            kind: LineKind::LeaseReturn,
+            rules,
+        });
+    }
+    if let Some(rest) = line.strip_prefix(SETTLEMENT_MARK) {
+        let (id, rules) = rest.split_once(' ').unwrap_or((rest, ""));
+        if !valid_settlement_id(id) {
+            let shown: String = id.chars().take(MAX_SETTLEMENT_ID_LEN).collect();
+            return Err(format!("bad settlement id {shown:?}"));
+        }
+        return Ok(Line {
+            kind: LineKind::Settlement,
+            rules: parse_rules(rules, Some(id))?,
+        });
+    }
+    Ok(Line {
+        kind: LineKind::Check,
+        rules: parse_rules(line, None)?,
+    })
+}
+
+/// The rules of a line; `settlement`: the id of the settlement they belong to.
+fn parse_rules(line: &str, settlement: Option<&str>) -> Result<Vec<RuleSpec>, String> {
     let mut rules: Vec<RuleSpec> = Vec::new();
     for field in split::split(line, b' ') {
         if rules.len() == MAX_RULES {
             return Err(format!("more than {MAX_RULES} rules"));
         }
-        let rule = parse_rule(field)?;
+        let rule = parse_rule(field, settlement)?;
         if rules.iter().any(|r| r.key == rule.key) {
             return Err(format!("key {:?} appears twice", rule.key));
         }
@@ -209,7 +287,7 @@ fn parse_check(line: &str) -> Result<Vec<RuleSpec>, String> {
     Ok(rules)
 }
 
-fn parse_rule(field: &str) -> Result<RuleSpec, String> {
+fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String> {
     let (shadow, field) = match field.strip_prefix('~') {
         Some(rest) => (true, rest),
         None => (false, field),
@@ -227,13 +305,46 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         return Err(format!("bad key {shown:?}"));
     }
     const FIELDS: [&str; 7] = ["burst", "num", "den", "cost", "after", "within", "for"];
-    let mut n = [0u64; 7];
+    const SETTLED: [&str; 8] = [
+        "burst", "num", "den", "delta", "debt", "after", "within", "for",
+    ];
+    // A settlement's rule has one field more (its delta and debt for the cost).
+    let (fields, more): (&[&str], usize) = match settlement {
+        Some(_) => (&SETTLED, 1),
+        None => (&FIELDS, 0),
+    };
+    let mut n = [0u64; 8];
     let mut count = 0;
     let mut lease = 0;
+    let mut delta = 0i64;
     for part in parts {
-        let (Some(slot), Some(name)) = (n.get_mut(count), FIELDS.get(count)) else {
+        let (Some(slot), Some(name)) = (n.get_mut(count), fields.get(count)) else {
             return Err(format!("rule {key:?} has extra fields"));
         };
+        if more == 1 && (count == 3 || count == 4) {
+            // Both may be 0; only the delta may be negative.
+            let (negative, digits) = match part.strip_prefix('-') {
+                Some(digits) if count == 3 => (true, digits),
+                _ => (false, part),
+            };
+            let value = (digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse::<u64>().ok())
+                .flatten()
+                .filter(|v| *v < MAX_EXACT)
+                .ok_or_else(|| format!("{name} of {key:?} must be an integer below 2^53"))?;
+            match count {
+                3 => {
+                    delta = if negative {
+                        -(value as i64)
+                    } else {
+                        value as i64
+                    }
+                }
+                _ => *slot = value,
+            }
+            count += 1;
+            continue;
+        }
         let bounded = |text: &str| {
             text.parse::<u64>()
                 .ok()
@@ -241,7 +352,7 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
                 .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
         };
         // Only the cost may carry a lease.
-        let lease_split = if count == 3 {
+        let lease_split = if count == 3 && more == 0 {
             part.split_once('+')
         } else {
             None
@@ -262,26 +373,36 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         *slot = bounded(number)?;
         count += 1;
     }
-    let block = match count {
+    let block = match count.saturating_sub(more) {
+        _ if count < 4 + more => {
+            let name = fields.get(count).copied().unwrap_or("cost");
+            return Err(format!(
+                "{name} of {key:?} must be an integer from 1 to 2^53"
+            ));
+        }
         4 => None,
         7 => Some(Block {
-            after: n[4],
-            within_ms: n[5],
-            for_ms: n[6],
+            after: n[4 + more],
+            within_ms: n[5 + more],
+            for_ms: n[6 + more],
         }),
         5 | 6 => {
             return Err(format!(
                 "rule {key:?} has extra fields (a block needs after, within and for)"
             ))
         }
-        missing => {
-            let name = FIELDS.get(missing).copied().unwrap_or("cost");
-            return Err(format!(
-                "{name} of {key:?} must be an integer from 1 to 2^53"
-            ));
-        }
+        _ => return Err(format!("rule {key:?} has extra fields")),
     };
-    let [burst, num, den, cost, ..] = n;
+    let [burst, num, den, fourth, fifth, ..] = n;
+    let settle = settlement.map(|id| Settle {
+        delta,
+        debt: fifth,
+        id: id.to_string(),
+    });
+    let (cost, debt) = match &settle {
+        Some(settle) => (0, settle.debt),
+        None => (fourth, 0),
+    };
     let rule = RuleSpec {
         key: key.to_string(),
         burst,
@@ -292,9 +413,17 @@ fn parse_rule(field: &str) -> Result<RuleSpec, String> {
         block,
         shadow,
         overridden: None,
+        settle,
     };
-    if u128::from(rule.burst) * u128::from(rule.den) >= u128::from(MAX_EXACT) {
-        return Err(format!("burst x den of {key:?} must stay below 2^53"));
+    // A bucket's level stays within -debt .. burst tokens.
+    let span = u128::from(rule.burst) + u128::from(debt);
+    if span * u128::from(rule.den) >= u128::from(MAX_EXACT) {
+        return Err(format!(
+            "(burst + debt) x den of {key:?} must stay below 2^53"
+        ));
+    }
+    if delta.unsigned_abs() > span as u64 {
+        return Err(format!("delta of {key:?} exceeds its burst and debt"));
     }
     if rule.cost > rule.burst {
         return Err(format!("cost of {key:?} exceeds its burst"));

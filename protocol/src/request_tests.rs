@@ -60,7 +60,7 @@ fn what_the_filter_encodes_the_bridge_parses() {
         .unwrap()
         .remove(0)
         .unwrap();
-    assert!(line.lease_return && line.rules[0].cost == 4);
+    assert!(line.kind == LineKind::LeaseReturn && line.rules[0].cost == 4);
 
     // A lease asked for alone, ahead of need: cost 0.
     let top_up = RuleSpec {
@@ -153,4 +153,70 @@ fn the_longest_legal_check_fits_a_body_many_times() {
     }
     end_check(&mut body);
     assert!(body.len() * 8 < MAX_BODY, "{}", body.len());
+}
+
+fn settling(key: &str, delta: i64, debt: u64) -> RuleSpec {
+    RuleSpec {
+        cost: 0,
+        settle: Some(Settle {
+            delta,
+            debt,
+            id: "g1-7".into(),
+        }),
+        ..RuleSpec::plain(key, 100, 1, 600, 0)
+    }
+}
+
+#[test]
+fn a_settlement_line_carries_its_id_and_signed_deltas_and_reads_back_as_written() {
+    let rules = [
+        settling("rl:tokens:k1", -37, 0),
+        RuleSpec {
+            block: Some(BLOCK),
+            shadow: true,
+            ..settling("rl:team:t", 120, 5000)
+        },
+        settling("rl:x", 0, 0),
+    ];
+    let mut body = String::new();
+    start_settlement(&mut body, "g1-7");
+    for (i, rule) in rules.iter().enumerate() {
+        encode_rule(&mut body, i == 0, rule.spec_ref());
+    }
+    end_check(&mut body);
+    assert_eq!(
+        body,
+        "= g1-7 rl:tokens:k1,100,1,600,-37,0 ~rl:team:t,100,1,600,120,5000,3,60000,900000 \
+         rl:x,100,1,600,0,0\n"
+    );
+    let line = parse_batch(body.as_bytes()).unwrap().remove(0).unwrap();
+    assert_eq!(line.kind, LineKind::Settlement);
+    assert_eq!(line.rules, rules);
+}
+
+#[test]
+fn settlement_lines_that_break_a_bound_are_refused_alone() {
+    for bad in [
+        "= rl:a,100,1,600,5,0",                   // no id
+        "= bad.id rl:a,100,1,600,5,0",            // not an id's characters
+        "= g1 rl:a,100,1,600,5",                  // no debt
+        "= g1 rl:a,100,1,600,5+3,0",              // a lease
+        "= g1 rl:a,100,1,600,--5,0",              // not a number
+        "= g1 rl:a,100,1,600,5,-1",               // a negative debt
+        "= g1 rl:a,100,1,600,-101,0",             // more given back than a burst
+        "= g1 rl:a,100,1,600,151,50",             // more taken than burst and debt
+        "= g1 rl:a,100,1,600,5,9007199254740992", // a debt of 2^53
+        "= g1 rl:a,100,1,1,5,9007199254740900",   // burst + debt past 2^53
+        "= g1 rl:a,100,1,600,5,0,3,60000",        // half a block
+    ] {
+        let body = format!("{bad}\nrl:ok,1,1,1,1\n");
+        let lines = parse_batch(body.as_bytes()).unwrap();
+        assert!(lines[0].is_err(), "{bad}");
+        assert!(lines[1].is_ok(), "{bad}");
+    }
+    let long = format!(
+        "= {} rl:a,100,1,600,5,0",
+        "i".repeat(MAX_SETTLEMENT_ID_LEN + 1)
+    );
+    assert!(parse_batch(long.as_bytes()).unwrap()[0].is_err());
 }

@@ -43,6 +43,8 @@ pub enum Mode {
     /// Answer as `Check` would, taking nothing: whether every slot of a check spanning
     /// several would admit it, before any of them takes.
     Peek,
+    /// Apply each rule's settlement (`RuleSpec::settle`) on its own, once per id.
+    Settle,
 }
 
 impl Mode {
@@ -52,6 +54,7 @@ impl Mode {
             Mode::Check => "check",
             Mode::Refund => "refund",
             Mode::Peek => "peek",
+            Mode::Settle => "settle",
         }
     }
 
@@ -62,6 +65,7 @@ impl Mode {
             Mode::Check => "check*",
             Mode::Refund => "refund*",
             Mode::Peek => "peek*",
+            Mode::Settle => "settle*",
         }
     }
 }
@@ -87,12 +91,13 @@ impl Part {
 }
 
 /// Numbers per shape in a call's arguments.
-pub const SHAPE_LEN: usize = 13;
+pub const SHAPE_LEN: usize = 14;
 
-/// A rule's parameters (burst, num, den, cost, its block's after, within, for or zeros,
-/// the lease it asks for or 0, 1 in shadow mode, then its override's burst, num, den and
-/// end or zeros), which many rules of a batch share.
-pub type Shape = [u64; SHAPE_LEN];
+/// A rule's parameters (burst, num, den, cost (a settlement's delta), its block's after,
+/// within, for or zeros, the lease it asks for or 0, 1 in shadow mode, its override's
+/// burst, num, den and end or zeros, then a settlement's debt or 0), which many rules of a
+/// batch share. Every number is below 2^53 in size (`parse_batch` sees to it).
+pub type Shape = [i64; SHAPE_LEN];
 
 /// The shape of `rule`.
 pub fn shape(rule: &RuleSpec) -> Shape {
@@ -102,21 +107,32 @@ pub fn shape(rule: &RuleSpec) -> Shape {
     let overridden = rule
         .overridden
         .map_or([0; 4], |o| [o.burst, o.num, o.den, o.until_ms]);
+    let (cost, debt) = match &rule.settle {
+        Some(settle) => (settle.delta, settle.debt),
+        None => (signed(rule.cost), 0),
+    };
     [
-        rule.burst,
-        rule.num,
-        rule.den,
-        rule.cost,
-        block[0],
-        block[1],
-        block[2],
-        rule.lease,
-        u64::from(rule.shadow),
-        overridden[0],
-        overridden[1],
-        overridden[2],
-        overridden[3],
+        signed(rule.burst),
+        signed(rule.num),
+        signed(rule.den),
+        cost,
+        signed(block[0]),
+        signed(block[1]),
+        signed(block[2]),
+        signed(rule.lease),
+        i64::from(rule.shadow),
+        signed(overridden[0]),
+        signed(overridden[1]),
+        signed(overridden[2]),
+        signed(overridden[3]),
+        signed(debt),
     ]
+}
+
+/// A number of a rule, all of which are below 2^53 (larger ones, which no caller sends,
+/// saturate).
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The `remaining` the script answers for a rule whose client is blocked.
@@ -132,13 +148,15 @@ pub struct Layout<'c> {
     pub shapes: Vec<Shape>,
     /// Per part: its number of rules, then each rule's shape (1-based, as Lua indexes).
     pub checks: Vec<u8>,
+    /// Per part, a settlement's id and a space (`Mode::Settle` only).
+    pub ids: Vec<u8>,
 }
 
 impl Layout<'_> {
     /// The call's arguments in order: the mode, the number of shapes, each shape's
-    /// numbers, the checks' byte string.
+    /// numbers, the checks' byte string, and for settlements their ids.
     pub fn args(&self, mode: Mode) -> Vec<Vec<u8>> {
-        self.args_with(mode.arg(), 0)
+        self.args_with(mode, mode.arg(), 0)
     }
 
     /// The arguments of a call whose keys lie in several hash slots of one Redis Cluster
@@ -146,19 +164,28 @@ impl Layout<'_> {
     /// them: `args`, the mode marked, then the keys. The call declares only its first key
     /// (`keys[0]`), which routes it to the node.
     pub fn spread_args(&self, mode: Mode) -> Vec<Vec<u8>> {
-        let mut args = self.args_with(mode.spread_arg(), self.keys.len());
+        let mut args = self.args_with(mode, mode.spread_arg(), self.keys.len());
         args.extend(self.keys.iter().map(|k| k.as_bytes().to_vec()));
         args
     }
 
-    fn args_with(&self, mode: &str, more: usize) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(3 + self.shapes.len() * SHAPE_LEN + more);
-        args.push(mode.as_bytes().to_vec());
+    fn args_with(&self, mode: Mode, arg: &str, more: usize) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(4 + self.shapes.len() * SHAPE_LEN + more);
+        args.push(arg.as_bytes().to_vec());
         args.push(u64_string(self.shapes.len() as u64).into_bytes());
-        for n in self.shapes.iter().flatten() {
-            args.push(u64_string(*n).into_bytes());
+        for &n in self.shapes.iter().flatten() {
+            let mut number = if n < 0 {
+                String::from("-")
+            } else {
+                String::new()
+            };
+            number.push_str(&u64_string(n.unsigned_abs()));
+            args.push(number.into_bytes());
         }
         args.push(self.checks.clone());
+        if mode == Mode::Settle {
+            args.push(self.ids.clone());
+        }
         args
     }
 }
@@ -170,6 +197,7 @@ pub fn layout<'c>(checks: &'c [Vec<RuleSpec>], parts: &[Part]) -> Result<Layout<
         keys: Vec::new(),
         shapes: Vec::new(),
         checks: Vec::new(),
+        ids: Vec::new(),
     };
     let mut known: BTreeMap<Shape, u8> = BTreeMap::new();
     for part in parts {
@@ -177,6 +205,10 @@ pub fn layout<'c>(checks: &'c [Vec<RuleSpec>], parts: &[Part]) -> Result<Layout<
         let n = u8::try_from(rules.len())
             .map_err(|_| format!("a check has more than {MAX_PART_RULES} rules"))?;
         layout.checks.push(n);
+        if let Some(settle) = rules.first().and_then(|r| r.settle.as_ref()) {
+            layout.ids.extend_from_slice(settle.id.as_bytes());
+            layout.ids.push(b' ');
+        }
         for rule in rules {
             layout.keys.push(&rule.key);
             let index = match known.get(&shape(rule)) {
@@ -237,9 +269,13 @@ pub fn integers(reply: &[u8]) -> Result<Vec<i64>, String> {
         .collect())
 }
 
-/// Reads the integers of a script reply (`integers`) for `rules` rules: Redis time, then
-/// each rule's outcome in order.
-pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), String> {
+/// Reads the integers of a script reply (`integers`) to a call in `mode` for `rules` rules:
+/// Redis time, then each rule's outcome in order.
+pub fn decode(
+    mode: Mode,
+    reply: &[i64],
+    rules: usize,
+) -> Result<(u64, Vec<ScriptOutcome>), String> {
     let (Some(&now), Some(rest)) = (reply.first(), reply.get(1..)) else {
         return Err("empty script reply".into());
     };
@@ -255,6 +291,17 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
         .map(|r| {
             if r == [-1, -1, -1] {
                 return Ok(None);
+            }
+            if mode == Mode::Settle {
+                // Whether it applied now or before, the level (below 0: owed), what it
+                // borrowed.
+                return Ok(Some(RuleResult {
+                    allowed: true,
+                    remaining: r[1].max(0).unsigned_abs(),
+                    owed: r[1].min(0).unsigned_abs(),
+                    borrowed: unsigned(r[2])?,
+                    ..RuleResult::default()
+                }));
             }
             // An admitted rule that took a lease answers it as a negative wait.
             let (wait_ms, leased) = match r[2] {
@@ -274,6 +321,7 @@ pub fn decode(reply: &[i64], rules: usize) -> Result<(u64, Vec<ScriptOutcome>), 
                 full_ms: unsigned(r[1])?,
                 wait_ms,
                 leased,
+                ..RuleResult::default()
             }))
         })
         .collect::<Result<Vec<_>, String>>()?;

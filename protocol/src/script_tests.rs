@@ -6,13 +6,13 @@ fn rule(key: &str, burst: u64, cost: u64) -> RuleSpec {
 
 #[test]
 fn script_replies_of_the_wrong_shape_are_errors() {
-    assert!(decode(&[], 0).is_err());
-    assert!(decode(&[1, 1, 2], 1).is_err());
-    assert!(decode(&[1, 1, 2, 3, 4], 1).is_err());
-    assert!(decode(&[1, -1, 2, 3], 1).is_err());
-    assert!(decode(&[-1], 0).is_err());
-    assert!(decode(&[1], usize::MAX).is_err());
-    assert_eq!(decode(&[7], 0).unwrap(), (7, vec![]));
+    assert!(decode(Mode::Check, &[], 0).is_err());
+    assert!(decode(Mode::Check, &[1, 1, 2], 1).is_err());
+    assert!(decode(Mode::Check, &[1, 1, 2, 3, 4], 1).is_err());
+    assert!(decode(Mode::Check, &[1, -1, 2, 3], 1).is_err());
+    assert!(decode(Mode::Check, &[-1], 0).is_err());
+    assert!(decode(Mode::Check, &[1], usize::MAX).is_err());
+    assert_eq!(decode(Mode::Check, &[7], 0).unwrap(), (7, vec![]));
 }
 
 #[test]
@@ -28,7 +28,7 @@ fn a_reply_is_read_as_little_endian_64_bit_integers() {
 
 #[test]
 fn a_rule_admits_when_it_has_nothing_to_wait_for() {
-    let (now, rules) = decode(&[5, 1, 2, 3, 4, 5, 0, -1, -1, -1], 3).unwrap();
+    let (now, rules) = decode(Mode::Check, &[5, 1, 2, 3, 4, 5, 0, -1, -1, -1], 3).unwrap();
     assert_eq!(now, 5);
     assert_eq!(
         rules,
@@ -39,7 +39,9 @@ fn a_rule_admits_when_it_has_nothing_to_wait_for() {
                 remaining: 1,
                 full_ms: 2,
                 wait_ms: 3,
-                leased: 0
+                leased: 0,
+                owed: 0,
+                borrowed: 0
             }),
             Some(RuleResult {
                 allowed: true,
@@ -47,7 +49,9 @@ fn a_rule_admits_when_it_has_nothing_to_wait_for() {
                 remaining: 4,
                 full_ms: 5,
                 wait_ms: 0,
-                leased: 0
+                leased: 0,
+                owed: 0,
+                borrowed: 0
             }),
             None,
         ]
@@ -66,8 +70,8 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         ]
     );
     // Each part: its size and its rules' shapes.
@@ -97,9 +101,9 @@ fn an_override_is_part_of_its_rules_shape() {
         }),
         ..rule("b", 10, 1)
     };
-    assert_eq!(shape(&plain)[9..], [0, 0, 0, 0]);
+    assert_eq!(shape(&plain)[9..13], [0, 0, 0, 0]);
     assert_eq!(
-        shape(&overridden)[9..],
+        shape(&overridden)[9..13],
         [2, 1, 1_800_000, 1_767_225_600_000]
     );
     let checks = vec![vec![plain, overridden]];
@@ -128,4 +132,58 @@ fn a_call_past_the_byte_limits_is_refused() {
         .collect();
     assert!(layout(&checks, &parts).is_err());
     assert!(layout(&checks, &parts[..MAX_SHAPES]).is_ok());
+}
+
+fn settled(key: &str, delta: i64, id: &str) -> RuleSpec {
+    RuleSpec {
+        cost: 0,
+        settle: Some(crate::Settle {
+            delta,
+            debt: 50,
+            id: id.into(),
+        }),
+        ..rule(key, 10, 0)
+    }
+}
+
+#[test]
+fn a_settlement_call_sends_its_signed_deltas_debts_and_one_id_per_part() {
+    let checks = vec![
+        vec![settled("a", -3, "s1"), settled("b", 7, "s1")],
+        vec![settled("c", -3, "s2")],
+    ];
+    let parts = [Part::whole(0, 2), Part::whole(1, 1)];
+    let layout = layout(&checks, &parts).unwrap();
+    assert_eq!(
+        layout.shapes,
+        [
+            [10, 1, 600, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50],
+            [10, 1, 600, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50]
+        ]
+    );
+    let args = layout.args(Mode::Settle);
+    assert_eq!(args[0], b"settle");
+    assert_eq!(args[5], b"-3");
+    assert_eq!(args.len(), 4 + 2 * SHAPE_LEN);
+    assert_eq!(args.last().unwrap(), b"s1 s2 ");
+    // Other modes send no ids.
+    assert_eq!(layout.args(Mode::Check).len(), 3 + 2 * SHAPE_LEN);
+    let spread = layout.spread_args(Mode::Settle);
+    assert_eq!(spread[0], b"settle*");
+    assert_eq!(spread[args.len() - 1], b"s1 s2 ");
+    assert_eq!(spread[args.len()..].len(), 3);
+}
+
+#[test]
+fn a_settlement_reply_tells_what_a_bucket_holds_from_what_it_owes() {
+    let (now, rules) = decode(Mode::Settle, &[9, 1, 4, 0, 1, -12, 5, 0, -1, 0], 3).unwrap();
+    assert_eq!(now, 9);
+    let read: Vec<(u64, u64, u64)> = rules
+        .iter()
+        .map(|r| r.map(|r| (r.remaining, r.owed, r.borrowed)).unwrap())
+        .collect();
+    // Applied, leaving 4; applied, owing 12 of which it borrowed 5; found applied before.
+    assert_eq!(read, [(4, 0, 0), (0, 12, 5), (0, 1, 0)]);
+    assert_eq!(decode(Mode::Settle, &[9, -1, -1, -1], 1).unwrap().1, [None]);
+    assert!(decode(Mode::Settle, &[9, 1, 4, -2], 1).is_err());
 }

@@ -228,6 +228,11 @@ impl Admission {
                 });
                 verdict
             }
+            Ok(CheckResult::Settled { .. }) => {
+                log::debug!("a check was answered as a settlement");
+                self.outcome = Some(Outcome::BackendFailed);
+                self.failure_mode(config, host)
+            }
             Ok(CheckResult::Failed(reason)) | Err(reason) => {
                 log::debug!("check failed ({reason})");
                 self.outcome = Some(Outcome::BackendFailed);

@@ -290,6 +290,8 @@ mod tests {
             full_ms: 0,
             wait_ms,
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         }
     }
 

@@ -112,6 +112,8 @@ impl Leases {
             full_ms: held.full_at_ms.saturating_sub(now_ms),
             wait_ms: 0,
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         };
         // Less than half of `policy.tokens` left and no ask out: ask for what it lacks.
         let low = held.tokens.saturating_mul(2) < policy.tokens;

@@ -23,6 +23,8 @@ fn grant(leased: u64, remaining: u64) -> RuleResult {
         full_ms: 500,
         wait_ms: 0,
         leased,
+        owed: 0,
+        borrowed: 0,
     }
 }
 

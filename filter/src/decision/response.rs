@@ -242,6 +242,8 @@ mod tests {
             full_ms,
             wait_ms,
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         }
     }
 

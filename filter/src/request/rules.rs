@@ -46,6 +46,7 @@ impl PlannedRule {
             lease: self.lease,
             block: self.block,
             shadow: self.shadow,
+            settle: None,
         }
     }
 }

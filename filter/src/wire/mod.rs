@@ -39,6 +39,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         lease: 0,
         block: None,
         shadow: false,
+        settle: None,
     };
     start_lease_return(body);
     encode_check(body, [rule]);

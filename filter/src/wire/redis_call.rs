@@ -10,7 +10,9 @@
 
 use crate::wire::{CheckResult, RuleResult};
 use ratelimit_protocol::script::{self, Mode, Part, TOKEN_BUCKET_LUA};
-use ratelimit_protocol::{parse_batch, MAX_REASON_LEN, MAX_REPLY_LEN};
+use ratelimit_protocol::{
+    parse_batch, LineKind, LEASE_RETURN_MARK, MAX_REASON_LEN, MAX_REPLY_LEN, SETTLEMENT_MARK,
+};
 use std::sync::OnceLock;
 
 /// The SHA1 of the script, as `EVALSHA` names it (computed once: hashing the script on
@@ -30,18 +32,37 @@ pub enum Invoke {
     Text,
 }
 
+/// The script mode of a line (see `Line`), which all lines of a batch share here.
+pub fn mode_of(kind: &LineKind) -> Mode {
+    match kind {
+        LineKind::Check => Mode::Check,
+        LineKind::LeaseReturn => Mode::Refund,
+        LineKind::Settlement => Mode::Settle,
+    }
+}
+
+/// The script mode of a batch's body: its first line's (`mode_of`).
+pub fn batch_mode(body: &str) -> Mode {
+    if body.starts_with(LEASE_RETURN_MARK) {
+        Mode::Refund
+    } else if body.starts_with(SETTLEMENT_MARK) {
+        Mode::Settle
+    } else {
+        Mode::Check
+    }
+}
+
 /// The RESP query running an exchange's batch (`body`, lines of the callout protocol):
 /// one script call over all its lines, in order, each line a part of its own, so each
-/// check stays all-or-nothing. A batch is either all checks or all lease returns (the
-/// script has one mode per call; the worker's group commit keeps them apart).
+/// check stays all-or-nothing. A batch is all checks, all lease returns or all settlements
+/// (the script has one mode per call; the worker's group commit keeps them apart).
 pub fn script_query(body: &str, invoke: Invoke) -> Result<Vec<u8>, String> {
     let lines = parse_batch(body.as_bytes()).map_err(|e| e.0)?;
     let lines = lines.into_iter().collect::<Result<Vec<_>, String>>()?;
-    let returns = lines.first().is_some_and(|l| l.lease_return);
-    if lines.iter().any(|l| l.lease_return != returns) {
-        return Err("a batch mixes checks and lease returns".into());
+    let mode = batch_mode(body);
+    if lines.iter().any(|l| mode_of(&l.kind) != mode) {
+        return Err("a batch mixes checks, lease returns and settlements".into());
     }
-    let mode = if returns { Mode::Refund } else { Mode::Check };
     let checks: Vec<_> = lines.into_iter().map(|l| l.rules).collect();
     let parts: Vec<Part> = checks
         .iter()
@@ -80,23 +101,28 @@ pub fn is_noscript(reply: &[u8]) -> bool {
     reply.starts_with(b"-NOSCRIPT")
 }
 
-/// Reads the script's reply to a batch whose checks have `rules_per_check` rules: one
-/// result per check, in order. A Redis error, or a reply that is not exactly the string of
-/// integers expected, fails the whole exchange.
-pub fn decode_reply(reply: &[u8], rules_per_check: &[usize]) -> Result<Vec<CheckResult>, String> {
+/// Reads the script's reply to a batch in `mode` whose checks have `rules_per_check`
+/// rules: one result per check, in order. A Redis error, or a reply that is not exactly
+/// the string of integers expected, fails the whole exchange.
+pub fn decode_reply(
+    reply: &[u8],
+    mode: Mode,
+    rules_per_check: &[usize],
+) -> Result<Vec<CheckResult>, String> {
     let rules: usize = rules_per_check.iter().sum();
     let expected = rules
         .checked_mul(script::PER_RULE)
         .and_then(|n| n.checked_add(1))
         .ok_or("too many rules")?;
     let values = integers(reply, expected)?;
-    let (now_ms, mut outcomes) = script::decode(&values, rules)?;
+    let (now_ms, mut outcomes) = script::decode(mode, &values, rules)?;
     let mut results = Vec::with_capacity(rules_per_check.len());
     let mut rest = outcomes.drain(..);
     for &n in rules_per_check {
         // Each check consumes its own rules, even after a foreign one.
         let check: Vec<Option<RuleResult>> = rest.by_ref().take(n).collect();
         results.push(match check.into_iter().collect() {
+            Some(rules) if mode == Mode::Settle => CheckResult::Settled { now_ms, rules },
             Some(rules) => CheckResult::Checked { now_ms, rules },
             None => CheckResult::Failed(script::FOREIGN_VALUE.into()),
         });

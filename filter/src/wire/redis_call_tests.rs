@@ -79,7 +79,7 @@ fn packed(values: &[i64]) -> Vec<u8> {
 #[test]
 fn a_reply_answers_each_check_with_the_bridge_s_results() {
     let reply = packed(&[1000, 9, 6000, 0, 4, 20, 0, 0, 6000, 600, -1, -1, -1]);
-    let results = decode_reply(&reply, &[2, 1, 1]).unwrap();
+    let results = decode_reply(&reply, Mode::Check, &[2, 1, 1]).unwrap();
     let CheckResult::Checked { now_ms, rules } = &results[0] else {
         panic!("{results:?}")
     };
@@ -101,7 +101,7 @@ fn a_reply_answers_each_check_with_the_bridge_s_results() {
 #[test]
 fn anything_but_the_exact_string_of_integers_fails_the_exchange() {
     let good = packed(&[1000, 9, 6000, 0]);
-    assert!(decode_reply(&good, &[1]).is_ok());
+    assert!(decode_reply(&good, Mode::Check, &[1]).is_ok());
     let bad: Vec<(&str, Vec<u8>)> = vec![
         ("empty", vec![]),
         ("error", b"-ERR boom\r\n".to_vec()),
@@ -134,9 +134,9 @@ fn anything_but_the_exact_string_of_integers_fails_the_exchange() {
         ("too long", vec![b'$'; MAX_REPLY_LEN + 1]),
     ];
     for (name, reply) in bad {
-        assert!(decode_reply(&reply, &[1]).is_err(), "{name}");
+        assert!(decode_reply(&reply, Mode::Check, &[1]).is_err(), "{name}");
     }
-    let e = decode_reply(b"-ERR \x00bad\r\n", &[1]).unwrap_err();
+    let e = decode_reply(b"-ERR \x00bad\r\n", Mode::Check, &[1]).unwrap_err();
     assert_eq!(e, "redis: ERR ?bad");
-    assert!(decode_reply(&good, &[usize::MAX]).is_err());
+    assert!(decode_reply(&good, Mode::Check, &[usize::MAX]).is_err());
 }

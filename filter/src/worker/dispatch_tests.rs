@@ -68,6 +68,8 @@ fn admit_all(id: u32, body: &str) -> Vec<u8> {
                     full_ms: 1,
                     wait_ms: 0,
                     leased: 0,
+                    owed: 0,
+                    borrowed: 0,
                 };
                 line.split(' ').count()
             ],

@@ -84,7 +84,9 @@ pub fn exchange_failure(reply: &Result<Vec<CheckResult>, String>) -> Option<&str
         Err(reason) => Some(reason),
         Ok(results) => results.iter().find_map(|r| match r {
             CheckResult::Failed(reason) => Some(reason.as_str()),
-            CheckResult::Checked { .. } | CheckResult::Refused(_) => None,
+            CheckResult::Checked { .. } | CheckResult::Settled { .. } | CheckResult::Refused(_) => {
+                None
+            }
         }),
     }
 }

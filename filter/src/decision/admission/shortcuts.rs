@@ -39,6 +39,8 @@ impl Admission {
             full_ms: entry.full_ms.saturating_sub(now_ms),
             wait_ms: entry.ends_ms.saturating_sub(now_ms),
             leased: 0,
+            owed: 0,
+            borrowed: 0,
         };
         self.outcome = Some(if blocked {
             Outcome::Blocked

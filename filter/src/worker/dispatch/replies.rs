@@ -5,6 +5,7 @@ use super::{Call, Dispatcher, Link, Verdicts};
 use crate::host::Proxy;
 use crate::wire;
 use crate::wire::redis_call::{self, Invoke};
+use ratelimit_protocol::script::Mode;
 
 impl Dispatcher {
     /// A message on stream `token`: the reply to one exchange, which is settled; then what
@@ -83,6 +84,8 @@ impl Dispatcher {
         let Some(call) = self.calls.remove(&token) else {
             return Vec::new(); // given up already, or never ours
         };
+        let mode =
+            (call.redis.as_ref()).map_or(Mode::Check, |(body, _)| redis_call::batch_mode(body));
         let lost_script = status == 0 && redis_call::is_noscript(reply);
         if let (true, Some((body, Invoke::Sha))) = (lost_script, call.redis) {
             log::info!("redis lost the token bucket script; sending it again");
@@ -92,7 +95,7 @@ impl Dispatcher {
             if status != 0 {
                 return Err(format!("redis call failed (status {status})"));
             }
-            redis_call::decode_reply(reply, counts)
+            redis_call::decode_reply(reply, mode, counts)
         })
     }
 

@@ -1,0 +1,129 @@
+//! Metered rules' settlements in the token bucket script on a real Valkey (and a Cluster):
+//! unused reservations go back up to the burst, extra usage is taken past 0 down to the
+//! debt bound, a bucket in debt denies until the refill repays it, and a settlement sent
+//! twice (its reply lost) is applied once, on one server and across a Cluster's nodes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
+mod common;
+
+use common::buckets::{options, rule, run, store};
+use common::cluster::{node_of, Cluster};
+use common::Valkey;
+use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::store::Store;
+use ratelimit_protocol::Settle;
+
+/// 100 tokens, one a minute: what a test takes stays taken.
+fn tokens(key: &str, cost: u64) -> RuleSpec {
+    rule(key, 100, 1, 60_000, cost)
+}
+
+fn settling(key: &str, delta: i64, debt: u64, id: &str) -> RuleSpec {
+    RuleSpec {
+        cost: 0,
+        settle: Some(Settle {
+            delta,
+            debt,
+            id: id.into(),
+        }),
+        ..tokens(key, 0)
+    }
+}
+
+async fn settle(store: &Store, rules: Vec<RuleSpec>) -> Vec<RuleOutcome> {
+    let mut out = store.settle_all(&[rules]).await;
+    out.remove(0).unwrap().1
+}
+
+fn level(out: &RuleOutcome) -> i64 {
+    out.remaining as i64 - out.owed as i64
+}
+
+#[tokio::test]
+async fn unused_reservations_go_back_and_extra_usage_is_taken_into_bounded_debt() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // A reservation of 40, of which 25 were used: 15 back.
+    assert!(run(&store, &[tokens("rl:t:a", 40)]).await.1[0].allowed);
+    let out = settle(&store, vec![settling("rl:t:a", -15, 50, "a1")]).await;
+    assert_eq!((level(&out[0]), out[0].borrowed), (75, 0));
+    // Given back past the burst: the bucket is full, no more.
+    let out = settle(&store, vec![settling("rl:t:a", -90, 50, "a2")]).await;
+    assert_eq!(level(&out[0]), 100);
+    // 130 more than reserved: 100 held, 30 on credit.
+    let out = settle(&store, vec![settling("rl:t:a", 130, 50, "a3")]).await;
+    assert_eq!(
+        (out[0].remaining, out[0].owed, out[0].borrowed),
+        (0, 30, 30)
+    );
+    // Past the debt bound: down to -50, never further.
+    let out = settle(&store, vec![settling("rl:t:a", 45, 50, "a4")]).await;
+    assert_eq!((out[0].owed, out[0].borrowed), (50, 20));
+    let out = settle(&store, vec![settling("rl:t:a", 10, 50, "a5")]).await;
+    assert_eq!((out[0].owed, out[0].borrowed), (50, 0));
+    // In debt, a check is denied, answers 0 left (never a negative count), and waits for
+    // the refill to repay the debt and the cost: 51 minutes at a token a minute.
+    let denied = run(&store, &[tokens("rl:t:a", 1)]).await.1;
+    assert!(!denied[0].allowed);
+    assert_eq!(denied[0].remaining, 0);
+    let minutes = denied[0].wait_ms.div_ceil(60_000);
+    assert!((50..=51).contains(&minutes), "{denied:?}");
+    // Giving back brings a bucket in debt up, not to full.
+    let out = settle(&store, vec![settling("rl:t:a", -20, 50, "a6")]).await;
+    assert_eq!((out[0].owed, out[0].borrowed), (30, 0));
+}
+
+#[tokio::test]
+async fn a_settlement_sent_again_is_applied_once() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let twice = vec![
+        settling("rl:t:b", 30, 0, "b1"),
+        settling("rl:u:b", -5, 0, "b1"),
+    ];
+    assert!(run(&store, &[tokens("rl:u:b", 10)]).await.1[0].allowed);
+    let first = settle(&store, twice.clone()).await;
+    assert_eq!((level(&first[0]), level(&first[1])), (70, 95));
+    for _ in 0..3 {
+        let again = settle(&store, twice.clone()).await;
+        assert_eq!((level(&again[0]), level(&again[1])), (70, 95), "{again:?}");
+    }
+    // Another id is another settlement; and in one batch, one id's rules apply once.
+    let next = settle(&store, vec![settling("rl:t:b", 30, 0, "b2")]).await;
+    assert_eq!(level(&next[0]), 40);
+    let same = store
+        .settle_all(&[
+            vec![settling("rl:t:b", 10, 0, "b3")],
+            vec![settling("rl:t:b", 10, 0, "b3")],
+        ])
+        .await;
+    let levels: Vec<i64> = same
+        .iter()
+        .map(|o| level(&o.as_ref().unwrap().1[0]))
+        .collect();
+    assert_eq!(levels, [30, 30]);
+}
+
+#[tokio::test]
+async fn a_settlement_spanning_cluster_nodes_is_applied_once_on_each() {
+    let cluster = Cluster::start(None, None);
+    let store = Store::cluster(&[cluster.seed()], options()).unwrap();
+    // Keys on three different nodes.
+    let mut keys: Vec<String> = Vec::new();
+    for i in 0.. {
+        let key = format!("rl:t:{i}");
+        if !keys.iter().any(|k| node_of(k) == node_of(&key)) {
+            keys.push(key);
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    let rules: Vec<RuleSpec> = keys.iter().map(|k| settling(k, 12, 0, "c1")).collect();
+    for _ in 0..3 {
+        let out = settle(&store, rules.clone()).await;
+        let levels: Vec<i64> = out.iter().map(level).collect();
+        assert_eq!(levels, [88, 88, 88], "{out:?}");
+    }
+}

@@ -1,0 +1,209 @@
+//! A rule's `meter`: a cost known only from the response (an LLM API's tokens), reserved
+//! when the request is checked and settled when the response ends. What the configuration
+//! may say, checked against the rule's limit; reading the response is the filter's
+//! `metering`, and the settlement the script's `settle` mode.
+//!
+//! ```json
+//! "meter": {
+//!   "body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4},
+//!   "header": "x-usage-tokens",
+//!   "reserve": {"header": "x-max-tokens", "default": 500, "max": 4000},
+//!   "debt": 20000
+//! }
+//! ```
+
+use crate::error::{err, ConfigError};
+use crate::limit::{Limit, MAX_EXACT};
+use crate::source::validate_header_name;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Most fields a meter reads from a body.
+pub const MAX_FIELDS: usize = 16;
+/// Most segments of a field's path (`usage.prompt_tokens` has 2).
+pub const MAX_SEGMENTS: usize = 8;
+/// Longest segment of a field's path, in bytes.
+pub const MAX_SEGMENT_LEN: usize = 64;
+/// Largest weight of a field, either way.
+pub const MAX_WEIGHT: i64 = 1_000;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMeter {
+    #[serde(default)]
+    body: BTreeMap<String, i64>,
+    header: Option<String>,
+    reserve: RawReserve,
+    debt: Option<u64>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(
+    untagged,
+    expecting = "reserve: a number of tokens, or {\"header\": ..., \"default\": ..., \"max\": ...}"
+)]
+enum RawReserve {
+    Fixed(u64),
+    FromHeader(RawReserveHeader),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawReserveHeader {
+    header: String,
+    default: u64,
+    max: Option<u64>,
+}
+
+/// One field of the response body a meter counts: its path from the JSON value's root and
+/// the tokens one unit of it costs (below 0: it discounts, as cached prompt tokens may).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeteredField {
+    pub path: Vec<String>,
+    pub weight: i64,
+}
+
+/// A validated meter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterPolicy {
+    /// Fields of a JSON body, or of a server-sent event's JSON (`text/event-stream`).
+    pub body: Vec<MeteredField>,
+    /// A response header holding the cost in tokens; when the response has it, it decides.
+    pub header: Option<String>,
+    /// What a request reserves when it says nothing (or when no header is named).
+    pub reserve: u64,
+    /// A request header asking for a reservation (an LLM request's `max_tokens`).
+    pub reserve_header: Option<String>,
+    /// The most a request may reserve through `reserve_header`.
+    pub max_reserve: u64,
+    /// How many tokens below 0 a settlement may take the bucket.
+    pub debt: u64,
+}
+
+impl MeterPolicy {
+    /// The cost a response measured from its fields' values (`None`: never seen), at least
+    /// 0; `None` if no field was seen at all.
+    pub fn cost_of(&self, values: &[Option<u64>]) -> Option<u64> {
+        let mut seen = false;
+        let mut total: i128 = 0;
+        for (field, value) in self.body.iter().zip(values) {
+            if let Some(v) = value {
+                seen = true;
+                total += i128::from(field.weight) * i128::from(*v);
+            }
+        }
+        seen.then(|| u64::try_from(total.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+impl RawMeter {
+    /// The meter at `field` of a rule whose tightest limit (its own or a tier's) is
+    /// `limit`.
+    pub(crate) fn validate(self, field: &str, limit: &Limit) -> Result<MeterPolicy, ConfigError> {
+        if self.body.is_empty() && self.header.is_none() {
+            return err(field, "names nothing to read: give body fields or a header");
+        }
+        if self.body.len() > MAX_FIELDS {
+            return err(
+                format!("{field}.body"),
+                format!("at most {MAX_FIELDS} fields"),
+            );
+        }
+        let mut body = Vec::with_capacity(self.body.len());
+        for (path, weight) in self.body {
+            let at = format!("{field}.body.{path}");
+            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+            let bad_segment = segments
+                .iter()
+                .any(|s| s.is_empty() || s.len() > MAX_SEGMENT_LEN);
+            if segments.len() > MAX_SEGMENTS || bad_segment {
+                return err(
+                    at,
+                    format!(
+                        "a field is a dotted path of 1 to {MAX_SEGMENTS} names of 1 to \
+                         {MAX_SEGMENT_LEN} bytes, like usage.prompt_tokens"
+                    ),
+                );
+            }
+            if weight == 0 || weight.abs() > MAX_WEIGHT {
+                return err(
+                    at,
+                    format!("a weight is an integer from -{MAX_WEIGHT} to {MAX_WEIGHT}, not 0"),
+                );
+            }
+            body.push(MeteredField {
+                path: segments,
+                weight,
+            });
+        }
+        if !body.is_empty() && body.iter().all(|f| f.weight < 0) {
+            return err(format!("{field}.body"), "needs a field of positive weight");
+        }
+        let header = match self.header {
+            Some(name) => Some(validate_header_name(&format!("{field}.header"), &name)?),
+            None => None,
+        };
+        let burst = limit.burst;
+        let within = |at: String, n: u64, name: &str| {
+            if (1..=burst).contains(&n) {
+                Ok(n)
+            } else {
+                err(at, format!("{name} must be 1 to the burst ({burst})"))
+            }
+        };
+        let (reserve, reserve_header, max_reserve) = match self.reserve {
+            RawReserve::Fixed(n) => (within(format!("{field}.reserve"), n, "a reserve")?, None, n),
+            RawReserve::FromHeader(raw) => {
+                let at = format!("{field}.reserve");
+                let name = validate_header_name(&format!("{at}.header"), &raw.header)?;
+                let max = within(format!("{at}.max"), raw.max.unwrap_or(burst), "max")?;
+                if !(1..=max).contains(&raw.default) {
+                    return err(format!("{at}.default"), format!("must be 1 to max ({max})"));
+                }
+                (raw.default, Some(name), max)
+            }
+        };
+        let debt = self.debt.unwrap_or(burst);
+        let span = u128::from(burst) + u128::from(debt);
+        if span * u128::from(limit.den) >= u128::from(MAX_EXACT) {
+            return err(
+                format!("{field}.debt"),
+                "too large for this limit's exact arithmetic: (burst + debt) x its units \
+                 must stay below 2^53",
+            );
+        }
+        Ok(MeterPolicy {
+            body,
+            header,
+            reserve,
+            reserve_header,
+            max_reserve,
+            debt,
+        })
+    }
+}
+
+impl MeterPolicy {
+    /// Whether this meter also fits `limit` (a tier's), at `field`: its reservations within
+    /// the burst, its debt within the exact arithmetic.
+    pub(crate) fn fits(&self, field: &str, limit: &Limit) -> Result<(), ConfigError> {
+        if self.max_reserve > limit.burst {
+            return err(
+                field,
+                format!(
+                    "the meter reserves up to {} tokens, more than this burst ({})",
+                    self.max_reserve, limit.burst
+                ),
+            );
+        }
+        let span = u128::from(limit.burst) + u128::from(self.debt);
+        if span * u128::from(limit.den) >= u128::from(MAX_EXACT) {
+            return err(field, "the meter's debt is too large for this limit");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "meter_tests.rs"]
+mod tests;
