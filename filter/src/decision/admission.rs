@@ -10,6 +10,7 @@ use crate::decision::counters::{Counter, RuleCounts};
 use crate::decision::deny_cache::DenyCache;
 use crate::decision::lease::Leases;
 use crate::decision::local;
+use crate::decision::metered::Metering;
 use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::host::Proxy;
 use crate::request::rules::{self, PlannedRule, Unplanned};
@@ -118,6 +119,8 @@ pub struct Admission {
     leased_shown: Vec<RuleResult>,
     /// Headers to add to the upstream's response when the request is allowed.
     pub response_headers: Option<RateLimitFields>,
+    /// An admitted request's metered rules: what they reserved, until the response ends.
+    pub metering: Option<Metering>,
     /// Set once the check has ended.
     pub outcome: Option<Outcome>,
     /// This request's callout tests whether the backend is back (breaker half-open).
@@ -219,6 +222,7 @@ impl Admission {
                 worker.rule_counts.answered(&self.planned, rules, denied);
                 if !denied {
                     worker.rule_counts.leased(&self.leased);
+                    self.metering = Metering::reserved(config, &self.planned, rules);
                 }
                 self.outcome = Some(match (denied, rules.iter().any(|r| r.blocked)) {
                     (false, _) if shadowed => Outcome::ShadowDenied,

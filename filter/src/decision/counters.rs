@@ -40,10 +40,18 @@ pub enum Counter {
     Batch16To31,
     Batch32To63,
     Batch64Up,
+    /// Tokens metered rules' responses measured (each metered rule's).
+    MeteredTokens,
+    /// Settlements the backend applied (or found applied before, when a reply was lost).
+    Settled,
+    /// Tokens settlements took beyond what their buckets held: debt incurred.
+    Debt,
+    /// Settlements given up on, after their retries: the reservation stood.
+    SettleFailures,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 25] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
@@ -65,6 +73,10 @@ impl Counter {
         Counter::Batch16To31,
         Counter::Batch32To63,
         Counter::Batch64Up,
+        Counter::MeteredTokens,
+        Counter::Settled,
+        Counter::Debt,
+        Counter::SettleFailures,
     ];
 
     /// The metric's name.
@@ -91,6 +103,10 @@ impl Counter {
             Counter::Batch16To31 => "ratelimit.batch_16_31",
             Counter::Batch32To63 => "ratelimit.batch_32_63",
             Counter::Batch64Up => "ratelimit.batch_64_up",
+            Counter::MeteredTokens => "ratelimit.metered_tokens",
+            Counter::Settled => "ratelimit.settled",
+            Counter::Debt => "ratelimit.debt",
+            Counter::SettleFailures => "ratelimit.settle_failures",
         }
     }
 

@@ -9,7 +9,8 @@
 //!
 //! Bottom to top: what a worker keeps to decide without the bridge (`breaker`,
 //! `deny_cache`, `lease`), the counts of what was decided (`counters`), the failure mode's
-//! own buckets (`local`), what the client sees (`shown`, `ietf`, `response`), and
+//! own buckets (`local`), a metered request's reservation and settlement (`metered`),
+//! what the client sees (`shown`, `ietf`, `response`), and
 //! `admission`, one request's admission from its plan to its verdict (`admission::settle`:
 //! how an exchange ends; `admission::shortcuts`: what a worker decides without the bridge).
 
@@ -20,5 +21,6 @@ pub mod deny_cache;
 pub mod ietf;
 pub mod lease;
 pub mod local;
+pub mod metered;
 pub mod response;
 pub mod shown;

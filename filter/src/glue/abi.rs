@@ -154,18 +154,13 @@ pub fn request_headers() -> HeaderMap {
     HeaderMap::new(bytes.unwrap_or_default())
 }
 
-/// A header of the callout reply being delivered (`:status`, say).
-pub fn callout_reply_header(name: &str) -> Option<Vec<u8>> {
+/// A header of the callout reply being delivered (`:status`, say), or of the current
+/// request's response: `map` says which.
+pub fn header_value(map: MapType, name: &str) -> Option<Vec<u8>> {
     // SAFETY: the pointer and length describe `name`; the out-pointers come from
     // `host_bytes` and outlive the call.
     host_bytes(|data, size| unsafe {
-        proxy_get_header_map_value(
-            MapType::HttpCallResponseHeaders,
-            name.as_ptr(),
-            name.len(),
-            data,
-            size,
-        )
+        proxy_get_header_map_value(map, name.as_ptr(), name.len(), data, size)
     })
 }
 

@@ -6,7 +6,7 @@ use super::abi;
 use crate::host::header_map::HeaderMap;
 use crate::host::{Proxy, RequestView, SharedData, Sole};
 use crate::wire;
-use proxy_wasm::types::BufferType;
+use proxy_wasm::types::{BufferType, MapType};
 use ratelimit_protocol::MAX_ID_LINE;
 use std::cell::OnceCell;
 
@@ -69,7 +69,7 @@ pub fn callout_reply(num_headers: usize, body_size: usize) -> (Option<u32>, Vec<
     // A reset callout comes back with no headers, and then Envoy has no reply map at
     // all: reading it answers BadArgument, on which the SDK panics. Don't ask.
     let status = (num_headers > 0)
-        .then(|| abi::callout_reply_header(":status"))
+        .then(|| abi::header_value(MapType::HttpCallResponseHeaders, ":status"))
         .flatten()
         .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
     let size = body_size.min(wire::MAX_REPLY_LEN + 1);

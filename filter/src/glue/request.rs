@@ -1,12 +1,13 @@
 //! One request's context: its events go to the worker's dispatcher, and it carries out
 //! what the dispatcher decides for it (go on, wait, answer) and adds its response headers.
 
+use super::abi;
 use super::executor::{add_response_headers, carry_out, run};
 use super::link::HostLink;
 use super::proxy::{callout_reply, ProxyHost};
-use crate::worker::dispatch::{Dispatcher, Go};
+use crate::worker::dispatch::{Dispatcher, Go, ResponseStart};
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, BufferType, MapType};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -15,6 +16,8 @@ pub(super) struct Request {
     pub(super) dispatcher: Rc<RefCell<Dispatcher>>,
     /// The worker's wake-up queue.
     pub(super) queue: Option<u32>,
+    /// Its response body is being metered.
+    pub(super) metered: bool,
 }
 
 impl Request {
@@ -52,15 +55,33 @@ impl HttpContext for Request {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let fields = match self.dispatcher.try_borrow_mut() {
-            Ok(mut d) => d.response_headers(self.context_id),
+        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
+        let header = |name: &str| abi::header_value(MapType::HttpResponseHeaders, name);
+        let start = match self.dispatcher.try_borrow_mut() {
+            Ok(mut d) => d.response_headers(id, header, &host, &mut link),
             Err(_) => {
                 log::error!("response headers came while the dispatcher was busy");
-                None
+                ResponseStart::default()
             }
         };
-        if let Some(fields) = fields {
+        self.metered = start.read_body;
+        if let Some(fields) = start.fields {
             add_response_headers(&fields);
+        }
+        Action::Continue
+    }
+
+    /// A metered response's chunks pass on at once, each read once on its way.
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.metered {
+            return Action::Continue;
+        }
+        self.metered = !end_of_stream;
+        let chunk = abi::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
+        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
+        match self.dispatcher.try_borrow_mut() {
+            Ok(mut d) => d.response_body(id, &chunk, end_of_stream, &host, &mut link),
+            Err(_) => log::error!("a response's body came while the dispatcher was busy"),
         }
         Action::Continue
     }
@@ -68,8 +89,9 @@ impl HttpContext for Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
+        let (mut link, host) = (self.link(), ProxyHost::default());
         match self.dispatcher.try_borrow_mut() {
-            Ok(mut d) => d.request_gone(self.context_id),
+            Ok(mut d) => d.request_gone(self.context_id, &host, &mut link),
             Err(_) => log::error!("a request ended while the dispatcher was busy"),
         }
     }

@@ -113,6 +113,7 @@ impl RootContext for Root {
                 context_id,
                 dispatcher: Rc::clone(&self.dispatcher),
                 queue: self.link.queue,
+                metered: false,
             })
         })
     }

@@ -139,6 +139,11 @@ impl Scanner {
         self.state == State::Failed
     }
 
+    /// True once the value has closed, well formed (whitespace may follow).
+    pub(super) fn closed(&self) -> bool {
+        self.state == State::Done
+    }
+
     /// The input ended: a number still pending is complete.
     pub(super) fn finish(&mut self) {
         if self.state == State::Number && self.number.complete() {

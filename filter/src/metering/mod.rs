@@ -116,6 +116,13 @@ impl UsageReader {
         self.json.poisoned()
     }
 
+    /// Whether what was read can be trusted whole: a JSON body read to its well-formed
+    /// end (one cut short or malformed may have lost fields that followed); an event
+    /// stream always (each event stands on its own).
+    pub fn whole(&self) -> bool {
+        self.events.is_some() || self.json.closed()
+    }
+
     /// The bytes fed so far, saturating.
     pub fn bytes(&self) -> u64 {
         self.bytes

@@ -350,3 +350,22 @@ fn bytes_counts_every_byte_fed_even_after_finish() {
     assert_eq!(reader.bytes(), 30);
     assert_eq!(reader.values(), [Some(1)], "nothing read after finish");
 }
+
+#[test]
+fn only_a_json_body_read_to_its_well_formed_end_is_whole() {
+    let read = |body: &[u8]| {
+        let mut r = UsageReader::new(BodyFormat::Json, paths(&["usage.prompt_tokens"]));
+        r.feed(body);
+        r.finish();
+        r.whole()
+    };
+    assert!(read(b"{\"usage\": {\"prompt_tokens\": 5}}\n"));
+    assert!(!read(
+        b"{\"usage\": {\"prompt_tokens\": 5, \"completion_tok"
+    ));
+    assert!(!read(b"{\"usage\": {\"prompt_tokens\": 5}} trailing"));
+    assert!(!read(b""));
+    let mut events = UsageReader::new(BodyFormat::EventStream, paths(&["usage.prompt_tokens"]));
+    events.feed(b"data: {\"usage\": {\"prompt_tokens\": 5}}\n\ndata: [DO");
+    assert!(events.whole(), "each event stands on its own");
+}

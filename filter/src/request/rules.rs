@@ -8,6 +8,7 @@ use crate::request::scope;
 use ratelimit_config::config::Config;
 use ratelimit_config::keys::bucket_key;
 use ratelimit_config::limit::Limit;
+use ratelimit_config::meter::MeterPolicy;
 use ratelimit_config::path;
 use ratelimit_config::source::Missing;
 use ratelimit_protocol::{Block, RuleSpecRef};
@@ -128,13 +129,31 @@ pub fn plan(
             rule: index,
             key: bucket_key(&config.key_prefix, &rule.name, key_values),
             limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
-            cost: rule.cost,
+            cost: rule
+                .meter
+                .as_ref()
+                .map_or(rule.cost, |m| reservation(m, req)),
             lease: 0,
             block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
             shadow: rule.shadow,
         });
     }
     Ok(planned)
+}
+
+/// What a request of a metered rule reserves: what its reserve header asks, at most the
+/// meter's `max_reserve`; the meter's `reserve` when it asks nothing readable (a client
+/// that writes garbage reserves what one that writes nothing does).
+fn reservation(meter: &MeterPolicy, req: &impl RequestView) -> u64 {
+    let asked = meter
+        .reserve_header
+        .as_deref()
+        .and_then(|name| req.header(name));
+    let read = asked
+        .filter(|v| !v.is_empty() && v.len() <= 20 && v.iter().all(u8::is_ascii_digit))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
+        .filter(|&n| n >= 1);
+    read.map_or(meter.reserve, |n| n.min(meter.max_reserve))
 }
 
 /// Resolves the identities `ids` not resolved yet for this request into `values` (by

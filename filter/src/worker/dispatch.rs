@@ -14,18 +14,22 @@
 //! the stream's reconnect backoff are unit-tested natively (`dispatch_tests.rs`).
 
 mod link;
+mod metered;
 mod replies;
 mod requests;
 
 pub use link::Link;
+pub use metered::ResponseStart;
 pub use requests::Go;
 
 use crate::decision::admission::{conclude_exchange, Admission, Concluding, Verdict, Worker};
 use crate::decision::counters::{self, Counter, Counters, PER_RULE};
+use crate::decision::metered::Metering;
 use crate::host::Proxy;
 use crate::wire::redis_call::Invoke;
 use crate::wire::{self, CheckResult};
 use crate::worker::exchange::{Exchanges, Member, NO_REQUEST};
+use crate::worker::settlements::Settlements;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
@@ -81,6 +85,9 @@ pub struct Dispatcher {
     generations: Vec<Generation>,
     exchanges: Exchanges,
     requests: HashMap<u32, Held>,
+    /// Metered responses being read, by request, with their configuration's number.
+    metering: HashMap<u32, (u64, Metering)>,
+    settlements: Settlements,
     calls: HashMap<u32, Call>,
     /// The open stream to the bridge, and the cluster it goes to.
     stream: Option<(u32, String)>,
@@ -172,6 +179,10 @@ impl Dispatcher {
         let now = host.now_ms();
         current.worker.leases.expire(now);
         queue_lease_lines(&mut current.worker, &mut self.exchanges);
+        self.retry_settlements(now);
+        let Some(current) = self.generations.last_mut() else {
+            return Vec::new();
+        };
         let backend = &current.config.backend;
         let (transport, timeout_ms) = (backend.transport, backend.timeout_ms);
         let base = Dispatcher::base_tick(&current.config);
@@ -332,6 +343,7 @@ impl Dispatcher {
         host: &impl Proxy,
         link: &mut impl Link,
     ) -> Verdicts {
+        self.settlements_answered(members, &reply, host);
         let Some((current, older)) = self.generations.split_last_mut() else {
             return Vec::new();
         };
@@ -415,11 +427,21 @@ impl Dispatcher {
                 }
             }
         }
-        let requests = &self.requests;
+        let (requests, metering) = (&self.requests, &self.metering);
         let last = self.generations.last().map(|g| g.number);
         self.generations.retain(|g| {
-            Some(g.number) == last || requests.values().any(|held| held.generation == g.number)
+            Some(g.number) == last
+                || requests.values().any(|held| held.generation == g.number)
+                || metering
+                    .values()
+                    .any(|(generation, _)| *generation == g.number)
         });
+    }
+
+    /// Configuration `generation`, if it is still held.
+    fn config_of(&self, generation: u64) -> Option<&Config> {
+        let mut all = self.generations.iter();
+        all.find(|g| g.number == generation).map(|g| &g.config)
     }
 }
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::fakes::{alice_searching as host, EXAMPLE};
 use crate::wire::RuleResult;
+use crate::worker::settlements;
 use ratelimit_protocol::render_reply;
 
 /// What the dispatcher asked of the host, in order.
@@ -105,10 +106,13 @@ fn checks_arriving_while_an_exchange_is_out_leave_together_when_it_comes_back() 
     );
     assert_eq!(link.sent[1].1.lines().count(), 2);
     assert!(
-        d.response_headers(1).is_some(),
+        d.response_headers(1, |_| None, &host, &mut link)
+            .fields
+            .is_some(),
         "the allowed check's fields"
     );
-    assert!(d.response_headers(1).is_none(), "taken once");
+    let again = d.response_headers(1, |_| None, &host, &mut link);
+    assert!(again.fields.is_none(), "taken once");
     let (id, body) = link.sent[1].clone();
     let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
     assert_eq!(verdicts, vec![(2, Verdict::Resume), (3, Verdict::Resume)]);
@@ -127,8 +131,8 @@ fn a_request_that_goes_away_leaves_the_queue_and_its_answer_finds_no_one() {
     d.configure(config(), &host, &mut link);
     d.request_headers(1, &host, &mut link);
     d.request_headers(2, &host, &mut link);
-    d.request_gone(2);
-    d.request_gone(1);
+    d.request_gone(2, &host, &mut link);
+    d.request_gone(1, &host, &mut link);
     let (id, body) = link.sent[0].clone();
     let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
     assert!(verdicts.is_empty(), "{verdicts:?}");
@@ -194,7 +198,78 @@ fn a_new_configuration_keeps_what_is_out_and_answers_it_under_the_old_rules() {
     let (id, body) = link.sent[0].clone();
     let verdicts = d.stream_message(101, &admit_all(id, &body), &host, &mut link);
     assert_eq!(verdicts, vec![(1, Verdict::Resume)]);
-    d.request_gone(1);
+    d.request_gone(1, &host, &mut link);
     d.tick(&host, &mut link);
     assert_eq!(d.generations.len(), 1, "and goes once nothing holds it");
+}
+
+/// One rule per user, metered by a usage header, reserving 100 of 1000 tokens a minute.
+fn metered_config() -> Config {
+    let json = r#"{"backend": {"cluster": "b", "timeout_ms": 25, "max_inflight": 1},
+        "identity": {"user": {"header": "x-user-id"}},
+        "rules": [{"name": "tokens", "key": ["user"], "limit": {"requests": 1000, "per": "1m"},
+                   "meter": {"header": "x-usage-tokens", "reserve": 100}}]}"#;
+    Config::parse(json.as_bytes()).unwrap()
+}
+
+/// The bridge's answer to a stream message of settlement lines: each applied.
+fn settled(id: u32, body: &str) -> Vec<u8> {
+    let results: Vec<CheckResult> = body
+        .lines()
+        .map(|_| CheckResult::Settled {
+            now_ms: 1_000_000,
+            rules: vec![RuleResult {
+                owed: 20,
+                borrowed: 20,
+                ..RuleResult::default()
+            }],
+        })
+        .collect();
+    let mut reply = String::new();
+    render_reply(&mut reply, &results);
+    wire::stream_message(id, &reply).into_bytes()
+}
+
+#[test]
+fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_when_lost() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(metered_config(), &host, &mut link);
+    d.request_headers(1, &host, &mut link);
+    let (id, body) = link.sent[0].clone();
+    assert_eq!(
+        body, "rl:tokens:alice,1000,1,60,100\n",
+        "the check reserves 100"
+    );
+    d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    let usage = |name: &str| (name == "x-usage-tokens").then(|| b"220".to_vec());
+    let start = d.response_headers(1, usage, &host, &mut link);
+    assert!(!start.read_body, "the header decided");
+    d.wake(&host, &mut link);
+    let measured = d.counters.drain();
+    assert!(
+        measured.contains(&(Counter::MeteredTokens, 220)),
+        "{measured:?}"
+    );
+    let (id, line) = link.sent[1].clone();
+    let (mark, rest) = line.split_at(2);
+    let (wire_id, rule) = rest.split_once(' ').unwrap();
+    assert_eq!((mark, rule), ("= ", "rl:tokens:alice,1000,1,60,120,1000\n"));
+    // The reply is lost (the stream closed): on a later tick it goes again, same id.
+    d.stream_closed(101, 14, &host, &mut link);
+    host.now.set(1_000_000 + settlements::RETRY_MS);
+    d.tick(&host, &mut link);
+    let (again_id, again) = link.sent.last().cloned().unwrap();
+    assert_eq!(again, line, "the same settlement, by the same id {wire_id}");
+    d.stream_message(
+        link.opened + 100,
+        &settled(again_id, &again),
+        &host,
+        &mut link,
+    );
+    let counts: Vec<(Counter, u64)> = d.counters.drain();
+    let count = |c: Counter| counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
+    assert_eq!(count(Counter::Settled), 1);
+    assert_eq!(count(Counter::Debt), 20);
+    assert!(d.settlements.is_empty());
+    assert_ne!(id, again_id, "another exchange");
 }

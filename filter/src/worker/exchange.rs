@@ -6,9 +6,11 @@
 //! Plain bookkeeping, host-independent: the glue sends what `take` returns and reports
 //! what came back with `complete`.
 
+use crate::wire::redis_call::batch_mode;
 use hashbrown::HashMap;
+use ratelimit_protocol::script::Mode;
 use ratelimit_protocol::script::MAX_KEYS_PER_CALL;
-use ratelimit_protocol::{LEASE_RETURN_MARK, MAX_BODY, MAX_CHECKS};
+use ratelimit_protocol::{MAX_BODY, MAX_CHECKS};
 use std::collections::VecDeque;
 
 /// Most checks one exchange carries: well under the bridge's `MAX_CHECKS`, and small
@@ -25,9 +27,12 @@ pub struct Member {
     /// A lease's top-up, for no request: the id its answer goes back to
     /// (`Leases::topped_up`).
     pub top_up: Option<u32>,
+    /// A metered request's settlement, for no request: its number (`Settlements`).
+    pub settlement: Option<u32>,
 }
 
-/// The context id of a member that is no request (a lease's return or top-up): the host
+/// The context id of a member that is no request (a lease's return or top-up, a
+/// settlement): the host
 /// never gives it to a context.
 pub const NO_REQUEST: u32 = 0;
 
@@ -35,8 +40,8 @@ pub const NO_REQUEST: u32 = 0;
 struct Waiting {
     member: Member,
     line: String,
-    /// The line returns a lease's tokens (see `wire::encode_return`).
-    lease_return: bool,
+    /// The script mode of its line: the redis-call build sends one mode per exchange.
+    mode: Mode,
 }
 
 #[derive(Debug)]
@@ -49,7 +54,7 @@ struct InFlight {
 #[derive(Debug, Default)]
 pub struct Exchanges {
     max_inflight: u32,
-    /// Checks and lease returns never share an exchange, and one carries at most
+    /// Checks, lease returns and settlements never share an exchange, and one carries at most
     /// `MAX_KEYS_PER_CALL` keys: the redis-call build runs one exchange as one script call,
     /// which has one mode and that bound.
     one_mode: bool,
@@ -66,7 +71,7 @@ impl Exchanges {
         }
     }
 
-    /// Keeps checks and lease returns in separate exchanges from now on.
+    /// Keeps checks, lease returns and settlements in separate exchanges from now on.
     pub fn set_one_mode(&mut self, one_mode: bool) {
         self.one_mode = one_mode;
     }
@@ -82,6 +87,18 @@ impl Exchanges {
             context_id,
             rules,
             top_up: None,
+            settlement: None,
+        };
+        self.push(member, line);
+    }
+
+    /// Queues settlement `id`'s line (see `Settlements`).
+    pub fn enqueue_settlement(&mut self, id: u32, rules: usize, line: String) {
+        let member = Member {
+            context_id: NO_REQUEST,
+            rules,
+            top_up: None,
+            settlement: Some(id),
         };
         self.push(member, line);
     }
@@ -92,17 +109,14 @@ impl Exchanges {
             context_id: NO_REQUEST,
             rules: 1,
             top_up: Some(id),
+            settlement: None,
         };
         self.push(member, line);
     }
 
     fn push(&mut self, member: Member, line: String) {
-        let lease_return = line.starts_with(LEASE_RETURN_MARK);
-        self.queue.push_back(Waiting {
-            member,
-            line,
-            lease_return,
-        });
+        let mode = batch_mode(&line);
+        self.queue.push_back(Waiting { member, line, mode });
     }
 
     /// Whether another exchange may leave now.
@@ -123,13 +137,12 @@ impl Exchanges {
         let mut members = Vec::new();
         let mut body = String::new();
         let mut keys = 0;
-        let returns = self.queue.front().is_some_and(|w| w.lease_return);
+        let mode = self.queue.front().map(|w| w.mode);
         while let Some(next) = self.queue.front() {
             let full = members.len() == MAX_BATCH
                 || body.len() + next.line.len() > MAX_BODY
                 || (self.one_mode
-                    && (next.lease_return != returns
-                        || keys + next.member.rules > MAX_KEYS_PER_CALL));
+                    && (Some(next.mode) != mode || keys + next.member.rules > MAX_KEYS_PER_CALL));
             if full && !members.is_empty() {
                 break;
             }

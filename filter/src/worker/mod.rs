@@ -8,9 +8,11 @@
 //! into these events and carries the verdicts out.
 //!
 //! Bottom to top: `exchange` (group commit: the exchanges in flight and the checks
-//! waiting), `dispatch` (the dispatcher: events in, verdicts and `dispatch::Link` calls
+//! waiting), `settlements` (metered rules' settlements until applied), `dispatch` (the
+//! dispatcher: events in, verdicts and `dispatch::Link` calls
 //! out; `dispatch::requests` and `dispatch::replies`, its events; `dispatch::link`, what
 //! it asks of the host).
 
 pub mod dispatch;
 pub mod exchange;
+pub mod settlements;

@@ -2,7 +2,7 @@
 //! or held while it is out), its response headers pick up what the check adds, and its end
 //! lets go of whatever is held for it.
 
-use super::{Dispatcher, Held, Link, Phase, Verdicts};
+use super::{Dispatcher, Held, Link, Phase, ResponseStart, Verdicts};
 use crate::decision::admission::{decode_callout, Admission, Start, Verdict};
 use crate::decision::response::RateLimitFields;
 use crate::host::Proxy;
@@ -146,26 +146,46 @@ impl Dispatcher {
         self.settle(&members, reply, host, link)
     }
 
-    /// Request `context_id`'s response headers: the rate-limit fields its check adds, once
-    /// it is decided (a response that comes first, from elsewhere, gets none).
-    pub fn response_headers(&mut self, context_id: u32) -> Option<RateLimitFields> {
+    /// Request `context_id`'s response headers (`header` reads one): the rate-limit
+    /// fields its check adds, once it is decided (a response that comes first, from
+    /// elsewhere, gets none), and whether its body is to be metered.
+    pub fn response_headers(
+        &mut self,
+        context_id: u32,
+        header: impl Fn(&str) -> Option<Vec<u8>>,
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> ResponseStart<RateLimitFields> {
         let decided = self
             .requests
             .get(&context_id)
             .is_some_and(|held| held.phase == Phase::Decided);
-        if !decided {
-            return None;
+        let Some(held) = decided.then(|| self.requests.remove(&context_id)).flatten() else {
+            return ResponseStart::default();
+        };
+        let Held {
+            generation,
+            mut admission,
+            ..
+        } = held;
+        let read_body = match admission.metering.take() {
+            Some(metering) => {
+                self.start_metering(context_id, generation, metering, header, host, link)
+            }
+            None => false,
+        };
+        ResponseStart {
+            fields: admission.response_headers,
+            read_body,
         }
-        self.requests
-            .remove(&context_id)?
-            .admission
-            .response_headers
     }
 
     /// Request `context_id` is gone: its waiting check leaves the queue (an exchange already
-    /// out keeps its line; the answer for it finds no one and is skipped), and its own
-    /// callout, whose reply will find no one, is done with.
-    pub fn request_gone(&mut self, context_id: u32) {
+    /// out keeps its line; the answer for it finds no one and is skipped), its own callout,
+    /// whose reply will find no one, is done with, and a response cut short settles what it
+    /// measured (an admitted request whose response never came keeps its reservation).
+    pub fn request_gone(&mut self, context_id: u32, host: &impl Proxy, link: &mut impl Link) {
+        self.end_metering(context_id, host, link);
         let Some(held) = self.requests.remove(&context_id) else {
             return;
         };

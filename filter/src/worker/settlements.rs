@@ -1,0 +1,131 @@
+//! A worker's settlements of metered rules until the backend has applied them: each sent
+//! with the exchanges like any line, and sent again (with the same id, so never applied
+//! twice) while its exchange fails, for a bounded time. The bookkeeping only; the
+//! dispatcher queues what `due` returns.
+
+use hashbrown::HashMap;
+use std::hash::BuildHasher;
+
+/// How long after a failure a settlement is sent again.
+pub const RETRY_MS: u64 = 1_000;
+/// How long a settlement is tried for; the script remembers an id for twice as long.
+pub const GIVE_UP_MS: u64 = 60_000;
+
+#[derive(Debug)]
+struct Pending {
+    line: String,
+    rules: usize,
+    first_ms: u64,
+    /// When to send it again; `None` while it is queued or out.
+    due_ms: Option<u64>,
+}
+
+/// One worker's settlements not yet applied.
+#[derive(Debug)]
+pub struct Settlements {
+    /// Names this worker's settlements apart from every other worker's and gateway's.
+    prefix: String,
+    next: u32,
+    pending: HashMap<u32, Pending>,
+}
+
+impl Default for Settlements {
+    fn default() -> Settlements {
+        // The host's randomness (WASI's `random_get` in the wasm build) seeds the hasher.
+        let random = std::collections::hash_map::RandomState::new().hash_one(0u8);
+        Settlements {
+            prefix: format!("{random:016x}"),
+            next: 0,
+            pending: HashMap::new(),
+        }
+    }
+}
+
+impl Settlements {
+    /// A fresh settlement's number and its id on the wire.
+    pub fn fresh_id(&mut self) -> (u32, String) {
+        self.next = self.next.wrapping_add(1);
+        (self.next, format!("{}-{:x}", self.prefix, self.next))
+    }
+
+    /// Remembers settlement `id`'s line (of `rules` rules), queued now, until it is applied.
+    pub fn add(&mut self, id: u32, line: &str, rules: usize, now_ms: u64) {
+        let pending = Pending {
+            line: line.to_string(),
+            rules,
+            first_ms: now_ms,
+            due_ms: None,
+        };
+        self.pending.insert(id, pending);
+    }
+
+    /// Settlement `id` was applied (or refused as malformed, which no retry mends).
+    pub fn done(&mut self, id: u32) {
+        self.pending.remove(&id);
+    }
+
+    /// Settlement `id`'s exchange failed: it goes again after `RETRY_MS`.
+    pub fn failed(&mut self, id: u32, now_ms: u64) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.due_ms = Some(now_ms.saturating_add(RETRY_MS));
+        }
+    }
+
+    /// The settlements to send again now (number, line, rules), and how many were given
+    /// up on (tried for `GIVE_UP_MS`).
+    pub fn due(&mut self, now_ms: u64) -> (Vec<(u32, String, usize)>, u64) {
+        let before = self.pending.len();
+        self.pending
+            .retain(|_, p| p.due_ms.is_none() || now_ms.saturating_sub(p.first_ms) < GIVE_UP_MS);
+        let given_up = (before - self.pending.len()) as u64;
+        let mut due = Vec::new();
+        for (&id, p) in &mut self.pending {
+            if p.due_ms.is_some_and(|at| at <= now_ms) {
+                p.due_ms = None;
+                due.push((id, p.line.clone(), p.rules));
+            }
+        }
+        due.sort_unstable_by_key(|d| d.0);
+        (due, given_up)
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_settlement_goes_again_with_its_line_until_it_is_applied_or_given_up() {
+        let mut s = Settlements::default();
+        let (a, wire_a) = s.fresh_id();
+        let (b, wire_b) = s.fresh_id();
+        assert_ne!(wire_a, wire_b);
+        assert!(ratelimit_protocol::valid_settlement_id(&wire_a));
+        s.add(a, "= a x\n", 1, 0);
+        s.add(b, "= b y\n", 2, 0);
+        assert_eq!(s.due(5_000).0, [], "queued or out: not due");
+        s.failed(a, 100);
+        assert_eq!(s.due(1_099).0, []);
+        assert_eq!(s.due(1_100).0, [(a, "= a x\n".to_string(), 1)]);
+        assert_eq!(s.due(1_200).0, [], "sent again: out");
+        s.done(b);
+        s.failed(a, 59_000);
+        let (due, given_up) = s.due(GIVE_UP_MS);
+        assert_eq!((due, given_up), (vec![], 1));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn workers_name_their_settlements_apart() {
+        let (mut one, mut two) = (Settlements::default(), Settlements::default());
+        assert_ne!(one.fresh_id().1, two.fresh_id().1);
+    }
+}

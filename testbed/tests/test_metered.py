@@ -1,0 +1,197 @@
+"""Metered limits end to end: real Envoys in front of the OpenAI-compatible upstream of
+testbed/llm_upstream.py, the real bridge and Valkey. A metered rule reserves tokens when a
+request is checked and settles what the response measured (its JSON usage, a stream's last
+usage event, or a usage header) when it ends: the tokens debited are the usage served,
+exactly, across two gateways; a budget is exceeded by at most one request's overshoot;
+parallel requests cannot share one reservation; and hostile bodies cost their reservation,
+never the filter.
+
+Buckets refill by a token a month at most, so what a test measures is what it spent."""
+
+import threading
+import time
+from math import gcd
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from testbed.llm_upstream import LlmUpstream
+from testbed.plugins import plugin, rule
+from testbed.stack import bucket_units
+
+STREAM = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
+          "messages": [{"role": "user", "content": "hello"}]}
+CHAT = {**STREAM, "stream": False}
+MONTH_MS = 30 * 86_400_000
+
+
+def metered(requests, reserve, debt=None, **meter):
+    """A rule `tokens` per API key: `requests` tokens a month, the OpenAI usage metered."""
+    spec = {"body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 1},
+            "reserve": reserve, **meter}
+    if debt is not None:
+        spec["debt"] = debt
+    return plugin(rule("tokens", ["api_key"], requests, per="30d", meter=spec))
+
+
+@pytest.fixture
+def upstream():
+    with LlmUpstream() as up:
+        yield up
+
+
+def spent(stack, key, burst):
+    """Tokens taken from bucket `key` of a `burst` that refills a month (units to tokens:
+    den is the month in ms over the burst, reduced; below 0 the bucket owes)."""
+    if stack.redis("EXISTS", f"rl:tokens:{key}") == 0:
+        return 0
+    units = bucket_units(stack.redis_port, f"rl:tokens:{key}")
+    den = MONTH_MS // gcd(burst, MONTH_MS)
+    return burst - units / den
+
+
+def wait_settled(stack, count, timeout=20.0):
+    """Until the gateways' `settled` counters add up to `count`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        total = sum(stack.stats(g).get("settled", 0) for g in range(len(stack.ports)))
+        if total >= count:
+            return total
+        time.sleep(0.1)
+    raise AssertionError(f"settled {total} of {count}")
+
+
+def ask(stack, gateway, key, usage, streamed=True, **headers):
+    prompt, completion = usage
+    h = {"x-api-key": key, "x-test-prompt-tokens": str(prompt),
+         "x-test-completion-tokens": str(completion), **headers}
+    return stack.stream(gateway, body=STREAM if streamed else CHAT, headers=h)
+
+
+def test_tokens_debited_equal_the_usage_served_across_two_gateways(stack_of, upstream):
+    burst = 1_000_000
+    stack = stack_of(metered(burst, reserve=500), gateways=2, upstream=upstream.port)
+    usages = [(7 + i % 13, 3 + (i * 7) % 41) for i in range(240)]
+    with ThreadPoolExecutor(48) as pool:
+        got = list(pool.map(
+            lambda iu: ask(stack, iu[0] % 2, "k1", iu[1], streamed=iu[0] % 3 != 0,
+                           **{"x-test-chunks": "8"}),
+            enumerate(usages)))
+    assert [r.status for r in got] == [200] * len(usages)
+    assert all(r.complete for r in got)
+    served = sum(p + c for p, c in usages)
+    assert upstream.tokens_served() == served
+    wait_settled(stack, len(usages))
+    # Exact: what the bucket lost is the usage served (the refill, 1/30 token a second,
+    # adds less than one token over the test).
+    assert abs(spent(stack, "k1", burst) - served) < 1, (spent(stack, "k1", burst), served)
+    metered_tokens = sum(stack.stats(g).get("metered_tokens", 0) for g in range(2))
+    assert metered_tokens == served
+
+
+def test_a_budget_is_exceeded_by_at_most_one_requests_overshoot(stack_of, upstream):
+    burst, reserve = 1000, 100
+    stack = stack_of(metered(burst, reserve=reserve, debt=1000), gateways=1,
+                     upstream=upstream.port)
+    used, settled = 0, 0
+    statuses = []
+    for _ in range(8):
+        r = ask(stack, 0, "k2", (150, 150))
+        statuses.append(r.status)
+        if r.status == 200:
+            used += 300
+            settled += 1
+            wait_settled(stack, settled)
+    # 300 a request against a reservation of 100: 4 pass (1200 tokens, 200 past the
+    # budget, one request's overshoot), then the bucket owes and refuses.
+    assert statuses == [200] * 4 + [429] * 4, statuses
+    assert used - burst <= 300 - reserve
+    # The last one took 200 on credit (199 whole ones if the refill had added a fraction).
+    assert stack.stats(0).get("debt", 0) in (199, 200)
+
+
+def test_parallel_streams_cannot_all_pass_on_one_reservation(stack_of, upstream):
+    stack = stack_of(metered(1000, reserve=400), gateways=2, upstream=upstream.port)
+    with ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(ask, stack, i % 2, "k3", (1, 1), **{"x-test-hold": "h"})
+                   for i in range(6)]
+        # Two are held open at the upstream; the others are answered meanwhile.
+        deadline = time.monotonic() + 10
+        while sum(f.done() for f in futures) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        upstream.release("h", 6)
+        statuses = sorted(f.result().status for f in futures)
+    # 1000 tokens hold two reservations of 400, not three, while the streams are open.
+    assert statuses == [200, 200, 429, 429, 429, 429], statuses
+
+
+@pytest.mark.parametrize("kind", ["huge-number", "negative", "string", "deep", "garbage",
+                                  "truncated", "no-usage"])
+def test_a_hostile_body_costs_its_reservation_and_never_the_filter(stack_of, upstream, kind):
+    burst, reserve = 10_000, 300
+    stack = stack_of(metered(burst, reserve=reserve), gateways=1, upstream=upstream.port)
+    before = 0
+    for streamed in (False, True):
+        r = ask(stack, 0, "k4", (5, 5), streamed=streamed, **{"x-test-body": kind})
+        assert r.status == 200
+        time.sleep(0.3)  # a settlement, if one were made, has long been applied
+        cost = spent(stack, "k4", burst) - before
+        before += cost
+        if streamed and kind == "truncated":
+            # A stream cut inside its usage event settles what came before the cut.
+            assert 0 <= cost <= reserve + 1, cost
+        else:
+            assert abs(cost - reserve) < 1, (streamed, cost)
+    # The filter still meters the next response exactly.
+    settled = stack.stats(0).get("settled", 0)
+    good = ask(stack, 0, "k4", (20, 30))
+    assert good.status == 200 and good.complete
+    wait_settled(stack, settled + 1)
+    assert abs(spent(stack, "k4", burst) - before - 50) < 1
+
+
+def test_a_response_cut_short_keeps_the_reservation_unless_its_usage_came(stack_of, upstream):
+    burst = 10_000
+    stack = stack_of(metered(burst, reserve=300), gateways=1, upstream=upstream.port)
+    cut = ask(stack, 0, "k5", (40, 60), **{"x-test-chunks": "4", "x-test-abort-after": "2"})
+    assert not cut.complete
+    # The usage event is the fifth: it came before the cut.
+    late = ask(stack, 0, "k5", (40, 60), **{"x-test-chunks": "4", "x-test-abort-after": "5"})
+    assert not late.complete
+    wait_settled(stack, 1)
+    assert abs(spent(stack, "k5", burst) - (300 + 100)) < 1
+
+
+def test_a_gigabyte_stream_passes_with_bounded_memory_and_is_settled(stack_of, upstream):
+    burst = 10_000
+    stack = stack_of(metered(burst, reserve=300), gateways=1, upstream=upstream.port)
+    r = ask(stack, 0, "k6", (70, 30), **{"x-test-body": "gigabyte",
+                                         "x-test-bytes": str(64 << 20)})
+    assert r.status == 200 and r.complete and r.size >= 64 << 20
+    wait_settled(stack, 1)
+    assert abs(spent(stack, "k6", burst) - 100) < 1
+
+
+def test_a_request_header_sets_the_reservation_within_its_bound_and_a_usage_header_decides(
+        stack_of, upstream):
+    burst = 10_000
+    plugin_ = metered(burst, reserve={"header": "x-max-tokens", "default": 100, "max": 2000},
+                      header="x-usage-tokens")
+    stack = stack_of(plugin_, gateways=1, upstream=upstream.port)
+    got = []
+    held = threading.Thread(target=lambda: got.append(ask(
+        stack, 0, "k7", (1, 1), **{"x-max-tokens": "5000", "x-test-hold": "h7"})))
+    held.start()
+    deadline = time.monotonic() + 10
+    while spent(stack, "k7", burst) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # While its stream is open it holds what it asked for, at most the meter's max.
+    assert abs(spent(stack, "k7", burst) - 2000) < 1
+    upstream.release("h7")
+    held.join(15)
+    assert got[0].status == 200
+    r = ask(stack, 0, "k7", (10, 10), **{"x-test-usage-header": "12"})
+    assert r.status == 200
+    wait_settled(stack, 2)
+    # The first settled its usage (2), the second its header (12).
+    assert abs(spent(stack, "k7", burst) - 14) < 1
