@@ -6,7 +6,7 @@ is `glue::hub`); every path it names is read: `crate::a::b`, `super::x`, `self::
 `x::` naming a child module, and grouped imports (`use crate::{a, b::{c, d}}`) expanded.
 A reference from one module to another counts between the two children of their closest
 common parent: `glue::hub` naming `glue::redis` is an edge `hub -> redis` inside `glue`,
-`admission::settle` naming `rules` is `admission -> rules` at the top. Each folder's edges must be
+`admission::conclusion` naming `rules` is `admission -> rules` at the top. Each folder's edges must be
 free of cycles. Test files (`*_tests.rs`, `tests/` folders, a trailing `#[cfg(test)] mod
 tests`) are left out: a test may reach anywhere.
 """

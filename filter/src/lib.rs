@@ -47,7 +47,7 @@
 //!   - `ietf`: the IETF draft-11 `RateLimit-Policy` and `RateLimit` fields.
 //!   - `response`: what the client sees: the headers, the 429, the 503, the 400.
 //!   - `admission`: one request's admission, its check from its rules to its verdict
-//!     (`admission::settle`: how an exchange ends; `admission::shortcuts`: what a worker
+//!     (`admission::conclusion`: how an exchange ends; `admission::shortcuts`: what a worker
 //!     decides without the bridge).
 //! - `worker` (`worker/`): a worker's events, and the exchanges its checks travel in.
 //!   - `exchange`: group commit: a worker's exchanges in flight and checks waiting.

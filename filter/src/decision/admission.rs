@@ -355,10 +355,10 @@ pub fn most_restrictive(
     }
 }
 
-mod settle;
+mod conclusion;
 mod shortcuts;
 
-pub use settle::{
+pub use conclusion::{
     conclude_exchange, decode_callout, exchange_failure, record_exchange, Concluding,
 };
 

@@ -11,7 +11,7 @@
 //! `deny_cache`, `lease`), the counts of what was decided (`counters`), the failure mode's
 //! own buckets (`local`), a metered request's reservation and settlement (`metered`),
 //! what the client sees (`shown`, `ietf`, `response`), and
-//! `admission`, one request's admission from its plan to its verdict (`admission::settle`:
+//! `admission`, one request's admission from its plan to its verdict (`admission::conclusion`:
 //! how an exchange ends; `admission::shortcuts`: what a worker decides without the bridge).
 
 pub mod admission;

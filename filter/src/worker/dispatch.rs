@@ -190,7 +190,7 @@ impl Dispatcher {
         if matches!(transport, Transport::Grpc | Transport::Redis) {
             for members in self.exchanges.expire(now, timeout_ms) {
                 let reason = Err("no answer within timeout_ms".to_string());
-                verdicts.extend(self.settle(&members, reason, host, link));
+                verdicts.extend(self.conclude(&members, reason, host, link));
             }
             // A reply that never comes must not keep its batch forever.
             let exchanges = &self.exchanges;
@@ -235,7 +235,7 @@ impl Dispatcher {
         self.reopen_at_ms = host.now_ms() + self.reopen_backoff_ms;
     }
 
-    /// Settles exchange `id` from its reply, then sends what waits at once: group commit.
+    /// Concludes exchange `id` from its reply, then sends what waits at once: group commit.
     fn answered(
         &mut self,
         id: u32,
@@ -247,7 +247,7 @@ impl Dispatcher {
             return Vec::new(); // given up already (timed out, or the stream closed)
         };
         let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
-        let mut verdicts = self.settle(&members, reply(&counts), host, link);
+        let mut verdicts = self.conclude(&members, reply(&counts), host, link);
         verdicts.extend(self.pump(host, link));
         verdicts
     }
@@ -319,7 +319,7 @@ impl Dispatcher {
         link: &mut impl Link,
     ) -> Verdicts {
         let members = self.exchanges.complete(id).unwrap_or_default();
-        self.settle(&members, Err(reason), host, link)
+        self.conclude(&members, Err(reason), host, link)
     }
 
     /// Fails every exchange in flight and every check waiting (the stream broke).
@@ -328,7 +328,7 @@ impl Dispatcher {
         let waiting = self.exchanges.drain_waiting();
         let mut verdicts = Vec::new();
         for members in lost.into_iter().chain([waiting]).filter(|m| !m.is_empty()) {
-            verdicts.extend(self.settle(&members, Err(reason.to_string()), host, link));
+            verdicts.extend(self.conclude(&members, Err(reason.to_string()), host, link));
         }
         verdicts
     }
@@ -336,7 +336,7 @@ impl Dispatcher {
     /// Decides every member of an exchange from its reply (or why there is none), each
     /// check under the configuration it started with, the exchange counted by the current
     /// worker's breaker. Requests that went away meanwhile are skipped.
-    fn settle(
+    fn conclude(
         &mut self,
         members: &[Member],
         reply: Result<Vec<CheckResult>, String>,

@@ -1,5 +1,5 @@
 //! The dispatcher's reply events: a message on the worker's stream, the stream closing, the
-//! reply to a callout or to a redis call. Each settles its exchange and sends what waits.
+//! reply to a callout or to a redis call. Each concludes its exchange and sends what waits.
 
 use super::{Call, Dispatcher, Link, Verdicts};
 use crate::host::Proxy;
@@ -8,7 +8,7 @@ use crate::wire::redis_call::{self, Invoke};
 use ratelimit_protocol::script::Mode;
 
 impl Dispatcher {
-    /// A message on stream `token`: the reply to one exchange, which is settled; then what
+    /// A message on stream `token`: the reply to one exchange, which is concluded; then what
     /// waits leaves at once (group commit).
     pub fn stream_message(
         &mut self,

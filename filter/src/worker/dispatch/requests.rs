@@ -143,7 +143,7 @@ impl Dispatcher {
         let members = self.exchanges.complete(id).unwrap_or_default();
         let counts: Vec<usize> = members.iter().map(|m| m.rules).collect();
         let reply = decode_callout(status, body, &counts);
-        self.settle(&members, reply, host, link)
+        self.conclude(&members, reply, host, link)
     }
 
     /// Request `context_id`'s response headers (`header` reads one): the rate-limit
