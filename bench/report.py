@@ -238,7 +238,22 @@ def fuel(wasm):
                if "leased" in f else "") +
             (f"| headers floor (no-op filter + the host calls of an allowed response) | {f['headers_floor']:,} | {f['headers_floor'] / f['noop']:.1f} |\n"
              if "headers_floor" in f else "") +
-            f"| no-op filter | {f['noop']:,} | 1.0 |")
+            f"| no-op filter | {f['noop']:,} | 1.0 |"
+            + (metering_fuel(f) if "stream_metered" in f else ""))
+
+
+def metering_fuel(f):
+    """The metering's own cost: a metered rule's streamed response against the same rule's
+    unmetered, both of `stream_chunks` server-sent events."""
+    chunks, plain, metered = f["stream_chunks"], f["stream_unmetered"], f["stream_metered"]
+    return (f"\n\nA streamed response of {chunks} server-sent events (an OpenAI-compatible "
+            f"completion, its usage in the last event but `[DONE]`), from the request's headers "
+            f"to the end of the stream:\n\n"
+            f"| response | fuel | per chunk |\n|---|---:|---:|\n"
+            f"| unmetered rule | {plain:,} | {plain / chunks:,.0f} |\n"
+            f"| metered rule (usage read from every chunk, settled at the end) | {metered:,} "
+            f"| {metered / chunks:,.0f} |\n"
+            f"| the metering's cost | {metered - plain:,} | {(metered - plain) / chunks:,.0f} |")
 
 
 def write(out, results, smoke=False):

@@ -141,7 +141,8 @@ def check(results, out):
     expect(results["wasm"]["sizes"]["ratelimit.wasm"] > 0, "wasm size")
     fuel = results["wasm"]["fuel"]
     expect(fuel is None or fuel["denied"] > fuel["noop"] > 0 and fuel["allowed"] > fuel["noop"]
-           and fuel["headers_floor"] > fuel["noop"], f"wasm fuel: {fuel}")
+           and fuel["headers_floor"] > fuel["noop"]
+           and fuel["stream_metered"] > fuel["stream_unmetered"] > 0, f"wasm fuel: {fuel}")
     expect("fleet" in results, "no fleet section")
     if "fleet" in results:
         check_fleet(results["fleet"], expect)

@@ -1,27 +1,17 @@
 -- Token bucket checks for ratelimit.wasm, a batch per call: refills, tests and consumes
--- the buckets of every check, in order, atomically. Each check is all-or-nothing: a check
--- denied by any of its rules takes no token at all. A key that appears in several checks
--- of the batch is read once, and later checks see what earlier ones took.
---
--- KEYS     every rule's bucket, check after check (with a mode ending in '*', for a
---          Redis Cluster node: only the first, which routes the call; the keys end ARGV)
--- ARGV     the mode ('check', 'refund', 'peek', 'settle' or 'unblock'), S, 14 numbers per
---          rule shape (limit, block, lease, shadow, override, debt), the checks as one byte
---          string (per check its rule count, then its rules' shapes), with 'settle' the
---          settlements' ids, and with '*' the keys
--- Returns  one string of little-endian 64-bit integers: now_ms, then per rule tokens left,
---          ms until full, ms until the cost is available ('settle': whether it applied,
---          tokens left or owed, tokens taken on credit; 'unblock': { now_ms, how many were
---          blocked })
--- In full (every argument, the reply's codes, how a bucket is stored, the bounds that keep
--- the arithmetic exact): docs/token-bucket.md; protocol/src/script.rs lays out the calls.
+-- the buckets of every check, in order, atomically, each check all-or-nothing; a key in
+-- several checks is read once, later checks seeing what earlier ones took ('settle':
+-- metered rules' settlements, rule by rule, once per id). KEYS: every rule's bucket (mode
+-- '*', a Cluster node: only the first; the keys end ARGV). ARGV: the mode, S, 14 numbers
+-- per rule shape, the checks as one byte string, with 'settle' the ids, with '*' the keys.
+-- Returns one string of little-endian 64-bit integers: now_ms, then 3 per rule. In full:
+-- docs/token-bucket.md (protocol/src/script.rs lays the calls out); blocks: lua/unblock.lua.
 
 -- Globals cost a table lookup per use: the loops use locals only. Tables are few and
 -- flat, as each one costs an allocation (noticeable per call at small batches).
 local ARGV, call, pcall, tonumber, type = ARGV, redis.call, redis.pcall, tonumber, type
 local floor, byte, sub, find, rep = math.floor, string.byte, string.sub, string.find, string.rep
-local pack, unpack_bucket, match = struct.pack, struct.unpack, string.match
-local gmatch = string.gmatch
+local pack, unpack_bucket, match, gmatch = struct.pack, struct.unpack, string.match, string.gmatch
 
 -- A key must never vanish before its bucket is full: a missing key reads as full, so that
 -- would admit too much. The script's TIME is the server's snapshot of the command's start,
@@ -40,28 +30,6 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local mode = ARGV[1]
 local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
-
-if mode == 'unblock' then
-  -- The two forms that hold a block, by tag; a value in neither has no block to lift.
-  local BLOCK_FORMS = { [2] = { 49, '<Bdddddd' }, [4] = { 81, '<Bdddddddddd' } }
-  local lifted = 0
-  for _, key in ipairs(KEYS) do
-    local v = pcall('GET', key)
-    local form = type(v) == 'string' and BLOCK_FORMS[byte(v)]
-    if form and #v == form[1] then
-      local f = { unpack_bucket(form[2], v) }
-      -- Unpack's last value is the position after the value read. Only our own sane values
-      -- are rewritten (NaN fails every test).
-      f[#f] = nil
-      if f[2] >= 0 and f[3] >= 0 and f[4] >= 1 and f[7] >= 0 then
-        if f[7] > now then lifted = lifted + 1 end
-        f[5], f[6], f[7] = 0, 0, 0
-        call('SET', key, pack(form[2], unpack(f)), 'KEEPTTL')
-      end
-    end
-  end
-  return { now, lifted }
-end
 
 -- Numbers per shape in ARGV.
 local W = 14

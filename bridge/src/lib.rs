@@ -38,7 +38,7 @@
 //! - `health`: the background ping that reconnects to a Redis that is back.
 //! - `registry`: overrides in Redis: set, clear, list, and the refresh every 250 ms.
 //! - `usage`: a client's bucket, read without spending it (`peek`).
-//! - `unblock`: lifting a rule's block (the script's `unblock` mode).
+//! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
 //! - `server`: the network side: every endpoint on one port, and graceful shutdown.
 //! - `commands`: the `override`, `unblock` and `usage` commands and the Redis flags they

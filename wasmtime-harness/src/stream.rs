@@ -126,6 +126,9 @@ impl Host {
         )
     }
 
+    /// A chunk of the response body. As in Envoy, the buffer the filter reads holds what
+    /// it paused on so far (`Action::Pause` buffers), or only this chunk once it let the
+    /// earlier ones through.
     pub fn response_body(
         &mut self,
         id: u32,
@@ -135,11 +138,15 @@ impl Host {
         let stream = self.stream_mut(id)?;
         stream.response_body.extend_from_slice(chunk);
         let n = count(stream.response_body.len());
-        self.action(
+        let action = self.action(
             "proxy_on_response_body",
             id,
             (id as i32, n, i32::from(end_of_stream)),
-        )
+        )?;
+        if action == Action::Continue {
+            self.stream_mut(id)?.response_body.clear();
+        }
+        Ok(action)
     }
 
     /// Ends the stream as Envoy does: `proxy_on_done`, `proxy_on_log`, `proxy_on_delete`.

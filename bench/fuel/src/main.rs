@@ -34,6 +34,24 @@ const LEASED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "time
   "rules": [{"name": "leased", "key": ["user"], "limit": {"requests": 1000000, "per": "1s"},
              "lease": {"tokens": 1000, "ttl": "1m"}}]}"#;
 
+/// The per-user rule of `CONFIG` with its cost metered from an OpenAI-compatible stream's
+/// usage, and the same rule unmetered: the two sides of the metering's cost per chunk.
+const METERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "deny_cache_entries": 0,
+  "identity": {"user": {"header": "x-user-id"}},
+  "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
+             "meter": {"body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 1},
+                       "reserve": 100}}]}"#;
+const UNMETERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "deny_cache_entries": 0,
+  "identity": {"user": {"header": "x-user-id"}},
+  "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
+             "cost": 100}]}"#;
+/// The bridge's answer to the streamed requests' checks.
+const STREAM_ALLOWED: &str = "1767225600000 1,99900,60,0\n";
+/// Chunks of a streamed response: content events, the usage event, then `[DONE]`.
+const CHUNKS: usize = 50;
+
 /// The no-op filter making only the host calls an allowed response needs (bench/noop-filter).
 const HEADERS_FLOOR: &str = r#"{"headers": {"identity": "x-user-id"}}"#;
 
@@ -92,9 +110,87 @@ fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     let noop = load(noop)?;
     let floor = median(&noop, HEADERS_FLOOR, None, true)?;
     let noop = median(&noop, "", None, false)?;
+    let unmetered = streamed(&filter, UNMETERED_CONFIG)?;
+    let metered = streamed(&filter, METERED_CONFIG)?;
     Ok(format!(
-        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}}}"#
+        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}}}"#
     ))
+}
+
+/// One chunk of an OpenAI-compatible stream (`i` of `CHUNKS`): a content event, the usage
+/// event, or `[DONE]`.
+fn chunk(i: usize) -> String {
+    let head =
+        r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1767225600,"model":"m","#;
+    match CHUNKS - i {
+        1 => "data: [DONE]\n\n".to_string(),
+        2 => format!(
+            "data: {head}\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{},\"total_tokens\":{}}}}}\n\n",
+            CHUNKS - 2,
+            CHUNKS + 10
+        ),
+        _ => format!(
+            "data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{i} \"}},\"finish_reason\":null}}],\"usage\":null}}\n\n"
+        ),
+    }
+}
+
+/// The median fuel of `REQUESTS` allowed requests under `config` whose responses are
+/// `CHUNKS`-chunk event streams, from the request's headers to the stream's end (and, when
+/// metered, the settlement's line on the stream).
+fn streamed(wasm: &Wasm, config: &str) -> Result<u64, String> {
+    let mut host = boot(wasm, config)?;
+    let chunks: Vec<String> = (0..CHUNKS).map(chunk).collect();
+    let mut fuel = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        let mark = host.fuel_mark();
+        let (id, message) = host
+            .request_on_stream("POST", "/v1/chat/completions", &[("x-user-id", "alice")])
+            .map_err(|e| e.to_string())?;
+        let Some((token, message)) = message else {
+            return Err(format!("no check sent:\n{}", host.log_text()));
+        };
+        host.grpc_message(token, &answer(&message))
+            .map_err(|e| e.to_string())?;
+        let headers = [(":status", "200"), ("content-type", "text/event-stream")];
+        host.response_headers(id, &headers, false)
+            .map_err(|e| e.to_string())?;
+        for (i, chunk) in chunks.iter().enumerate() {
+            host.response_body(id, chunk.as_bytes(), i + 1 == CHUNKS)
+                .map_err(|e| e.to_string())?;
+        }
+        let sent = host.grpc_messages_sent();
+        host.finish_stream(id).map_err(|e| e.to_string())?;
+        // A settlement that left on its own (a wake-up) is answered as the bridge would.
+        if host.grpc_messages_sent() > sent {
+            let last = host.grpc_streams().last();
+            if let Some((token, message)) =
+                last.and_then(|s| Some((s.token, s.messages.last()?.clone())))
+            {
+                host.grpc_message(token, &answer(&message))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        fuel.push(host.fuel_since(mark));
+    }
+    fuel.sort_unstable();
+    Ok(fuel[REQUESTS / 2])
+}
+
+/// The bridge's answer to a stream message of checks and settlements: every check of one
+/// rule allowed, every settlement applied.
+fn answer(message: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(message);
+    let mut lines = text.split('\n');
+    let mut reply = format!("{}\n", lines.next().unwrap_or_default());
+    for line in lines.filter(|l| !l.is_empty()) {
+        if line.starts_with("= ") {
+            reply.push_str("1767225600000 s,99940,0,0\n");
+        } else {
+            reply.push_str(STREAM_ALLOWED);
+        }
+    }
+    reply.into_bytes()
 }
 
 /// Compiles a module once (the slow part); each case boots a fresh host from it.

@@ -108,8 +108,8 @@ fn an_exact_burst_is_admitted_then_denied_with_headers() {
     assert!(allowed(&host, first), "{}", host.log_text());
     // A fresh server lacks the script: EVALSHA, NOSCRIPT, then EVAL once.
     assert!(query_text(&host, 0).contains(EVALSHA));
-    // EVAL, the script, 1 key and its name, mode, 1 shape of 13 numbers, the layout: 20.
-    assert!(query_text(&host, 1).starts_with("*20\r\n$4\r\nEVAL\r\n"));
+    // EVAL, the script, 1 key and its name, mode, 1 shape of 14 numbers, the layout: 21.
+    assert!(query_text(&host, 1).starts_with("*21\r\n$4\r\nEVAL\r\n"));
     host.response_headers(first, &[(":status", "200")], true)
         .unwrap();
     let headers = &host.stream(first).unwrap().response_headers;
@@ -130,7 +130,7 @@ fn an_exact_burst_is_admitted_then_denied_with_headers() {
     let calls = &host.state().redis.calls;
     assert!(calls[2..]
         .iter()
-        .all(|c| String::from_utf8_lossy(&c.query).starts_with(&format!("*20{EVALSHA}"))));
+        .all(|c| String::from_utf8_lossy(&c.query).starts_with(&format!("*21{EVALSHA}"))));
     assert_eq!(calls.len(), 5, "one call per check, one NOSCRIPT resend");
     // Another client has its own bucket.
     let bob = decided(&mut host, &valkey, "bob");
@@ -266,4 +266,55 @@ fn only_the_redis_build_imports_the_redis_call() {
         unserved,
         ["env.proxy_call_foreign_function", "env.proxy_grpc_call"]
     );
+}
+
+/// A per-user rule metered by a usage header, reserving 100 of 1,000 tokens an hour.
+fn metered_rule() -> String {
+    r#"{"name": "tokens", "key": ["user"], "limit": {"requests": 1000, "per": "1h"},
+        "meter": {"header": "x-usage-tokens", "reserve": 100, "debt": 500}}"#
+        .to_string()
+}
+
+/// Whole tokens left in `key`'s bucket on `valkey` (the script's stored level, tag 3).
+fn tokens_left(valkey: &Valkey, key: &str, den: f64) -> f64 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(valkey.addr()).unwrap();
+    let get = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+    conn.write_all(get.as_bytes()).unwrap();
+    // `$25\r\n`, the 25 bytes, `\r\n`.
+    let mut reply = [0u8; 32];
+    conn.read_exact(&mut reply).unwrap();
+    assert_eq!((&reply[..5], reply[5]), (&b"$25\r\n"[..], 3), "{reply:?}");
+    f64::from_le_bytes(reply[6..14].try_into().unwrap()) / den
+}
+
+#[test]
+fn a_metered_response_settles_on_redis_in_the_redis_call_build_once() {
+    let valkey = Valkey::start();
+    let mut host = boot(&on_redis(&metered_rule(), "closed", 1000));
+    let id = decided(&mut host, &valkey, "alice");
+    assert!(allowed(&host, id), "{}", host.log_text());
+    // 1,000 an hour: a token is 3,600 units (3.6 s), refilling 1 unit a ms.
+    let key = "rl:tokens:alice";
+    assert!(
+        (tokens_left(&valkey, key, 3600.0) - 900.0).abs() < 1.0,
+        "reserved 100"
+    );
+    let headers = [(":status", "200"), ("x-usage-tokens", "350")];
+    host.response_headers(id, &headers, true).unwrap();
+    host.finish_stream(id).unwrap();
+    // The settlement is its own redis call, in the script's settle mode.
+    run_live(&mut host, &valkey);
+    let settle = (host.state().redis.calls.iter())
+        .filter(|c| String::from_utf8_lossy(&c.query).contains("\r\n$6\r\nsettle\r\n"))
+        .count();
+    assert_eq!(settle, 1, "{}", host.log_text());
+    assert!(
+        (tokens_left(&valkey, key, 3600.0) - 650.0).abs() < 1.0,
+        "350 in all"
+    );
+    // The next request reserves again, from what is left.
+    let next = decided(&mut host, &valkey, "alice");
+    assert!(allowed(&host, next));
+    assert!((tokens_left(&valkey, key, 3600.0) - 550.0).abs() < 1.0);
 }
