@@ -205,29 +205,30 @@ impl Store {
         self.each_node(Mode::Refund, returns).await
     }
 
-    /// Applies metered rules' settlements, node by node, in the script's `settle` mode: each
-    /// bucket on its own, once per settlement id however often it comes; one outcome per
-    /// settlement.
+    /// Applies metered rules' settlements in the script's `settle` mode, each bucket on its
+    /// own, once per id however often it comes; one outcome per settlement.
     pub async fn settle_all(&self, settlements: &[Check]) -> Vec<CheckOutcome> {
         self.each_node(Mode::Settle, settlements).await
     }
 
     /// Runs one check atomically (a batch of one).
     pub async fn check(&self, check: &Check) -> CheckOutcome {
-        self.check_all(std::slice::from_ref(check))
-            .await
+        let outcomes = self.check_all(std::slice::from_ref(check)).await;
+        outcomes
             .into_iter()
             .next()
-            .unwrap_or_else(|| Err("no outcome for the check".into()))
+            .unwrap_or_else(|| Err("no outcome".into()))
     }
 
     /// What `check` would get now, taking nothing: the script's `peek` mode.
     pub async fn peek(&self, check: &Check) -> CheckOutcome {
-        self.each_node(Mode::Peek, std::slice::from_ref(check))
-            .await
+        let outcomes = self
+            .each_node(Mode::Peek, std::slice::from_ref(check))
+            .await;
+        outcomes
             .into_iter()
             .next()
-            .unwrap_or_else(|| Err("no outcome for the peek".into()))
+            .unwrap_or_else(|| Err("no outcome".into()))
     }
 
     /// Runs `checks` in `mode`, each node's rules on their own (no check is atomic across

@@ -140,6 +140,9 @@ pub struct FuelRecord {
     pub fuel: u64,
 }
 
+/// Fuel one callback may burn; past it the guest is stuck in a loop.
+pub const FUEL_PER_CALLBACK: u64 = 20_000_000_000;
+
 /// The host side of one VM.
 pub struct HostState {
     /// Wall clock, ns since the epoch; only the test moves it.
@@ -193,6 +196,8 @@ pub struct HostState {
     pub log_level: i32,
     /// Copy the guest's stdout/stderr to the real ones (the WASI test runner wants this).
     pub echo_stdio: bool,
+    /// Fuel each call into the guest may burn (`FUEL_PER_CALLBACK` by default).
+    pub fuel_per_call: u64,
     /// Host calls (`proxy_...`) answered with this status instead of being served, as a
     /// host that refuses them would (see `hostcalls::make_refusable`).
     pub refused: BTreeMap<String, Status>,
@@ -246,6 +251,7 @@ impl Default for HostState {
             allocate: None,
             log_level: 0,
             echo_stdio: false,
+            fuel_per_call: FUEL_PER_CALLBACK,
             refused: BTreeMap::new(),
         }
     }

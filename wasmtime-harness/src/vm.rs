@@ -13,9 +13,6 @@ use crate::state::{FuelRecord, HostState};
 use crate::wasm::Wasm;
 use wasmtime::{Instance, Linker, Store, WasmParams, WasmResults};
 
-/// Fuel one callback may burn; past it the guest is stuck in a loop.
-pub const FUEL_PER_CALLBACK: u64 = 20_000_000_000;
-
 pub struct Host {
     pub(crate) store: Store<HostState>,
     instance: Instance,
@@ -41,7 +38,8 @@ impl Host {
         let unserved =
             hostcalls::stub_unserved(&mut linker, &mut store, &wasm.module).map_err(load)?;
         hostcalls::make_refusable(&mut linker, &mut store, &wasm.module).map_err(load)?;
-        store.set_fuel(FUEL_PER_CALLBACK).map_err(load)?;
+        let fuel = store.data().fuel_per_call;
+        store.set_fuel(fuel).map_err(load)?;
         let instance = linker.instantiate(&mut store, &wasm.module).map_err(load)?;
         let memory = instance.get_memory(&mut store, "memory");
         let allocate = instance
@@ -174,13 +172,14 @@ impl Host {
             .get_typed_func::<P, R>(&mut self.store, name)
             .map_err(|e| HarnessError::Load(format!("export {name}: {e:#}")))?;
         self.store.data_mut().effective = context_id;
-        let _ = self.store.set_fuel(FUEL_PER_CALLBACK);
+        let fuel = self.store.data().fuel_per_call;
+        let _ = self.store.set_fuel(fuel);
         let result = func.call(&mut self.store, params);
         let left = self.store.get_fuel().unwrap_or(0);
         self.store.data_mut().fuel.push(FuelRecord {
             callback: name,
             context_id,
-            fuel: FUEL_PER_CALLBACK.saturating_sub(left),
+            fuel: fuel.saturating_sub(left),
         });
         match result {
             Ok(r) => Ok(Some(r)),

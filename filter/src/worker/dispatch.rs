@@ -410,34 +410,6 @@ impl Dispatcher {
         }
     }
 
-    /// Hands the counts to the host: the worker's, and each configuration's per rule; a
-    /// configuration no request holds any more is dropped once its counts are out.
-    fn flush(&mut self, link: &mut impl Link) {
-        for (counter, n) in self.counters.drain() {
-            let id = self.counter_ids.iter().find(|(c, _)| *c == counter);
-            if let Some(id) = id.and_then(|(_, id)| *id) {
-                link.add_to_counter(id, n);
-            }
-        }
-        for generation in &mut self.generations {
-            for (rule, counter, n) in generation.worker.rule_counts.drain() {
-                let slot = PER_RULE.iter().position(|&c| c == counter);
-                if let Some(id) = slot.and_then(|s| *generation.rule_ids.get(rule)?.get(s)?) {
-                    link.add_to_counter(id, n);
-                }
-            }
-        }
-        let (requests, metering) = (&self.requests, &self.metering);
-        let last = self.generations.last().map(|g| g.number);
-        self.generations.retain(|g| {
-            Some(g.number) == last
-                || requests.values().any(|held| held.generation == g.number)
-                || metering
-                    .values()
-                    .any(|(generation, _)| *generation == g.number)
-        });
-    }
-
     /// Configuration `generation`, if it is still held.
     fn config_of(&self, generation: u64) -> Option<&Config> {
         let mut all = self.generations.iter();

@@ -30,6 +30,9 @@ fn main() -> ExitCode {
             .map(|(k, v)| format!("{k}={v}").into_bytes())
             .collect(),
         echo_stdio: true,
+        // A test binary runs every test in its one `_start`: a callback's budget is a
+        // runaway loop's, not a whole suite's.
+        fuel_per_call: 50 * wasmtime_harness::state::FUEL_PER_CALLBACK,
         ..HostState::default()
     };
     // A test binary of the filter exports proxy-wasm's `_initialize` as well as `_start`:

@@ -1,8 +1,11 @@
 //! What the dispatcher asks of the host besides the request it reads (`host::Proxy`): one
 //! interface for every way an exchange travels (a message on the worker's gRPC stream, an
 //! HTTP callout, Higress's redis call), the worker's timer, and its metrics. The glue
-//! implements it over the ABI; the dispatcher's tests over a recording fake.
+//! implements it over the ABI; the dispatcher's tests over a recording fake. Also the
+//! dispatcher's flush of its counts through it.
 
+use super::Dispatcher;
+use crate::decision::counters::PER_RULE;
 use crate::wire::redis_call::Invoke;
 use ratelimit_config::backend::Backend;
 use std::time::Duration;
@@ -28,4 +31,34 @@ pub trait Link {
     /// A counter's metric id (the host hands back the existing one for a name it knows).
     fn define_counter(&mut self, name: &str) -> Option<u32>;
     fn add_to_counter(&mut self, id: u32, n: u64);
+}
+
+impl Dispatcher {
+    /// Hands the counts to the host: the worker's, and each configuration's per rule; a
+    /// configuration no request holds any more is dropped once its counts are out.
+    pub(super) fn flush(&mut self, link: &mut impl Link) {
+        for (counter, n) in self.counters.drain() {
+            let id = self.counter_ids.iter().find(|(c, _)| *c == counter);
+            if let Some(id) = id.and_then(|(_, id)| *id) {
+                link.add_to_counter(id, n);
+            }
+        }
+        for generation in &mut self.generations {
+            for (rule, counter, n) in generation.worker.rule_counts.drain() {
+                let slot = PER_RULE.iter().position(|&c| c == counter);
+                if let Some(id) = slot.and_then(|s| *generation.rule_ids.get(rule)?.get(s)?) {
+                    link.add_to_counter(id, n);
+                }
+            }
+        }
+        let (requests, metering) = (&self.requests, &self.metering);
+        let last = self.generations.last().map(|g| g.number);
+        self.generations.retain(|g| {
+            Some(g.number) == last
+                || requests.values().any(|held| held.generation == g.number)
+                || metering
+                    .values()
+                    .any(|(generation, _)| *generation == g.number)
+        });
+    }
 }

@@ -49,7 +49,8 @@ impl Dispatcher {
         let line = match start {
             Start::Skip => return (Go::Continue, Vec::new()),
             Start::Decided(verdict) => {
-                // Admitted from a lease, which may want a top-up                 // returned what it took from one whose owner has gone).
+                // Admitted from a lease, which may want a top-up (or, denied by another rule,
+                // returned what it took from one whose owner has gone).
                 if super::queue_lease_lines(&mut current.worker, &mut self.exchanges) {
                     self.wake_root(link);
                 }
