@@ -68,8 +68,9 @@ def commandstats(r):
 
 
 # One rule of every check: 100 requests per minute, cost 1, no block (burst, num, den,
-# cost, after, within, for, lease, shadow, then an override's burst, num, den and end: none).
-RULE = (100, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+# cost, after, within, for, lease, shadow, an override's burst, num, den and end: none,
+# then a settlement's debt: none).
+RULE = (100, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def run_script(r, checks, prefix, batch=1):
