@@ -34,6 +34,8 @@ KINDS = [
      (5, 1, 17280000, 1, 5, 60000, 900000, 0, 0)),
 ]
 BATCH = 256
+# Numbers per rule shape in the script's arguments (protocol/src/script.rs SHAPE_LEN).
+SHAPE_LEN = 14
 
 
 def fill(r, sha, keys, shape):
@@ -41,7 +43,9 @@ def fill(r, sha, keys, shape):
         calls = []
         for first in range(start, min(len(keys), start + BATCH * 8), BATCH):
             batch = keys[first:first + BATCH]
-            calls.append(("EVALSHA", sha, len(batch), *batch, "check", 1, *shape,
+            # The rest of the script's 14 numbers per shape (no override, no debt).
+            padded = (*shape, *(0,) * (SHAPE_LEN - len(shape)))
+            calls.append(("EVALSHA", sha, len(batch), *batch, "check", 1, *padded,
                           b"\x01\x01" * len(batch)))
         pipeline(r, calls)
 
