@@ -7,7 +7,8 @@
 //! "meter": {
 //!   "body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4},
 //!   "header": "x-usage-tokens",
-//!   "reserve": {"header": "x-max-tokens", "default": 500, "max": 4000},
+//!   "reserve": {"header": "x-max-tokens", "body": ["max_tokens", "max_completion_tokens"],
+//!               "default": 500, "max": 4000},
 //!   "debt": 20000
 //! }
 //! ```
@@ -26,6 +27,8 @@ pub const MAX_SEGMENTS: usize = 8;
 pub const MAX_SEGMENT_LEN: usize = 64;
 /// Largest weight of a field, either way.
 pub const MAX_WEIGHT: i64 = 1_000;
+/// Most fields of the request body a reservation reads.
+pub const MAX_RESERVE_FIELDS: usize = 4;
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -40,17 +43,19 @@ pub(crate) struct RawMeter {
 #[derive(Deserialize, Debug)]
 #[serde(
     untagged,
-    expecting = "reserve: a number of tokens, or {\"header\": ..., \"default\": ..., \"max\": ...}"
+    expecting = "reserve: a number of tokens, or {\"header\": ..., \"body\": [...], \"default\": ..., \"max\": ...}"
 )]
 enum RawReserve {
     Fixed(u64),
-    FromHeader(RawReserveHeader),
+    Asked(RawReserveAsked),
 }
 
+/// A reservation the request asks for, in a header or fields of its JSON body.
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
-struct RawReserveHeader {
-    header: String,
+struct RawReserveAsked {
+    header: Option<String>,
+    body: Option<Vec<String>>,
     default: u64,
     max: Option<u64>,
 }
@@ -74,7 +79,10 @@ pub struct MeterPolicy {
     pub reserve: u64,
     /// A request header asking for a reservation (an LLM request's `max_tokens`).
     pub reserve_header: Option<String>,
-    /// The most a request may reserve through `reserve_header`.
+    /// Fields of the request's JSON body asking for a reservation (`max_tokens`,
+    /// `max_completion_tokens`): the request waits for its body to be checked.
+    pub reserve_body: Vec<Vec<String>>,
+    /// The most a request may reserve through `reserve_header` or `reserve_body`.
     pub max_reserve: u64,
     /// How many tokens below 0 a settlement may take the bucket.
     pub debt: u64,
@@ -112,19 +120,7 @@ impl RawMeter {
         let mut body = Vec::with_capacity(self.body.len());
         for (path, weight) in self.body {
             let at = format!("{field}.body.{path}");
-            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
-            let bad_segment = segments
-                .iter()
-                .any(|s| s.is_empty() || s.len() > MAX_SEGMENT_LEN);
-            if segments.len() > MAX_SEGMENTS || bad_segment {
-                return err(
-                    at,
-                    format!(
-                        "a field is a dotted path of 1 to {MAX_SEGMENTS} names of 1 to \
-                         {MAX_SEGMENT_LEN} bytes, like usage.prompt_tokens"
-                    ),
-                );
-            }
+            let segments = field_path(&at, &path)?;
             if weight == 0 || weight.abs() > MAX_WEIGHT {
                 return err(
                     at,
@@ -151,16 +147,29 @@ impl RawMeter {
                 err(at, format!("{name} must be 1 to the burst ({burst})"))
             }
         };
-        let (reserve, reserve_header, max_reserve) = match self.reserve {
-            RawReserve::Fixed(n) => (within(format!("{field}.reserve"), n, "a reserve")?, None, n),
-            RawReserve::FromHeader(raw) => {
+        let (reserve, reserve_header, reserve_body, max_reserve) = match self.reserve {
+            RawReserve::Fixed(n) => {
+                let n = within(format!("{field}.reserve"), n, "a reserve")?;
+                (n, None, Vec::new(), n)
+            }
+            RawReserve::Asked(raw) => {
                 let at = format!("{field}.reserve");
-                let name = validate_header_name(&format!("{at}.header"), &raw.header)?;
+                let header = match raw.header {
+                    Some(name) => Some(validate_header_name(&format!("{at}.header"), &name)?),
+                    None => None,
+                };
+                let body = reserve_fields(&format!("{at}.body"), raw.body.unwrap_or_default())?;
+                if header.is_none() && body.is_empty() {
+                    return err(
+                        at,
+                        "asks nothing: give a header or body fields, or a number",
+                    );
+                }
                 let max = within(format!("{at}.max"), raw.max.unwrap_or(burst), "max")?;
                 if !(1..=max).contains(&raw.default) {
                     return err(format!("{at}.default"), format!("must be 1 to max ({max})"));
                 }
-                (raw.default, Some(name), max)
+                (raw.default, header, body, max)
             }
         };
         let debt = self.debt.unwrap_or(burst);
@@ -177,10 +186,47 @@ impl RawMeter {
             header,
             reserve,
             reserve_header,
+            reserve_body,
             max_reserve,
             debt,
         })
     }
+}
+
+/// `path` (at `at`) as the names of its segments: a dotted path of 1 to `MAX_SEGMENTS`
+/// names of 1 to `MAX_SEGMENT_LEN` bytes.
+fn field_path(at: &str, path: &str) -> Result<Vec<String>, ConfigError> {
+    let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+    let bad_segment = segments
+        .iter()
+        .any(|s| s.is_empty() || s.len() > MAX_SEGMENT_LEN);
+    if segments.len() > MAX_SEGMENTS || bad_segment {
+        return err(
+            at,
+            format!(
+                "a field is a dotted path of 1 to {MAX_SEGMENTS} names of 1 to \
+                 {MAX_SEGMENT_LEN} bytes, like usage.prompt_tokens"
+            ),
+        );
+    }
+    Ok(segments)
+}
+
+/// The request body's fields a reservation reads (at `at`): at most
+/// `MAX_RESERVE_FIELDS`, each named once.
+fn reserve_fields(at: &str, paths: Vec<String>) -> Result<Vec<Vec<String>>, ConfigError> {
+    if paths.len() > MAX_RESERVE_FIELDS {
+        return err(at, format!("at most {MAX_RESERVE_FIELDS} fields"));
+    }
+    let mut fields = Vec::with_capacity(paths.len());
+    for (i, path) in paths.iter().enumerate() {
+        let segments = field_path(&format!("{at}[{i}]"), path)?;
+        if fields.contains(&segments) {
+            return err(format!("{at}[{i}]"), "names a field twice");
+        }
+        fields.push(segments);
+    }
+    Ok(fields)
 }
 
 impl MeterPolicy {

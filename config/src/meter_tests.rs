@@ -52,6 +52,36 @@ fn a_meter_reads_weighted_body_fields_or_a_header_and_reserves_by_default_or_on_
     let meter = fixed.rules[0].meter.as_ref().unwrap();
     assert_eq!((meter.reserve, meter.max_reserve, meter.debt), (10, 10, 0));
     assert_eq!(fixed.rules[0].cost, 10);
+    assert!(meter.reserve_body.is_empty());
+}
+
+#[test]
+fn a_reservation_may_be_asked_in_fields_of_the_request_body_with_or_without_a_header() {
+    let config = loaded(
+        r#"{"body": {"usage.total_tokens": 1},
+            "reserve": {"body": ["max_tokens", "options.max_completion_tokens"],
+                        "default": 20, "max": 300}}"#,
+    )
+    .unwrap();
+    let meter = config.rules[0].meter.as_ref().unwrap();
+    assert_eq!(meter.reserve_header, None);
+    assert_eq!(
+        meter.reserve_body,
+        [
+            vec!["max_tokens".to_string()],
+            vec!["options".to_string(), "max_completion_tokens".to_string()]
+        ]
+    );
+    assert_eq!((meter.reserve, meter.max_reserve), (20, 300));
+    assert_eq!(config.rules[0].cost, 20, "a check reserves the default");
+    let both = loaded(
+        r#"{"header": "x-c", "reserve": {"header": "x-max", "body": ["max_tokens"], "default": 5}}"#,
+    )
+    .unwrap();
+    let meter = both.rules[0].meter.as_ref().unwrap();
+    assert_eq!(meter.reserve_header.as_deref(), Some("x-max"));
+    assert_eq!(meter.reserve_body.len(), 1);
+    assert_eq!(meter.max_reserve, 1000, "max defaults to the burst");
 }
 
 #[test]
@@ -82,6 +112,26 @@ fn a_meter_that_cannot_work_is_refused_naming_its_field() {
         ),
         (
             r#"{"header": "x-c", "reserve": {"default": 50}}"#,
+            "rules[0].meter.reserve",
+        ),
+        (
+            r#"{"header": "x-c", "reserve": {"body": [], "default": 50}}"#,
+            "rules[0].meter.reserve",
+        ),
+        (
+            r#"{"header": "x-c", "reserve": {"body": ["max_tokens", "max_tokens"], "default": 5}}"#,
+            "rules[0].meter.reserve.body[1]",
+        ),
+        (
+            r#"{"header": "x-c", "reserve": {"body": ["a", "b", "c", "d", "e"], "default": 5}}"#,
+            "rules[0].meter.reserve.body",
+        ),
+        (
+            r#"{"header": "x-c", "reserve": {"body": ["usage..max"], "default": 5}}"#,
+            "rules[0].meter.reserve.body[0]",
+        ),
+        (
+            r#"{"header": "x-c", "reserve": {"body": "max_tokens", "default": 5}}"#,
             "rules[0].meter",
         ),
         (
