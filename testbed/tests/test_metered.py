@@ -8,6 +8,8 @@ never the filter.
 
 Buckets refill by a token a month at most, so what a test measures is what it spent."""
 
+import http.client
+import json
 import threading
 import time
 from math import gcd
@@ -195,3 +197,62 @@ def test_a_request_header_sets_the_reservation_within_its_bound_and_a_usage_head
     wait_settled(stack, 2)
     # The first settled its usage (2), the second its header (12).
     assert abs(spent(stack, "k7", burst) - 14) < 1
+
+
+def send_in_parts(port, parts, headers, pause=0.2):
+    """A POST whose body is sent chunked, `parts` apart by `pause` seconds: the gateway
+    sees it come in pieces. Returns (status, headers, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest("POST", "/v1/chat/completions")
+        for name, value in {"content-type": "application/json",
+                            "transfer-encoding": "chunked", **headers}.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        for part in parts:
+            conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+            time.sleep(pause)
+        conn.send(b"0\r\n\r\n")
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_reservation_asked_in_the_request_body_is_read_whole_and_bounded(stack_of, upstream):
+    burst = 10_000
+    reserve = {"body": ["max_tokens", "max_completion_tokens"], "default": 100, "max": 2000}
+    stack = stack_of(metered(burst, reserve=reserve), gateways=1, upstream=upstream.port)
+    usage = {"x-test-prompt-tokens": "1", "x-test-completion-tokens": "1"}
+    body = json.dumps({**STREAM, "max_tokens": 50}).encode()
+    # The field that asks most comes last, in the body's third piece.
+    cases = [("k8", [body[:-1], b', "max_completion_', b'tokens": 700}'], 700),
+             ("k9", [json.dumps({**STREAM, "max_tokens": 10**30}).encode()], 100),
+             ("k10", [json.dumps({**STREAM, "max_tokens": 1_000_000}).encode()], 2000)]
+    for n, (key, parts, expected) in enumerate(cases):
+        got = []
+        held = threading.Thread(target=lambda: got.append(send_in_parts(
+            stack.ports[0], parts, {"x-api-key": key, "x-test-hold": key, **usage})))
+        held.start()
+        deadline = time.monotonic() + 10
+        while spent(stack, key, burst) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # While its stream is open it holds what its body asked, at most max (a number
+        # too large to be a count asks nothing readable: the default).
+        assert abs(spent(stack, key, burst) - expected) < 1, (key, spent(stack, key, burst))
+        upstream.release(key)
+        held.join(15)
+        status, headers, answer = got[0]
+        # The upstream read the whole body as JSON (a stream was asked) and streamed.
+        assert status == 200 and headers["content-type"] == "text/event-stream", answer
+        assert b"[DONE]" in answer
+        wait_settled(stack, n + 1)
+        assert abs(spent(stack, key, burst) - 2) < 1
+    # A request without a body reserves the default and is not held back for one.
+    r = ask(stack, 0, "k11", (3, 4), streamed=False)
+    assert r.status == 200 and r.complete
+    # A body past Envoy's buffer limit is refused by Envoy (413), the bucket untouched.
+    huge = b'{"pad": "' + b"x" * (2 << 20) + b'", "max_tokens": 5}'
+    status, _, _ = send_in_parts(stack.ports[0], [huge], {"x-api-key": "k12"}, pause=0)
+    assert status == 413
+    assert spent(stack, "k12", burst) == 0

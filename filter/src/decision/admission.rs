@@ -60,6 +60,9 @@ pub enum Start {
     Ask(String),
     /// Decided without the bridge (the circuit breaker is open).
     Decided(Verdict),
+    /// A rule reserves what the request's body asks: the body goes to `request_body`,
+    /// then `body_ended` says how the check starts.
+    ReadBody,
 }
 
 /// How a check ended, for the metrics.
@@ -121,6 +124,8 @@ pub struct Admission {
     pub response_headers: Option<RateLimitFields>,
     /// An admitted request's metered rules: what they reserved, until the response ends.
     pub metering: Option<Metering>,
+    /// What the request's body asks to reserve, while it is read.
+    body: Option<body::BodyAsk>,
     /// Set once the check has ended.
     pub outcome: Option<Outcome>,
     /// This request's callout tests whether the backend is back (breaker half-open).
@@ -150,6 +155,15 @@ impl Admission {
         if self.planned.is_empty() {
             return Start::Skip;
         }
+        self.body = body::BodyAsk::of(config, &self.planned);
+        if self.body.is_some() {
+            return Start::ReadBody;
+        }
+        self.proceed(config, worker, host)
+    }
+
+    /// The planned check goes on: decided by the worker, or asked of the bridge.
+    fn proceed(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         let now_ms = host.now_ms();
         if let Some(verdict) = self.cached(config, worker, now_ms) {
             return Start::Decided(verdict);
@@ -355,6 +369,7 @@ pub fn most_restrictive(
     }
 }
 
+mod body;
 mod conclusion;
 mod shortcuts;
 

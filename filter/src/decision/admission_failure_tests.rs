@@ -47,7 +47,7 @@ fn local_failure_mode_enforces_the_share_with_shared_buckets() {
         let verdict = match admission.start(&c, &mut worker, &host) {
             Start::Ask(_) => conclude(&c, &mut worker, &host, &mut admission, None, b""),
             Start::Decided(v) => v,
-            Start::Skip => panic!("rules apply"),
+            Start::Skip | Start::ReadBody => panic!("rules apply, none reading the body"),
         };
         verdicts.push(verdict);
     }

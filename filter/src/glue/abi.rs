@@ -195,8 +195,26 @@ pub fn buffer(buffer_type: BufferType, max: usize) -> Option<Vec<u8>> {
 }
 
 fn buffer_numbered(buffer_type: u32, max: usize) -> Option<Vec<u8>> {
+    buffer_at(buffer_type, 0, max)
+}
+
+fn buffer_at(buffer_type: u32, start: usize, max: usize) -> Option<Vec<u8>> {
     // SAFETY: the out-pointers come from `host_bytes` and outlive the call.
-    host_bytes(|data, size| unsafe { proxy_get_buffer_bytes(buffer_type, 0, max, data, size) })
+    host_bytes(|data, size| unsafe { proxy_get_buffer_bytes(buffer_type, start, max, data, size) })
+}
+
+/// A buffer whole (a request body the host buffered), handed to `each` a slice at a time
+/// so that the filter never copies more than one slice of it at once.
+pub fn each_slice(buffer_type: BufferType, mut each: impl FnMut(&[u8])) {
+    const SLICE: usize = 16 * 1024;
+    let mut start = 0;
+    while let Some(slice) = buffer_at(buffer_type as u32, start, SLICE) {
+        each(&slice);
+        start += slice.len();
+        if slice.len() < SLICE {
+            break;
+        }
+    }
 }
 
 /// Sends a message on gRPC stream `token` (the SDK's wrapper panics on a status it does

@@ -5,6 +5,7 @@ use super::abi;
 use super::executor::{add_response_headers, carry_out, run};
 use super::link::HostLink;
 use super::proxy::{callout_reply, ProxyHost};
+use crate::decision::admission::Verdict;
 use crate::worker::dispatch::{Dispatcher, Go, ResponseStart};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
@@ -18,12 +19,8 @@ pub(super) struct Request {
     pub(super) queue: Option<u32>,
     /// Its response body is being metered.
     pub(super) metered: bool,
-}
-
-impl Request {
-    fn link(&self) -> HostLink {
-        HostLink { queue: self.queue }
-    }
+    /// Its check waits for its body, which the host buffers meanwhile.
+    pub(super) reading_body: bool,
 }
 
 impl Context for Request {
@@ -39,18 +36,27 @@ impl Context for Request {
 }
 
 impl HttpContext for Request {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let (id, mut link) = (self.context_id, self.link());
         let go = run(&self.dispatcher, Some(id), |d| {
-            d.request_headers(id, &ProxyHost::default(), &mut link)
+            d.request_headers(id, end_of_stream, &ProxyHost::default(), &mut link)
         });
-        match go {
-            Some(Go::Continue) | None => Action::Continue,
-            Some(Go::Wait) => Action::Pause,
-            Some(Go::Answer(verdict)) => {
-                carry_out(&verdict);
-                Action::Pause
-            }
+        self.go_on(go)
+    }
+
+    /// A body its check waits for is held back (Pause buffers it) until it has ended.
+    fn on_http_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
+        match (self.reading_body, end_of_stream) {
+            (false, _) => Action::Continue,
+            (true, false) => Action::Pause,
+            (true, true) => self.body_ended(),
+        }
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        match self.reading_body {
+            true => self.body_ended(),
+            false => Action::Continue,
         }
     }
 
@@ -65,6 +71,11 @@ impl HttpContext for Request {
             }
         };
         self.metered = start.read_body;
+        self.reading_body = false;
+        if let Some(reply) = start.refused {
+            carry_out(&Verdict::Reply(reply));
+            return Action::Pause;
+        }
         if let Some(fields) = start.fields {
             add_response_headers(&fields);
         }
@@ -84,6 +95,46 @@ impl HttpContext for Request {
             Err(_) => log::error!("a response's body came while the dispatcher was busy"),
         }
         Action::Continue
+    }
+}
+
+impl Request {
+    fn link(&self) -> HostLink {
+        HostLink { queue: self.queue }
+    }
+
+    /// The request's body has ended: the dispatcher reads it, as the host buffered it, and
+    /// starts its check.
+    fn body_ended(&mut self) -> Action {
+        self.reading_body = false;
+        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
+        let go = run(&self.dispatcher, Some(id), |d| {
+            abi::each_slice(BufferType::HttpRequestBody, |slice| {
+                d.request_body(id, slice)
+            });
+            d.request_body_end(id, &host, &mut link)
+        });
+        self.go_on(go)
+    }
+
+    /// What the host does with the request, as the dispatcher says it goes on.
+    fn go_on(&mut self, go: Option<Go>) -> Action {
+        match go {
+            Some(Go::Continue) | None => Action::Continue,
+            Some(Go::Wait) => Action::Pause,
+            // Headers paused here would hold the body back from the filter too (a host
+            // delivers body chunks only past a filter that let its headers go on), so the
+            // headers go on and the body is held instead: nothing the request asks for is
+            // done upstream before it is checked.
+            Some(Go::ReadBody) => {
+                self.reading_body = true;
+                Action::Continue
+            }
+            Some(Go::Answer(verdict)) => {
+                carry_out(&verdict);
+                Action::Pause
+            }
+        }
     }
 }
 

@@ -114,6 +114,7 @@ impl RootContext for Root {
                 dispatcher: Rc::clone(&self.dispatcher),
                 queue: self.link.queue,
                 metered: false,
+                reading_body: false,
             })
         })
     }

@@ -1,7 +1,8 @@
 //! What a metered rule's response cost: counts read out of the upstream's response body
 //! as it passes, such as an OpenAI-compatible API's `usage.prompt_tokens` and
 //! `usage.completion_tokens` (a JSON body, or server-sent events when streamed) or
-//! Anthropic's `message.usage.input_tokens` and `usage.output_tokens` (events).
+//! Anthropic's `message.usage.input_tokens` and `usage.output_tokens` (events). The same
+//! reader reads what a request's JSON body asks to reserve (`max_tokens`).
 //!
 //! A layer of its own because it reads a different hostile input (a response, not a
 //! request) and decides nothing: what a count costs, and what becomes of the reservation

@@ -132,7 +132,7 @@ pub fn plan(
             cost: rule
                 .meter
                 .as_ref()
-                .map_or(rule.cost, |m| reservation(m, req)),
+                .map_or(rule.cost, |m| reservation(m, req, None)),
             lease: 0,
             block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
             shadow: rule.shadow,
@@ -141,18 +141,19 @@ pub fn plan(
     Ok(planned)
 }
 
-/// What a request of a metered rule reserves: what its reserve header asks, at most the
-/// meter's `max_reserve`; the meter's `reserve` when it asks nothing readable (a client
-/// that writes garbage reserves what one that writes nothing does).
-fn reservation(meter: &MeterPolicy, req: &impl RequestView) -> u64 {
+/// What a request of a metered rule reserves: the largest it asks, in the meter's reserve
+/// header or (`body`, once read) in its body's reserve fields, at most the meter's
+/// `max_reserve`; the meter's `reserve` when it asks nothing readable (a client that
+/// writes garbage reserves what one that writes nothing does).
+pub fn reservation(meter: &MeterPolicy, req: &impl RequestView, body: Option<u64>) -> u64 {
     let asked = meter
         .reserve_header
         .as_deref()
         .and_then(|name| req.header(name));
-    let read = asked
+    let header = asked
         .filter(|v| !v.is_empty() && v.len() <= 20 && v.iter().all(u8::is_ascii_digit))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
-        .filter(|&n| n >= 1);
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+    let read = header.max(body).filter(|&n| n >= 1);
     read.map_or(meter.reserve, |n| n.min(meter.max_reserve))
 }
 

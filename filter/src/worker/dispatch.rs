@@ -70,6 +70,8 @@ enum Phase {
     Carrying(u32),
     /// Decided; the response headers are still to come.
     Decided,
+    /// Its check waits for its body, which a rule reserves from.
+    Reading,
 }
 
 /// A callout or redis call the dispatcher sent: its exchange, and for a redis call what

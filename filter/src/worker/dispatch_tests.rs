@@ -87,7 +87,7 @@ fn checks_arriving_while_an_exchange_is_out_leave_together_when_it_comes_back() 
     assert!(d.configure(config(), &host, &mut link).is_empty());
     assert_eq!(link.opened, 1);
     for context in 1..=3 {
-        let (go, others) = d.request_headers(context, &host, &mut link);
+        let (go, others) = d.request_headers(context, true, &host, &mut link);
         assert_eq!(go, Go::Wait);
         assert!(others.is_empty());
     }
@@ -129,8 +129,8 @@ fn checks_arriving_while_an_exchange_is_out_leave_together_when_it_comes_back() 
 fn a_request_that_goes_away_leaves_the_queue_and_its_answer_finds_no_one() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
     d.configure(config(), &host, &mut link);
-    d.request_headers(1, &host, &mut link);
-    d.request_headers(2, &host, &mut link);
+    d.request_headers(1, true, &host, &mut link);
+    d.request_headers(2, true, &host, &mut link);
     d.request_gone(2, &host, &mut link);
     d.request_gone(1, &host, &mut link);
     let (id, body) = link.sent[0].clone();
@@ -147,8 +147,8 @@ fn a_request_that_goes_away_leaves_the_queue_and_its_answer_finds_no_one() {
 fn a_closed_stream_fails_what_it_carried_and_reopens_with_a_doubling_backoff() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
     d.configure(config(), &host, &mut link);
-    d.request_headers(1, &host, &mut link);
-    d.request_headers(2, &host, &mut link);
+    d.request_headers(1, true, &host, &mut link);
+    d.request_headers(2, true, &host, &mut link);
     let verdicts = d.stream_closed(101, 14, &host, &mut link);
     let failed: Vec<u32> = verdicts.iter().map(|(id, _)| *id).collect();
     assert_eq!(
@@ -184,7 +184,7 @@ fn a_closed_stream_fails_what_it_carried_and_reopens_with_a_doubling_backoff() {
 fn a_new_configuration_keeps_what_is_out_and_answers_it_under_the_old_rules() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
     d.configure(config(), &host, &mut link);
-    d.request_headers(1, &host, &mut link);
+    d.request_headers(1, true, &host, &mut link);
     assert!(
         d.configure(config(), &host, &mut link).is_empty(),
         "same cluster: stream kept"
@@ -234,7 +234,7 @@ fn settled(id: u32, body: &str) -> Vec<u8> {
 fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_when_lost() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
     d.configure(metered_config(), &host, &mut link);
-    d.request_headers(1, &host, &mut link);
+    d.request_headers(1, true, &host, &mut link);
     let (id, body) = link.sent[0].clone();
     assert_eq!(
         body, "rl:tokens:alice,1000,1,60,100\n",
@@ -272,4 +272,71 @@ fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_whe
     assert_eq!(count(Counter::Debt), 20);
     assert!(d.settlements.is_empty());
     assert_ne!(id, again_id, "another exchange");
+}
+
+/// A configuration whose one rule reserves what the request body's `max_tokens` asks.
+fn reserving_from_the_body() -> Config {
+    let json = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+        "identity": {"user": {"header": "x-user-id"}},
+        "rules": [{"name": "tokens", "key": ["user"], "limit": {"requests": 1000, "per": "1m"},
+                   "meter": {"body": {"usage.total_tokens": 1},
+                             "reserve": {"body": ["max_tokens"], "default": 7}}}]}"#;
+    Config::parse(json.as_bytes()).unwrap()
+}
+
+#[test]
+fn a_check_reserving_from_the_body_leaves_once_the_body_has_ended_with_what_it_asked() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(reserving_from_the_body(), &host, &mut link);
+    let (go, _) = d.request_headers(1, false, &host, &mut link);
+    assert_eq!(go, Go::ReadBody);
+    d.request_body(1, br#"{"model": "m", "max_to"#);
+    d.request_body(1, br#"kens": 640}"#);
+    assert!(
+        link.sent.is_empty(),
+        "nothing leaves before the body has ended"
+    );
+    let (go, _) = d.request_body_end(1, &host, &mut link);
+    assert_eq!(go, Go::Wait);
+    let (_, body) = link.sent[0].clone();
+    let batch = ratelimit_protocol::parse_batch(body.as_bytes()).unwrap();
+    assert_eq!(batch[0].as_ref().unwrap().rules[0].cost, 640, "{body}");
+    // Without a body, the check leaves at once with the default; a second end is nothing.
+    let (go, _) = d.request_headers(2, true, &host, &mut link);
+    assert_eq!(go, Go::Wait);
+    assert_eq!(d.request_body_end(2, &host, &mut link).0, Go::Continue);
+    // A request gone while its body comes leaves nothing behind.
+    assert_eq!(
+        d.request_headers(3, false, &host, &mut link).0,
+        Go::ReadBody
+    );
+    d.request_gone(3, &host, &mut link);
+    assert_eq!(d.request_body_end(3, &host, &mut link).0, Go::Continue);
+    assert!(d.requests.get(&3).is_none());
+}
+
+#[test]
+fn an_upstream_answering_before_the_body_is_read_cannot_serve_an_unchecked_request() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(reserving_from_the_body(), &host, &mut link);
+    let status = |code: &'static str| move |name: &str| (name == ":status").then(|| code.into());
+    // A success that comes while the check waits for the body is refused as unchecked...
+    assert_eq!(
+        d.request_headers(1, false, &host, &mut link).0,
+        Go::ReadBody
+    );
+    let start = d.response_headers(1, status("200"), &host, &mut link);
+    assert_eq!(start.refused.map(|r| r.status), Some(503));
+    assert!(start.fields.is_none() && !start.read_body);
+    // ...an error passes untouched, and neither leaves a check behind.
+    assert_eq!(
+        d.request_headers(2, false, &host, &mut link).0,
+        Go::ReadBody
+    );
+    let start = d.response_headers(2, status("413"), &host, &mut link);
+    assert!(start.refused.is_none() && start.fields.is_none());
+    for id in [1, 2] {
+        assert_eq!(d.request_body_end(id, &host, &mut link).0, Go::Continue);
+    }
+    assert!(link.sent.is_empty() && d.requests.is_empty());
 }

@@ -6,6 +6,7 @@
 use super::{Dispatcher, Link};
 use crate::decision::counters::Counter;
 use crate::decision::metered::Metering;
+use crate::decision::response::LocalReply;
 use crate::host::Proxy;
 use crate::wire::CheckResult;
 use crate::worker::exchange::Member;
@@ -17,6 +18,8 @@ pub struct ResponseStart<F> {
     pub fields: Option<F>,
     /// The body must be handed over chunk by chunk (`response_body`).
     pub read_body: bool,
+    /// The response must not reach the client: it is answered with this reply instead.
+    pub refused: Option<LocalReply>,
 }
 
 impl Dispatcher {

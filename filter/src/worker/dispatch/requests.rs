@@ -4,7 +4,7 @@
 
 use super::{Dispatcher, Held, Link, Phase, ResponseStart, Verdicts};
 use crate::decision::admission::{decode_callout, Admission, Start, Verdict};
-use crate::decision::response::RateLimitFields;
+use crate::decision::response::{self, RateLimitFields};
 use crate::host::Proxy;
 use ratelimit_config::backend::Transport;
 
@@ -17,6 +17,9 @@ pub enum Go {
     Wait,
     /// Answered locally now, with this reply (paused for good).
     Answer(Verdict),
+    /// Waits for its body, which a rule reserves from: the headers go on, the body is
+    /// held back and handed over whole when it has ended (`request_body_end`).
+    ReadBody,
 }
 
 impl Go {
@@ -30,11 +33,13 @@ impl Go {
 }
 
 impl Dispatcher {
-    /// Request `context_id`'s headers (read through `host`): how it goes on, and verdicts
-    /// reached meanwhile for other paused requests (an exchange that could not leave).
+    /// Request `context_id`'s headers (read through `host`; `end_of_stream`: it has no
+    /// body): how it goes on, and verdicts reached meanwhile for other paused requests (an
+    /// exchange that could not leave).
     pub fn request_headers(
         &mut self,
         context_id: u32,
+        end_of_stream: bool,
         host: &impl Proxy,
         link: &mut impl Link,
     ) -> (Go, Verdicts) {
@@ -42,17 +47,77 @@ impl Dispatcher {
             return (Go::Continue, Vec::new());
         };
         let mut admission = Admission::default();
-        let start = admission.start(&current.config, &mut current.worker, host);
+        let mut start = admission.start(&current.config, &mut current.worker, host);
         let generation = current.number;
-        let backend = &current.config.backend;
-        let (transport, own_callout) = (backend.transport, backend.max_inflight == 0);
+        if matches!(start, Start::ReadBody) {
+            if !end_of_stream {
+                self.hold(context_id, generation, admission, Phase::Reading);
+                return (Go::ReadBody, Vec::new());
+            }
+            start = admission.body_ended(&current.config, &mut current.worker, host);
+        }
+        self.started(context_id, generation, admission, start, host, link)
+    }
+
+    /// A chunk of request `context_id`'s body, which its check waits for.
+    pub fn request_body(&mut self, context_id: u32, chunk: &[u8]) {
+        if let Some(held) = self.requests.get_mut(&context_id) {
+            if held.phase == Phase::Reading {
+                held.admission.request_body(chunk);
+            }
+        }
+    }
+
+    /// Request `context_id`'s body has ended: its check starts (under the configuration
+    /// its headers saw), and it goes on as from its headers.
+    pub fn request_body_end(
+        &mut self,
+        context_id: u32,
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> (Go, Verdicts) {
+        let reading = (self.requests.get(&context_id)).is_some_and(|h| h.phase == Phase::Reading);
+        let Some(mut held) = reading.then(|| self.requests.remove(&context_id)).flatten() else {
+            return (Go::Continue, Vec::new());
+        };
+        let mut all = self.generations.iter_mut();
+        let Some(its) = all.find(|g| g.number == held.generation) else {
+            return (Go::Continue, Vec::new()); // never: a held request keeps its generation
+        };
+        let start = held
+            .admission
+            .body_ended(&its.config, &mut its.worker, host);
+        self.started(
+            context_id,
+            held.generation,
+            held.admission,
+            start,
+            host,
+            link,
+        )
+    }
+
+    /// How request `context_id` goes on once its check has started: decided at once, or
+    /// held while its check waits or is out.
+    fn started(
+        &mut self,
+        context_id: u32,
+        generation: u64,
+        admission: Admission,
+        start: Start,
+        host: &impl Proxy,
+        link: &mut impl Link,
+    ) -> (Go, Verdicts) {
         let line = match start {
-            Start::Skip => return (Go::Continue, Vec::new()),
+            Start::Skip | Start::ReadBody => return (Go::Continue, Vec::new()),
             Start::Decided(verdict) => {
                 // Admitted from a lease, which may want a top-up (or, denied by another rule,
                 // returned what it took from one whose owner has gone).
-                if super::queue_lease_lines(&mut current.worker, &mut self.exchanges) {
-                    self.wake_root(link);
+                let worker = self.generations.iter_mut().find(|g| g.number == generation);
+                if let Some(its) = worker {
+                    if super::queue_lease_lines(&mut its.worker, &mut self.exchanges) {
+                        self.wake_root(link);
+                    }
                 }
                 if let Some(outcome) = admission.outcome {
                     self.counters.add(outcome.counter(), 1);
@@ -64,6 +129,10 @@ impl Dispatcher {
             }
             Start::Ask(line) => line,
         };
+        let Some(backend) = self.generations.last().map(|g| &g.config.backend) else {
+            return (Go::Continue, Vec::new());
+        };
+        let (transport, own_callout) = (backend.transport, backend.max_inflight == 0);
         let rules = admission.rule_count();
         self.hold(context_id, generation, admission, Phase::Parked);
         self.exchanges.enqueue(context_id, rules, line);
@@ -150,6 +219,11 @@ impl Dispatcher {
     /// Request `context_id`'s response headers (`header` reads one): the rate-limit
     /// fields its check adds, once it is decided (a response that comes first, from
     /// elsewhere, gets none), and whether its body is to be metered.
+    ///
+    /// The headers of a request whose check waits for its body went upstream (a host
+    /// hands a filter the body only after the headers have gone on), so an upstream that
+    /// answers before the body is read would serve an unchecked request: an error passes
+    /// (the upstream did no work), anything else is refused as unchecked.
     pub fn response_headers(
         &mut self,
         context_id: u32,
@@ -157,11 +231,23 @@ impl Dispatcher {
         host: &impl Proxy,
         link: &mut impl Link,
     ) -> ResponseStart<RateLimitFields> {
-        let decided = self
-            .requests
-            .get(&context_id)
-            .is_some_and(|held| held.phase == Phase::Decided);
-        let Some(held) = decided.then(|| self.requests.remove(&context_id)).flatten() else {
+        let phase = self.requests.get(&context_id).map(|held| held.phase);
+        if phase == Some(Phase::Reading) {
+            self.requests.remove(&context_id);
+            let status = header(":status").and_then(|s| String::from_utf8(s).ok());
+            let failed = status
+                .and_then(|s| s.parse::<u16>().ok())
+                .is_some_and(|s| s >= 400);
+            let refused = (!failed).then(response::unavailable);
+            return ResponseStart {
+                refused,
+                ..ResponseStart::default()
+            };
+        }
+        let Some(held) = (phase == Some(Phase::Decided))
+            .then(|| self.requests.remove(&context_id))
+            .flatten()
+        else {
             return ResponseStart::default();
         };
         let Held {
@@ -178,6 +264,7 @@ impl Dispatcher {
         ResponseStart {
             fields: admission.response_headers,
             read_body,
+            refused: None,
         }
     }
 
@@ -191,7 +278,7 @@ impl Dispatcher {
             return;
         };
         match held.phase {
-            Phase::Decided => {}
+            Phase::Decided | Phase::Reading => {}
             Phase::Parked => self.exchanges.forget(context_id),
             Phase::Carrying(id) => {
                 self.exchanges.forget(context_id);
