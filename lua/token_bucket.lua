@@ -1,9 +1,10 @@
 -- Token bucket checks for ratelimit.wasm, a batch per call: refills, tests and consumes
 -- the buckets of every check, in order, atomically, each check all-or-nothing; a key in
 -- several checks is read once, later checks seeing what earlier ones took ('settle':
--- metered rules' settlements, rule by rule, once per id). KEYS: every rule's bucket (mode
--- '*', a Cluster node: only the first; the keys end ARGV). ARGV: the mode, S, 14 numbers
--- per rule shape, the checks as one byte string, with 'settle' the ids, with '*' the keys.
+-- metered rules' settlements, rule by rule, once per id; 'read': each bucket as it stands,
+-- writing nothing). KEYS: every rule's bucket (mode '*', a Cluster node: only the first;
+-- the keys end ARGV). ARGV: the mode, S, 14 numbers per rule shape, the checks as one
+-- byte string, with 'settle' the ids, with '*' the keys.
 -- Returns one string of little-endian 64-bit integers: now_ms, then 3 per rule. In full:
 -- docs/token-bucket.md (protocol/src/script.rs lays the calls out); blocks: lua/unblock.lua.
 
@@ -77,7 +78,7 @@ else
     end
   end
 end
-local refund, peek = mode == 'refund', mode == 'peek'
+local refund, peek, read = mode == 'refund', mode == 'peek', mode == 'read'
 -- Shape s is sh[14s-13 .. 14s]: capacity in units, num, den, the cost in units, then after,
 -- within and for (0 0 0: the rule never blocks), the lease in tokens, shadow (0 or 1),
 -- then the override's capacity in its units, num, den, the cost in its units, and until
@@ -279,6 +280,7 @@ while a <= nlayout do
             if need > 0 and l < 0 then l = was < 0 and was or 0 end
           end
         end
+      elseif read then -- Nothing taken, no wait (so no denial counted), nothing written.
       elseif refund then
         -- Under an override the rule's bucket gets the cost back as well: it may have been
         -- charged less (at 0), so it may gain up to the cost, never more.
@@ -329,7 +331,7 @@ while a <= nlayout do
       if ends == 0 then l = x end
       local full = floor((xc - x) / xrate)
       if full * xrate < xc - x then full = full + 1 end
-      local write = applied or (not settle and (refund or admitted or (fresh and fresh[f] and not peek)))
+      local write = applied or (not (settle or read) and (refund or admitted or (fresh and fresh[f] and not peek)))
       if wait > 0 and after > 0 and not blocked and not shadowed then
         -- One more denial of this client: a new count once the last one's window is over.
         if now - st[k - 2] >= sh[s14 - 8] then
@@ -368,17 +370,19 @@ while a <= nlayout do
         st[k - 5], st[k - 4], st[k - 3] = l, now, keep > now and keep + EXPIRY_SLACK_MS
         blocks[f] = after > 0 or nil
       end
+      -- Whole tokens, exactly rounded down (as the wait is, above); below 0, owed.
+      local whole = floor(x / xd)
+      if whole * xd > x then whole = whole - 1 end
       if settle then
-        local whole = floor(x / xd)
         out[slot - 2], out[slot - 1], out[slot] = applied and 1 or 0, whole, borrowed
+      elseif read then
+        out[slot - 2], out[slot - 1], out[slot] = full, whole, blocked and st[k] - now or 0
       elseif blocked then
         out[slot - 2], out[slot - 1], out[slot] = -2, full, st[k] - now
       elseif shadowed then
         out[slot - 2], out[slot - 1], out[slot] = -3, full, wait
       else
         -- A bucket in debt has 0 left: a negative count would read as one of the codes.
-        local whole = floor(x / xd)
-        if whole * xd > x then whole = whole - 1 end
         if whole < 0 then whole = 0 end
         out[slot - 2], out[slot - 1], out[slot] = whole, full, wait
       end

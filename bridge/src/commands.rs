@@ -141,8 +141,8 @@ pub enum Command {
     /// Lifts a client's automatic block (a rule's `block`) on every gateway within a
     /// second, keeping its bucket's level; prints whether it was blocked.
     Unblock(ClearArgs),
-    /// Prints one client's usage of a rule (limit, remaining, reset, override) as JSON,
-    /// taking nothing.
+    /// Prints one client's usage of a rule (limit, remaining, owed, reset, override,
+    /// blocked) as JSON, taking and writing nothing.
     Usage(UsageArgs),
     /// Validates a plugin configuration offline with the filter's own parser, as a gateway
     /// loads it: prints the line the gateway would log, and exits 1 if it would refuse it.

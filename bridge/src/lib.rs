@@ -37,7 +37,7 @@
 //!   overrides.
 //! - `health`: the background ping that reconnects to a Redis that is back.
 //! - `registry`: overrides in Redis: set, clear, list, and the refresh every 250 ms.
-//! - `usage`: a client's bucket, read without spending it (`peek`).
+//! - `usage`: a client's bucket, read without spending or writing anything (`read`).
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
 //! - `server`: the network side: every endpoint on one port, and graceful shutdown.

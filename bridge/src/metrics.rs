@@ -33,7 +33,7 @@ const CALL_SECONDS: [f64; 13] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 /// Script modes, in the order of `Node::calls`.
-const MODES: [&str; 4] = ["check", "refund", "peek", "settle"];
+const MODES: [&str; 5] = ["check", "refund", "peek", "settle", "read"];
 
 /// How one check of an exchange ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +178,7 @@ type Histograms = Family<NodeLabel, Histogram, fn() -> Histogram>;
 /// One Redis node's series, handles into the families.
 struct Node {
     /// `script_calls_total`, one per mode of `MODES`.
-    calls: [Counter; 4],
+    calls: [Counter; MODES.len()],
     /// `redis_call_seconds`.
     seconds: Histogram,
     /// `queue_depth`.
@@ -260,7 +260,7 @@ impl Metrics {
         );
         r.register(
             "script_calls",
-            "Script calls sent to Redis, by node and mode (check, refund, peek, settle)",
+            "Script calls sent to Redis, by node and mode (check, refund, peek, settle, read)",
             m.script_calls.clone(),
         );
         r.register(
@@ -342,9 +342,9 @@ impl Metrics {
         }
     }
 
-    /// One script call to `node` in `mode` ("check", "refund", "peek", "settle") carrying `checks`
-    /// checks and `rules` rules, answered (or failed, with the failure's kind, see
-    /// `redis_failure`) after `elapsed`.
+    /// One script call to `node` in `mode` (one of `MODES`) carrying `checks` checks and
+    /// `rules` rules, answered (or failed, with the failure's kind, see `redis_failure`)
+    /// after `elapsed`.
     pub fn script_call(
         &self,
         node: &str,

@@ -220,10 +220,10 @@ impl Store {
             .unwrap_or_else(|| Err("no outcome".into()))
     }
 
-    /// What `check` would get now, taking nothing: the script's `peek` mode.
-    pub async fn peek(&self, check: &Check) -> CheckOutcome {
+    /// `check`'s buckets as they stand, debt included, writing nothing: the `read` mode.
+    pub async fn read(&self, check: &Check) -> CheckOutcome {
         let outcomes = self
-            .each_node(Mode::Peek, std::slice::from_ref(check))
+            .each_node(Mode::Read, std::slice::from_ref(check))
             .await;
         outcomes
             .into_iter()
@@ -232,7 +232,7 @@ impl Store {
     }
 
     /// Runs `checks` in `mode`, each node's rules on their own (no check is atomic across
-    /// nodes: for giving back and peeking it need not be).
+    /// nodes: for giving back, settling and reading it need not be).
     async fn each_node(&self, mode: Mode, checks: &[Check]) -> Vec<CheckOutcome> {
         if checks.is_empty() {
             return Vec::new();

@@ -2,9 +2,10 @@
 //! bucket (`ratelimit-bridge usage`, `GET /admin/usage`). The plugin configuration is read
 //! by the filter's own parser and the key made by the filter's own code (`ratelimit-config`)
 //! from the values an operator types (`alice`), so usage names exactly the bucket a gateway
-//! checks. The bucket is read by the script's `peek` mode with a cost of 0: nothing is
-//! taken or written, and the answer is the level now (whole tokens) and when the bucket is
-//! full again.
+//! checks. The bucket is read by the script's `read` mode: nothing is taken or written (not
+//! even a denial's count, which a check of a bucket in debt would make, so that looking
+//! could block the client), and the answer is the level now in whole tokens, below 0 for
+//! a metered rule's debt, when the bucket is full again, and a block in force.
 
 use crate::overrides::{overridden, Table, Target};
 use crate::registry;
@@ -31,10 +32,10 @@ pub struct Query {
     pub tier: Option<String>,
 }
 
-/// The bucket `query` names: its rule and the rule spec to peek with (the limit of the
-/// client's tier, the rule's block so that a block shows, and a cost of 0: the peek answers
-/// the level now, and is never a denial that would count towards a block); or why the
-/// query does not fit the configuration. Pure: nothing is read yet.
+/// The bucket `query` names: its rule and the rule spec to read it with (the limit of the
+/// client's tier, the rule's block so that a block shows, and a cost of 0, which a read
+/// takes nothing of anyway); or why the query does not fit the configuration. Pure:
+/// nothing is read yet.
 pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), String> {
     let Some(rule) = config.rules.iter().find(|r| r.name == query.rule) else {
         let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
@@ -81,10 +82,12 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
 }
 
 /// The usage of the bucket `spec` of `rule` under `prefix` as one JSON object: the rule and
-/// its bucket key, `limit` (the burst in force), `remaining` (whole tokens now), `reset`
-/// (Unix seconds when the bucket is full again, by Redis's clock), the active `override`
-/// (or null) and `blocked` (null, or `{"until": Unix seconds}` while the rule's automatic
-/// block refuses the client; `remaining` is then 0). Fails only when Redis does.
+/// its bucket key, `limit` (the burst in force), `remaining` (whole tokens now, never below
+/// 0), `owed` (whole tokens of a metered rule's debt, 0 when none: a bucket in debt has 0
+/// remaining), `reset` (Unix seconds when the bucket is full again, by Redis's clock), the
+/// active `override` (or null) and `blocked` (null, or `{"until": Unix seconds}` while the
+/// rule's automatic block refuses the client; `remaining` is then 0). Fails only when
+/// Redis does.
 pub async fn read(
     store: &Store,
     prefix: &str,
@@ -96,15 +99,17 @@ pub async fn read(
     if let Some(o) = found {
         overridden(&mut spec, o);
     }
-    let (now_ms, outcomes) = store.peek(&vec![spec.clone()]).await?;
+    let (now_ms, outcomes) = store.read(&vec![spec.clone()]).await?;
     let Some(outcome) = outcomes.first() else {
         return Err("redis: the script gave no answer for the bucket".into());
     };
+    // A blocked client has nothing left whatever its bucket holds: what a gateway says.
     Ok(json!({
         "rule": rule,
         "key": spec.key,
         "limit": spec.overridden.map_or(spec.burst, |o| o.burst),
-        "remaining": outcome.remaining,
+        "remaining": if outcome.blocked { 0 } else { outcome.remaining },
+        "owed": outcome.owed,
         "reset": now_ms.saturating_add(outcome.full_ms).div_ceil(1000),
         "override": found.map(|o| o.to_json()),
         "blocked": outcome.blocked.then(|| {

@@ -1,17 +1,19 @@
 //! Automatic blocks in the token bucket script on a real Valkey: a client denied `after`
 //! times within `within` is blocked for `for`, taking nothing, in the same call that
 //! denies; the block outlives a refill and ends on time; a count past its window starts
-//! again; an operator's `unblock` lifts a block at once, keeping the level.
+//! again; an operator's `unblock` lifts a block at once, keeping the level; `usage` shows a
+//! block in force, and reading it moves neither the block nor anything else.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::buckets::{rule, run, store};
-use common::Valkey;
+use common::buckets::{redis_now_ms, rule, run, store};
+use common::{Connect, Valkey};
 use ratelimit_bridge::check::RuleSpec;
 use ratelimit_bridge::overrides::Target;
 use ratelimit_bridge::unblock::unblock;
+use ratelimit_bridge::usage;
 use ratelimit_protocol::Block;
 use std::time::Duration;
 
@@ -57,7 +59,7 @@ async fn the_nth_denial_blocks_and_a_blocked_client_takes_nothing_until_the_bloc
     // The key lives at least as long as the block.
     let ttl: i64 = redis::cmd("PTTL")
         .arg("rl:login:ip")
-        .query(&mut common::Connect::connection(&valkey))
+        .query(&mut valkey.connection())
         .unwrap();
     assert!(ttl > 1_000, "{ttl}");
 
@@ -139,9 +141,47 @@ async fn unblock_lifts_a_block_at_once_and_keeps_the_level() {
     );
     let ttl: i64 = redis::cmd("PTTL")
         .arg("rl:login:victim")
-        .query(&mut common::Connect::connection(&valkey))
+        .query(&mut valkey.connection())
         .unwrap();
     assert!(ttl > 3_000_000, "the key keeps its TTL: {ttl}");
+}
+
+#[tokio::test]
+async fn usage_shows_a_block_in_force_and_reading_it_moves_nothing() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    // 2 an hour; blocked for a minute after 2 denials: 2 admitted, 1 denied, then blocked.
+    let login = blocking("rl:login:eve", 2, 1_800_000, 2, 60_000, 60_000);
+    for _ in 0..4 {
+        run(&store, std::slice::from_ref(&login)).await;
+    }
+    let now_s = redis_now_ms(&valkey) / 1000;
+    let dump = || -> Vec<u8> {
+        redis::cmd("DUMP")
+            .arg("rl:login:eve")
+            .query(&mut valkey.connection())
+            .unwrap()
+    };
+    let before = dump();
+    let looking = RuleSpec {
+        cost: 0,
+        ..login.clone()
+    };
+    let usage = usage::read(&store, "rl", "login", looking.clone())
+        .await
+        .unwrap();
+    assert_eq!(usage["remaining"], 0, "{usage}");
+    assert_eq!(usage["owed"], 0, "{usage}");
+    let until = usage["blocked"]["until"].as_u64().unwrap();
+    assert!((now_s + 59..=now_s + 61).contains(&until), "{usage}");
+    // Looked at again and again: the block ends when it did, and nothing was written.
+    for _ in 0..5 {
+        let again = usage::read(&store, "rl", "login", looking.clone())
+            .await
+            .unwrap();
+        assert_eq!(again["blocked"], usage["blocked"], "{again}");
+    }
+    assert_eq!(dump(), before);
 }
 
 #[tokio::test]

@@ -2,14 +2,16 @@
 //! by `registry`, the table a bridge reads, its rules rewritten by `Table::apply`): while an
 //! override is in force its own bucket decides, and when it ends the client is where its
 //! normal rule would have left it, neither drained by a tightening nor made richer by a
-//! loosening (issue 22 row 10).
+//! loosening (issue 22 row 10); `usage` shows an override in force, on one server and on a
+//! Cluster, starting nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
 
 mod common;
 
-use common::buckets::{rule, store};
-use common::Valkey;
+use common::buckets::{options, rule, store};
+use common::cluster::{node_of, Cluster};
+use common::{Connect, Valkey};
 use ratelimit_bridge::check::RuleSpec;
 use ratelimit_bridge::overrides::{parse_spec, Table, Target};
 use ratelimit_bridge::store::Store;
@@ -146,6 +148,57 @@ async fn a_larger_burst_adds_its_room_and_what_was_spent_stays_spent() {
         "10 less 21, not below 0"
     );
     assert_eq!(remaining(&store, "hugo").await, 99);
+}
+
+/// `user` spent 90 of 100; an override with a burst of 1000 that no check has used yet:
+/// usage shows the bucket the next check will start (910 of 1000), and reading it starts
+/// nothing (`dump`: the bucket's value as stored), so the check finds the same.
+async fn usage_reads_an_unused_override_as_a_check_would_start_it(
+    store: &Store,
+    user: &str,
+    dump: impl Fn() -> Vec<u8>,
+) {
+    let spec = per_user(user);
+    assert_eq!(admitted(store, &Table::default(), &spec, 90).await, 90);
+    let table = set(store, user, 1000, "1m", "1m").await;
+    let before = dump();
+    for _ in 0..3 {
+        let zero = RuleSpec {
+            cost: 0,
+            ..spec.clone()
+        };
+        let usage = usage::read(store, "rl", "per-user", zero).await.unwrap();
+        assert_eq!(usage["limit"], 1000, "{usage}");
+        assert_eq!(usage["remaining"], 910, "{usage}");
+        assert_eq!(usage["owed"], 0, "{usage}");
+        assert_eq!(usage["override"]["burst"], 1000, "{usage}");
+    }
+    assert_eq!(dump(), before, "no override's bucket written");
+    let (_, out) = store.check(&applied(&table, &spec)).await.unwrap();
+    assert_eq!(out[0].remaining, 909);
+    assert_eq!(remaining(store, user).await, 909);
+}
+
+#[tokio::test]
+async fn usage_reads_the_override_in_force_as_a_check_would_start_it_and_writes_nothing() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let dump = || -> Vec<u8> {
+        redis::cmd("DUMP")
+            .arg("rl:per-user:ivan")
+            .query(&mut valkey.connection())
+            .unwrap()
+    };
+    usage_reads_an_unused_override_as_a_check_would_start_it(&store, "ivan", dump).await;
+}
+
+#[tokio::test]
+async fn on_a_cluster_usage_reads_the_override_in_force_and_writes_nothing() {
+    let cluster = Cluster::start(None, None);
+    let store = Store::cluster(&[cluster.seed()], options()).unwrap();
+    let key = "rl:per-user:judy";
+    let dump = || -> Vec<u8> { cluster.cmd(node_of(key), redis::cmd("DUMP").arg(key)) };
+    usage_reads_an_unused_override_as_a_check_would_start_it(&store, "judy", dump).await;
 }
 
 /// `rule` as a bridge with `table` sends it.

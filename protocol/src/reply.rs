@@ -18,7 +18,7 @@ pub struct RuleResult {
     pub wait_ms: u64,
     /// Tokens taken beyond the cost, as a lease the check asked for.
     pub leased: u64,
-    /// A settlement's only: tokens the bucket owes (a metered rule's debt).
+    /// A settlement's and a read's only: tokens the bucket owes (a metered rule's debt).
     pub owed: u64,
     /// A settlement's only: tokens it took beyond what the bucket held.
     pub borrowed: u64,

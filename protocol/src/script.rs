@@ -45,6 +45,10 @@ pub enum Mode {
     Peek,
     /// Apply each rule's settlement (`RuleSpec::settle`) on its own, once per id.
     Settle,
+    /// Answer each bucket as it stands (an operator's `usage`): its level signed, debt
+    /// included, where `Peek` answers as a check and so counts a denial of a bucket in
+    /// debt towards a block. Writes nothing at all.
+    Read,
 }
 
 impl Mode {
@@ -55,6 +59,7 @@ impl Mode {
             Mode::Refund => "refund",
             Mode::Peek => "peek",
             Mode::Settle => "settle",
+            Mode::Read => "read",
         }
     }
 
@@ -66,6 +71,7 @@ impl Mode {
             Mode::Refund => "refund*",
             Mode::Peek => "peek*",
             Mode::Settle => "settle*",
+            Mode::Read => "read*",
         }
     }
 }
@@ -292,15 +298,30 @@ pub fn decode(
             if r == [-1, -1, -1] {
                 return Ok(None);
             }
-            if mode == Mode::Settle {
-                // Whether it applied now or before, the level (below 0: owed), what it
-                // borrowed.
-                return Ok(Some(RuleResult {
-                    allowed: true,
+            if let Mode::Settle | Mode::Read = mode {
+                // The level in the middle, signed (below 0: owed); around it, settle's
+                // whether it applied now or before and what it borrowed, read's ms until
+                // full and the ms left of a block.
+                let level = RuleResult {
                     remaining: r[1].max(0).unsigned_abs(),
                     owed: r[1].min(0).unsigned_abs(),
-                    borrowed: unsigned(r[2])?,
                     ..RuleResult::default()
+                };
+                return Ok(Some(if mode == Mode::Settle {
+                    RuleResult {
+                        allowed: true,
+                        borrowed: unsigned(r[2])?,
+                        ..level
+                    }
+                } else {
+                    let block_ms = unsigned(r[2])?;
+                    RuleResult {
+                        allowed: block_ms == 0,
+                        blocked: block_ms > 0,
+                        full_ms: unsigned(r[0])?,
+                        wait_ms: block_ms,
+                        ..level
+                    }
                 }));
             }
             // An admitted rule that took a lease answers it as a negative wait.

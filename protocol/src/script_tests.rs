@@ -187,3 +187,57 @@ fn a_settlement_reply_tells_what_a_bucket_holds_from_what_it_owes() {
     assert_eq!(decode(Mode::Settle, &[9, -1, -1, -1], 1).unwrap().1, [None]);
     assert!(decode(Mode::Settle, &[9, 1, 4, -2], 1).is_err());
 }
+
+#[test]
+fn a_read_sends_no_ids_and_its_reply_tells_the_level_signed_and_the_block_left() {
+    let checks = vec![vec![rule("a", 10, 0)]];
+    let layout = layout(&checks, &[Part::whole(0, 1)]).unwrap();
+    let args = layout.args(Mode::Read);
+    assert_eq!(
+        (args[0].as_slice(), args.len()),
+        (&b"read"[..], 3 + SHAPE_LEN)
+    );
+    assert_eq!(layout.spread_args(Mode::Read)[0], b"read*");
+    let (now, rules) = decode(
+        Mode::Read,
+        &[9, 600, 4, 0, 9000, -12, 0, 1200, 0, 30_000],
+        3,
+    )
+    .unwrap();
+    assert_eq!(now, 9);
+    let read: Vec<(bool, bool, u64, u64, u64, u64)> = rules
+        .iter()
+        .map(|r| {
+            r.map(|r| {
+                (
+                    r.allowed,
+                    r.blocked,
+                    r.remaining,
+                    r.owed,
+                    r.full_ms,
+                    r.wait_ms,
+                )
+            })
+        })
+        .map(Option::unwrap)
+        .collect();
+    // 4 left; owing 12 (full in 9 s); empty, and blocked for 30 s more.
+    assert_eq!(
+        read,
+        [
+            (true, false, 4, 0, 600, 0),
+            (true, false, 0, 12, 9000, 0),
+            (false, true, 0, 0, 1200, 30_000)
+        ]
+    );
+    // A level of -1 is a debt, not a foreign value, unless all three are -1.
+    assert_eq!(
+        decode(Mode::Read, &[9, 60, -1, 0], 1).unwrap().1[0]
+            .unwrap()
+            .owed,
+        1
+    );
+    assert_eq!(decode(Mode::Read, &[9, -1, -1, -1], 1).unwrap().1, [None]);
+    assert!(decode(Mode::Read, &[9, -5, 4, 0], 1).is_err());
+    assert!(decode(Mode::Read, &[9, 5, 4, -7], 1).is_err());
+}
