@@ -213,22 +213,15 @@ impl Store {
 
     /// Runs one check atomically (a batch of one).
     pub async fn check(&self, check: &Check) -> CheckOutcome {
-        let outcomes = self.check_all(std::slice::from_ref(check)).await;
-        outcomes
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err("no outcome".into()))
+        first(self.check_all(std::slice::from_ref(check)).await)
     }
 
     /// `check`'s buckets as they stand, debt included, writing nothing: the `read` mode.
     pub async fn read(&self, check: &Check) -> CheckOutcome {
-        let outcomes = self
-            .each_node(Mode::Read, std::slice::from_ref(check))
-            .await;
-        outcomes
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err("no outcome".into()))
+        first(
+            self.each_node(Mode::Read, std::slice::from_ref(check))
+                .await,
+        )
     }
 
     /// Runs `checks` in `mode`, each node's rules on their own (no check is atomic across
@@ -295,10 +288,8 @@ impl Store {
 
     /// Runs one read-only command (whose keys share one slot, in a cluster).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
-        self.backend
-            .query(cmd)
-            .await
-            .map_err(|e| format!("redis: {e}"))
+        let reply = self.backend.query(cmd).await;
+        reply.map_err(|e| format!("redis: {e}"))
     }
 
     /// Whether Redis answers a `PING` now (in a cluster: a node; with sentinels: whether
@@ -320,10 +311,8 @@ impl Store {
 
     /// `INFO <section>` (in a cluster: of one primary).
     pub async fn info(&self, section: &str) -> Result<String, String> {
-        self.backend
-            .info(section)
-            .await
-            .map_err(|e| format!("redis: {e}"))
+        let reply = self.backend.info(section).await;
+        reply.map_err(|e| format!("redis: {e}"))
     }
 
     /// Reads the slot map again (a cluster only), unless it was read a moment ago; with
@@ -452,4 +441,9 @@ impl Store {
         .await;
         asked.into_iter().flatten().collect()
     }
+}
+
+/// The outcome of a batch of one.
+fn first(outcomes: Vec<CheckOutcome>) -> CheckOutcome {
+    (outcomes.into_iter().next()).unwrap_or_else(|| Err("no outcome".into()))
 }
