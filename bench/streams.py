@@ -150,14 +150,17 @@ def count(c, name, fmt):
 
 def table(streams):
     rows = ["| configuration | req/s | × no-op | × unmetered | body frames per response | "
-            "settled | metered tokens | responses |",
-            "|---|---:|---:|---:|---:|---:|---:|---|"]
+            "settled | metered tokens | script calls, Redis µs per response | responses |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for c in streams["configs"]:
         errors = f", {c['errors']} errors" if c["errors"] else ""
+        n, counters = max(1, c["responses"]), c["counters"]
+        redis = (f"{counters['script_calls'] / n:.2f}, {counters['script_usec'] / n:.0f}"
+                 if "script_calls" in counters else "-")
         rows.append(
             f"| {c['label']} | {c['rps']:.0f} | {c['x_noop']['median']:.3f} | "
             f"{c['x_unmetered']['median']:.3f} | {c['body_frames_per_response']:.1f} | "
-            f"{count(c, 'settled', '.2f')} | {count(c, 'metered_tokens', '.1f')} | "
+            f"{count(c, 'settled', '.2f')} | {count(c, 'metered_tokens', '.1f')} | {redis} | "
             f"{statuses(c['status'])}{errors} |")
     return "\n".join(rows)
 
@@ -203,11 +206,15 @@ ratio.
 {table(s)}
 
 - **body frames per response**: data frames the client read. Envoy writes one HTTP/1.1
-  chunk per body chunk its filters passed, so this is at least how many times each
-  filter was handed a piece of the response.
+  chunk per body chunk its filters passed, and the client may read a chunk in two, so
+  each filter was handed at most this many pieces of a response.
 - **settled**, **metered tokens**: the filter's counters (`settled`, `metered_tokens`)
   over the measured runs: every metered response settles once, for the tokens its usage
   reported.
+- **script calls, Redis µs per response**: Valkey's token-bucket script calls and their
+  time (`INFO commandstats`) per response: the check, and for the metered rule its
+  settlement too, which is part of what metering costs when the bridge and Valkey share
+  the cores with Envoy.
 
 {verdict(s)}
 """
