@@ -19,7 +19,9 @@ OUTCOMES = ("allowed", "allowed_leased", "denied", "denied_cached", "blocked",
 # Exchanges by the number of checks they carried.
 BATCH_BUCKETS = ("batch_1", "batch_2_3", "batch_4_7", "batch_8_15", "batch_16_31",
                  "batch_32_63", "batch_64_up")
-COUNTERS = (*EXCHANGES, "checks_sent", *BATCH_BUCKETS, *OUTCOMES)
+# Metered rules' tokens and settlements (bench/streams.py).
+METERING = ("metered_tokens", "settled", "debt", "settle_failures")
+COUNTERS = (*EXCHANGES, "checks_sent", *BATCH_BUCKETS, *OUTCOMES, *METERING)
 # Valkey commands that run the token-bucket script.
 SCRIPT_COMMANDS = ("evalsha", "eval", "fcall")
 
@@ -27,8 +29,10 @@ SCRIPT_COMMANDS = ("evalsha", "eval", "fcall")
 class Probe:
     """Reads one gateway's counters and Valkey's script statistics around measured runs."""
 
-    def __init__(self, gateway, redis_port):
-        self.gateway = gateway
+    def __init__(self, gateway, redis_port, settles=False):
+        """`settles`: every allowed request settles a metered rule once its response
+        ends, so snapshots wait for the settlements too."""
+        self.gateway, self.settles = gateway, settles
         self.valkey = valkey.Valkey(host="127.0.0.1", port=redis_port, socket_timeout=5)
         # Requests sent to the gateway so far, to know when its counters have caught up.
         self.sent = 0
@@ -38,12 +42,15 @@ class Probe:
 
     def snapshot(self):
         """Counters and Valkey numbers now, once the counters account for every request
-        sent (a filter may flush its counters periodically; at most ~2 s of waiting)."""
+        sent, and its settlement if `settles` (a filter may flush its counters
+        periodically; at most ~2 s of waiting)."""
         deadline = time.monotonic() + 2.0
         while True:
             counters = self.gateway.counters()
             decided = sum(counters.get(k, 0) for k in OUTCOMES)
-            if decided >= self.sent or "allowed" not in counters or time.monotonic() > deadline:
+            settled = not self.settles or counters.get("settled", 0) >= counters.get("allowed", 0)
+            if (decided >= self.sent and settled or "allowed" not in counters
+                    or time.monotonic() > deadline):
                 break
             time.sleep(0.05)
         stats = self.valkey.info("commandstats")

@@ -19,6 +19,9 @@ Bases (what answers the request once the filter lets it through):
             upstream that is a second listener of the same Envoy (`--concurrency 1`, so
             the same worker thread) answering with envoy.yaml's direct_response
   direct    envoy.yaml's direct_response on the gateway listener itself (no upstream)
+  server    the route goes to a server of its own on `upstream_port` (HTTP/1.1, through
+            testbed/stack.py's route_to_upstream): bench's `sse-upstream`, which streams,
+            as a direct_response cannot
 
 Every gateway also has the callout floor's responder: a third listener with the same
 direct_response, spoken to over h2c through the HTTP/2 cluster `bench_responder`.
@@ -33,6 +36,7 @@ from testbed import stack
 ROOT = stack.ROOT
 NOOP_WASM = ROOT / "target" / "wasm32-wasip1" / "release" / "ratelimit_bench_noop.wasm"
 LOADGEN = ROOT / "target" / "release" / "loadgen"
+SSE_UPSTREAM = ROOT / "target" / "release" / "sse-upstream"
 WASM_FUEL = ROOT / "target" / "debug" / "wasm-fuel"  # fuel does not depend on the build profile
 
 UPSTREAM = "bench_upstream"
@@ -89,7 +93,8 @@ def local_cluster(template, name, port, http2):
 def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 10**6),
                    base="proxy", upstream_port=None, responder_port=None):
     """The Envoy configuration (a dict) of one gateway of `kind` on `base` (module doc)."""
-    config = stack.envoy_config(plugin or {}, listen, admin, bridge_port)
+    config = stack.envoy_config(plugin or {}, listen, admin, bridge_port,
+                                upstream=upstream_port if base == "server" else None)
     resources = config["static_resources"]
     gateway = resources["listeners"][0]
     hcm = gateway["filter_chains"][0]["filters"][0]["typed_config"]
@@ -101,7 +106,7 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
         resources["clusters"].append(local_cluster(bridge, UPSTREAM, upstream_port, http2=False))
         for host in hcm["route_config"]["virtual_hosts"]:
             host["routes"] = [{"match": {"prefix": "/"}, "route": {"cluster": UPSTREAM}}]
-    elif base != "direct":
+    elif base not in ("direct", "server"):
         raise ValueError(f"unknown base {base!r}")
     filters = hcm["http_filters"]
     wasm, router = filters[0], filters[-1]
@@ -124,13 +129,15 @@ class Gateway:
     """One Envoy (`--concurrency 1` unless told) of the bench, as a stack.Process."""
 
     def __init__(self, name, kind, workdir, bridge_port, plugin=None, local=(10**6, 10**6),
-                 base="proxy", concurrency=1):
+                 base="proxy", concurrency=1, upstream_port=None):
+        """`upstream_port`: the server's with the `server` base."""
         self.name, self.kind, self.base = name, kind, base
         self.port, self.admin = stack.free_port(), stack.free_port()
         path = Path(workdir) / f"{name}.json"
         path.write_text(json.dumps(gateway_config(
             kind, self.port, self.admin, bridge_port, plugin, local, base,
-            upstream_port=stack.free_port(), responder_port=stack.free_port())))
+            upstream_port=upstream_port or stack.free_port(),
+            responder_port=stack.free_port())))
         self.process = stack.Process(name, [
             stack.ENVOY, "-c", str(path), "--concurrency", str(concurrency),
             "--disable-hot-restart", "--log-level", "warn"], workdir)

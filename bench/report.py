@@ -1,11 +1,12 @@
 """REPORT.md (and latency.svg) from the results of one `make bench` run: every section in
 order, the tables of the Envoy configurations, the acceptance verdicts of the throughput
 and hot keys issues, and how to read them. The backend's own tables (Redis, bridge,
-Cluster) are in backend_tables.py, the fleet section in fleet.py."""
+Cluster) are in backend_tables.py, the fleet section in fleet.py, the streams section in
+streams.py."""
 
 from pathlib import Path
 
-from . import fleet, plot
+from . import fleet, plot, streams
 from .backend_tables import bridge_table, cluster_table, redis_table
 from .cells import ms, num, statuses, table
 from .diagnostics import BATCH_BUCKETS
@@ -361,6 +362,7 @@ two cores with everything else.
 {cluster_table(results.get('cluster', []))}
 
 {fleet.section(results['fleet']) if 'fleet' in results else ''}
+{streams.section(results['streams']) if 'streams' in results else ''}
 ## Accuracy: one client at 2x its limit through two gateways
 
 {accuracy_table(results['accuracy'])}

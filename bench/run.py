@@ -4,8 +4,9 @@
 Starts Valkey and the bridge through testbed/stack.py, one Envoy (`--concurrency 1`) per
 configuration, drives each with bench's `loadgen` at 16 and 64 requests in flight, reads
 the filter's counters and Valkey around every run, measures Redis, the bridge, the
-accuracy of the limit and a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
-and bridges of its own), then writes REPORT.md, results.json and latency.svg to --out.
+accuracy of the limit, a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
+and bridges of its own) and metering's cost on streamed responses (bench/streams.py),
+then writes REPORT.md, results.json and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
 stack.Process, stopped in `finally` on success, failure, Ctrl-C or SIGTERM.
@@ -23,17 +24,19 @@ from pathlib import Path
 
 from testbed import stack
 
-from . import envoys, fleet, measure, report, smoke
+from . import envoys, fleet, measure, report, smoke, streams
 
 
 def settings(args):
     if args.smoke:
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
-                    hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True))
+                    hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True),
+                    **streams.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
-                hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False))
+                hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False),
+                **streams.settings(short=False))
 
 
 def main():
@@ -45,7 +48,7 @@ def main():
     parser.add_argument("--duration", type=float, default=6.0,
                         help="measured seconds per configuration and level")
     args = parser.parse_args()
-    for path in (envoys.LOADGEN, envoys.NOOP_WASM):
+    for path in (envoys.LOADGEN, envoys.SSE_UPSTREAM, envoys.NOOP_WASM):
         if not path.exists():
             sys.exit(f"{path} is missing: run `make bench` (it builds the bench crates)")
     # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (a background
@@ -69,6 +72,8 @@ def main():
         results = measure.run_all(bench_stack, workdir, conf)
         print("fleet: many streams, one check per exchange", flush=True)
         results["fleet"] = fleet.measure(workdir, conf)
+        print("metering on streamed responses", flush=True)
+        results["streams"] = streams.measure(bench_stack, workdir, conf)
         results["bench_seconds"] = time.monotonic() - started
         results["machine"]["load"] = [load_before, os.getloadavg()[0]]
         results["settings"] = conf

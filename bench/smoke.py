@@ -85,6 +85,40 @@ def check_fleet(fleet, expect=None):
         raise AssertionError("fleet smoke run failed:\n  " + "\n  ".join(problems))
 
 
+def check_streams(streams, expect=None):
+    """The streams section (bench/streams.py): every configuration answered every request
+    with a whole stream, and the metered rule settled each for the usage it reported."""
+    problems = []
+    expect = expect or (lambda ok, what: ok or problems.append(what))
+    by = {c["key"]: c for c in streams["configs"]}
+    expect(list(by) == ["noop", "unmetered", "metered"], f"streams configurations: {list(by)}")
+    for key, c in by.items():
+        at = f"streams {key}"
+        expect(c["rps"] > 0 and c["errors"] == 0, f"{at}: {c['rps']} rps, {c['errors']} errors")
+        expect(set(c["status"]) == {"200"}, f"{at}: statuses {c['status']}")
+        expect(c["body_frames_per_response"] >= 1, f"{at}: {c['body_frames_per_response']} "
+               "body frames per response")
+        ratios = c["x_noop"]["rounds"] + c["x_unmetered"]["rounds"]
+        expect(len(ratios) == 2 * streams["rounds"] and all(r > 0 for r in ratios),
+               f"{at}: ratios {ratios}")
+    metered, unmetered = by.get("metered", {}), by.get("unmetered", {})
+    counters, responses = metered.get("counters", {}), metered.get("responses", 0)
+    settled = counters.get("settled", 0)
+    # A settlement of the warm-up may land in the measured window, and one of its end in
+    # the next snapshot's wait: within a few per cent of the responses.
+    expect(0.95 * responses <= settled <= 1.05 * responses,
+           f"streams metered: {settled} settled of {responses} responses")
+    tokens = counters.get("metered_tokens", 0)
+    expect(abs(tokens - settled * streams["tokens"]) <= 0.05 * tokens,
+           f"streams metered: {tokens} tokens metered in {settled} settlements, not "
+           f"{streams['tokens']} each")
+    expect(counters.get("settle_failures", 0) == 0, f"streams metered: {counters}")
+    expect(not unmetered.get("counters", {}).get("settled"),
+           f"streams unmetered: settled {unmetered.get('counters')}")
+    if problems:
+        raise AssertionError("streams smoke run failed:\n  " + "\n  ".join(problems))
+
+
 def check(results, out):
     problems = []
 
@@ -146,10 +180,14 @@ def check(results, out):
     expect("fleet" in results, "no fleet section")
     if "fleet" in results:
         check_fleet(results["fleet"], expect)
+    expect("streams" in results, "no streams section")
+    if "streams" in results:
+        check_streams(results["streams"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
-           and "Acceptance (hot keys issue):" in report and "## Fleet" in report,
+           and "Acceptance (hot keys issue):" in report and "## Fleet" in report
+           and "## Metering on streamed responses" in report,
            "REPORT.md incomplete")
     expect(ET.parse(Path(out) / "latency.svg").getroot().tag.endswith("svg"), "latency.svg")
     if problems:

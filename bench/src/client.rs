@@ -99,6 +99,7 @@ pub async fn worker(plan: Arc<Plan>, index: usize, mut conn: Conn) -> Record {
             Ok(answer) if measured => {
                 record.checks += answer.checks;
                 record.failed_checks += answer.failed_checks;
+                record.body_frames += answer.body_frames;
                 if answer.failed_checks > 0 {
                     record.errors += 1;
                     if record.errors <= 3 {
@@ -157,7 +158,7 @@ async fn exchange(plan: &Plan, stream: &mut grpc::Stream) -> Result<Answer, Stri
     stream.exchange(&batch, lines).await
 }
 
-/// One request and its whole response.
+/// One request and its whole response, read frame by frame.
 async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<Answer, String> {
     let uri = match conn {
         Conn::H2(_) => format!("http://{}{}", target.authority, target.path),
@@ -187,15 +188,18 @@ async fn send(plan: &Plan, target: &Target, conn: &mut Conn, n: u64) -> Result<A
     }
     .map_err(|e| format!("request: {e}"))?;
     let status = response.status().as_u16();
-    response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("body: {e}"))?;
+    let mut body = response.into_body();
+    let mut body_frames = 0;
+    while let Some(frame) = body.frame().await {
+        if frame.map_err(|e| format!("body: {e}"))?.is_data() {
+            body_frames += 1;
+        }
+    }
     Ok(Answer {
         status,
         checks: 0,
         failed_checks: 0,
         failure: None,
+        body_frames,
     })
 }

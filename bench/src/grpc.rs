@@ -219,6 +219,7 @@ fn tally(reply: &[u8], checks: u64) -> Result<Answer, String> {
         checks: answered,
         failed_checks: checks - answered,
         failure,
+        body_frames: 0,
     })
 }
 

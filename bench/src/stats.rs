@@ -14,6 +14,9 @@ pub struct Answer {
     pub failed_checks: u64,
     /// The first failed line of the reply, to tell why.
     pub failure: Option<String>,
+    /// Data frames of the HTTP response body (0 for gRPC): on a streamed response through
+    /// Envoy, about the body chunks its filters saw (see `Record::body_frames`).
+    pub body_frames: u64,
 }
 
 /// The results of one worker, merged into one after the run.
@@ -30,6 +33,11 @@ pub struct Record {
     /// gRPC mode: checks the bridge answered, and checks it failed (`!`, `?`) or left out.
     pub checks: u64,
     pub failed_checks: u64,
+    /// Data frames of the measured responses' bodies. Envoy writes one HTTP/1.1 chunk per
+    /// body chunk it passes its filters, and hyper's decoder never merges two chunks into
+    /// one frame, so on a chunked response this is at least the chunks the filters saw: a
+    /// streamed response's events Envoy read together reached the filters as one.
+    pub body_frames: u64,
     /// Seconds from the start of the measured window to the first and the last send.
     pub first_send: Option<f64>,
     pub last_send: Option<f64>,
@@ -45,6 +53,7 @@ impl Record {
         self.errors += other.errors;
         self.checks += other.checks;
         self.failed_checks += other.failed_checks;
+        self.body_frames += other.body_frames;
         self.first_send = min_opt(self.first_send, other.first_send);
         self.last_send = max_opt(self.last_send, other.last_send);
     }
@@ -78,6 +87,7 @@ impl Record {
             "errors": self.errors,
             "rps": responses as f64 / secs,
             "status": statuses,
+            "body_frames": self.body_frames,
             "latency_us": {
                 "mean": mean,
                 "p50": us(0.50),

@@ -16,6 +16,12 @@
 //! {"allowed": 123456, "denied": 123456, "leased": 12345, "noop": 1234, "headers_floor": 1234, "requests": 10}
 //! ```
 
+// The streamed response, one definition with the bench's `sse-upstream` (its `//!` says
+// why by path).
+#[path = "../../src/events.rs"]
+mod events;
+
+use events::{chunk, CHUNKS};
 use std::path::Path;
 use std::process::ExitCode;
 use wasmtime_harness::{abi, Host, Wasm};
@@ -49,8 +55,6 @@ const UNMETERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "t
              "cost": 100}]}"#;
 /// The bridge's answer to the streamed requests' checks.
 const STREAM_ALLOWED: &str = "1767225600000 1,99900,60,0\n";
-/// Chunks of a streamed response: content events, the usage event, then `[DONE]`.
-const CHUNKS: usize = 50;
 
 /// The no-op filter making only the host calls an allowed response needs (bench/noop-filter).
 const HEADERS_FLOOR: &str = r#"{"headers": {"identity": "x-user-id"}}"#;
@@ -115,24 +119,6 @@ fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     Ok(format!(
         r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}}}"#
     ))
-}
-
-/// One chunk of an OpenAI-compatible stream (`i` of `CHUNKS`): a content event, the usage
-/// event, or `[DONE]`.
-fn chunk(i: usize) -> String {
-    let head =
-        r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1767225600,"model":"m","#;
-    match CHUNKS - i {
-        1 => "data: [DONE]\n\n".to_string(),
-        2 => format!(
-            "data: {head}\"choices\":[],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":{},\"total_tokens\":{}}}}}\n\n",
-            CHUNKS - 2,
-            CHUNKS + 10
-        ),
-        _ => format!(
-            "data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"word{i} \"}},\"finish_reason\":null}}],\"usage\":null}}\n\n"
-        ),
-    }
 }
 
 /// The median fuel of `REQUESTS` allowed requests under `config` whose responses are
