@@ -7,9 +7,13 @@ Counters a filter build does not have are absent from the deltas and come out as
 (the report prints "-"), so an older or newer filter never breaks the bench.
 """
 
+import os
 import time
+from pathlib import Path
 
 import valkey
+
+from . import redis_cost
 
 # Exchanges with the bridge: HTTP callouts and messages on the gRPC stream.
 EXCHANGES = ("callouts", "stream_messages")
@@ -27,12 +31,13 @@ SCRIPT_COMMANDS = ("evalsha", "eval", "fcall")
 
 
 class Probe:
-    """Reads one gateway's counters and Valkey's script statistics around measured runs."""
+    """Reads one gateway's counters and Valkey's script statistics around measured runs,
+    and with `bridge` (its process) the CPU time of the gateway, the bridge and Valkey."""
 
-    def __init__(self, gateway, redis_port, settles=False):
+    def __init__(self, gateway, redis_port, settles=False, bridge=None):
         """`settles`: every allowed request settles a metered rule once its response
         ends, so snapshots wait for the settlements too."""
-        self.gateway, self.settles = gateway, settles
+        self.gateway, self.settles, self.bridge = gateway, settles, bridge
         self.valkey = valkey.Valkey(host="127.0.0.1", port=redis_port, socket_timeout=5)
         # Requests sent to the gateway so far, to know when its counters have caught up.
         self.sent = 0
@@ -58,9 +63,18 @@ class Probe:
         for command in SCRIPT_COMMANDS:
             entry = stats.get(f"cmdstat_{command}", {})
             calls, usec = calls + entry.get("calls", 0), usec + entry.get("usec", 0)
+        cpu = {} if self.bridge is None else {
+            "envoy_cpu_us": process_cpu_seconds(self.gateway.process.proc.pid) * 1e6,
+            "bridge_cpu_us": process_cpu_seconds(self.bridge.pid) * 1e6,
+            "valkey_cpu_us": redis_cost.cpu_seconds(self.valkey.info("cpu")) * 1e6}
         return {**{k: counters[k] for k in COUNTERS if k in counters},
-                "script_calls": calls, "script_usec": usec}
+                "script_calls": calls, "script_usec": usec, **cpu}
 
+
+def process_cpu_seconds(pid):
+    """User + system CPU of a live process, from /proc/<pid>/stat (fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def add(total, before, after):

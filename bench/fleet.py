@@ -21,7 +21,6 @@ stack.Process (through testbed's Stack and ValkeyCluster), stopped in `finally`.
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -35,7 +34,7 @@ from testbed.cluster import ValkeyCluster
 
 from . import redis_cost, smoke
 from .cells import ms, num
-from .diagnostics import SCRIPT_COMMANDS, Probe, add, derive
+from .diagnostics import SCRIPT_COMMANDS, Probe, add, derive, process_cpu_seconds
 from .envoys import Gateway
 from .measure import UNLIMITED, loadgen, plugin
 
@@ -76,12 +75,6 @@ def settings(short):
     full section takes about 70 s)."""
     return dict(fleet_duration=1.0, fleet_warmup=0.3) if short else \
         dict(fleet_duration=8.0, fleet_warmup=2.0)
-
-
-def process_cpu_seconds(pid):
-    """User + system CPU of a live process, from /proc/<pid>/stat (fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def batch_metrics(port):
