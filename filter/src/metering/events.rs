@@ -38,15 +38,30 @@ const DATA_COLON: &[u8] = b"data:";
 #[derive(Debug)]
 pub(super) struct Framer {
     line: Line,
+    /// The data line being read began in the chunk being read: it may be judged whole.
+    whole: bool,
 }
 
 fn is_eol(b: u8) -> bool {
     b == b'\n' || b == b'\r'
 }
 
+/// Whether `after`, what follows a line's text, ends its line and then the event (a blank
+/// line), in any of the line ends.
+fn ends_event(after: &[u8]) -> bool {
+    let rest = match after {
+        [b'\r', b'\n', rest @ ..] | [b'\n' | b'\r', rest @ ..] => rest,
+        _ => return false,
+    };
+    matches!(rest.first(), Some(b'\n' | b'\r'))
+}
+
 impl Framer {
     pub(super) fn new() -> Framer {
-        Framer { line: Line::Bom(0) }
+        Framer {
+            line: Line::Bom(0),
+            whole: false,
+        }
     }
 
     pub(super) fn feed(&mut self, bytes: &[u8], json: &mut Scanner) {
@@ -57,9 +72,15 @@ impl Framer {
                 // nowhere.
                 let rest = bytes.get(i..).unwrap_or_default();
                 let run = find::either(rest, b'\n', b'\r');
-                if self.line == Line::Data && !json.failed() {
-                    json.feed(rest.get(..run).unwrap_or_default());
+                let data = rest.get(..run).unwrap_or_default();
+                // An event whose data is this one line, as LLM APIs send it, and where no
+                // path can have a value, is passed over at once: most events carry none of
+                // the usage.
+                let alone = self.whole && ends_event(rest.get(run..).unwrap_or_default());
+                if self.line == Line::Data && !json.failed() && !(alone && json.passes_over(data)) {
+                    json.feed(data);
                 }
+                self.whole = false;
                 i += run;
                 let Some(&eol) = bytes.get(i) else { return };
                 if self.line == Line::Data {
@@ -120,6 +141,7 @@ impl Framer {
             },
             Line::DataStart => {
                 self.line = Line::Data;
+                self.whole = true;
                 return b == b' ';
             }
             // `feed` reads these a run at a time; a byte at a time, the same.

@@ -150,3 +150,37 @@ fn json_mode_bytes_are_not_events_and_events_are_not_json() {
         (None, false)
     );
 }
+
+#[test]
+fn an_event_passed_over_unread_is_one_where_no_path_can_have_a_value() {
+    // Events of one line where every `"usage"` is a key whose value is null are passed
+    // over unread; anything else that may hold one is read: an escaped key, a space before
+    // the colon, a duplicate key, `null` cut short, a value on a later data line, a poison.
+    let passed = "data: {\"choices\":[{\"delta\":{\"content\":\"usage\"}}],\"usage\":null}\n\n";
+    for (event, expected) in [
+        (
+            "data: {\"us\\u0061ge\":{\"prompt_tokens\":3}}\n\n",
+            (Some(3), false),
+        ),
+        (
+            "data: {\"usage\" :{\"prompt_tokens\":3}}\n\n",
+            (Some(3), false),
+        ),
+        (
+            "data: {\"usage\":null,\"usage\":{\"prompt_tokens\":3}}\n\n",
+            (Some(3), false),
+        ),
+        (
+            "data: {\"usage\":nul}\n\ndata: {\"usage\":{\"prompt_tokens\":3}}\n\n",
+            (Some(3), false),
+        ),
+        (
+            "data: {\"a\":1,\ndata: \"usage\":{\"prompt_tokens\":3}}\n\n",
+            (Some(3), false),
+        ),
+        ("data: {\"usage\":{\"prompt_tokens\":-3}}\n\n", (None, true)),
+    ] {
+        let body = format!("{passed}{event}{passed}data: [DONE]\n\n");
+        assert_eq!(prompt(&body), expected, "{event}");
+    }
+}

@@ -35,9 +35,32 @@ pub(super) fn either(bytes: &[u8], a: u8, b: u8) -> usize {
         .unwrap_or(rest.len())
 }
 
+/// The index of the first `a` of `bytes` that a `b` follows; `bytes.len()` if none does.
+pub(super) fn pair(bytes: &[u8], a: u8, b: u8) -> usize {
+    let (all_a, all_b) = (ONES * u64::from(a), ONES * u64::from(b));
+    let mut at = 0;
+    // Each word, and the word one byte on: where both hold their byte, the pair starts.
+    while let (Some(here), Some(next)) = (bytes.get(at..at + 8), bytes.get(at + 1..at + 9)) {
+        let word = |w: &[u8]| u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or_default());
+        let mut found = zero_bytes(word(here) ^ all_a) & zero_bytes(word(next) ^ all_b);
+        // Bits above a true one may be false: each is checked.
+        while found != 0 {
+            let i = at + (found.trailing_zeros() / 8) as usize;
+            if bytes.get(i) == Some(&a) && bytes.get(i + 1) == Some(&b) {
+                return i;
+            }
+            found &= found - 1;
+        }
+        at += 8;
+    }
+    let rest = bytes.get(at..).unwrap_or_default();
+    let tail = rest.windows(2).position(|w| w == [a, b]);
+    tail.map_or(bytes.len(), |i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::either;
+    use super::{either, pair};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -70,6 +93,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn pair_agrees_with_a_byte_by_byte_search_on_any_bytes() {
+        let config = Config {
+            cases: 4096,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        // Few distinct bytes, so that pairs and near misses are common.
+        let strategy = (prop::collection::vec(0u8..4, 0..60), 0u8..4, 0u8..4);
+        TestRunner::new_with_rng(config, rng)
+            .run(&strategy, |(bytes, a, b)| {
+                let naive = bytes.windows(2).position(|w| w == [a, b]);
+                prop_assert_eq!(pair(&bytes, a, b), naive.unwrap_or(bytes.len()));
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

@@ -7,22 +7,24 @@
 //! length, costs the same memory, and a chunk boundary can fall anywhere because every
 //! byte's meaning is carried in that state.
 //!
-//! Most of the time goes to the bytes between the ones that matter, so what usually
-//! comes together is read together when the chunk holds it: a string's text a run at a
-//! time (`find`), a key's closing quote with its colon, a comma with the next key's quote,
-//! `null` whole, a number's digits in one loop. At a chunk's edge the same steps are taken
-//! a byte at a time.
+//! What usually comes together is read together when the chunk holds it: a string's text
+//! a run at a time (`find`), a key's closing quote with its colon, a comma with the next
+//! key's quote, `null` whole, a number's digits in one loop; at a chunk's edge, the same
+//! steps a byte at a time.
 //!
-//! It checks the grammar (RFC 8259), because a structure it misread could put a value at a
-//! path it is not at; but two things only a strict parser needs are let through: control
-//! characters inside strings and invalid UTF-8. Below `MAX_DEPTH` open containers only
-//! brackets and strings are followed, until the value closes: no path reaches that deep
-//! (`MAX_SEGMENTS`), and the values after it are still read.
+//! It checks the grammar (RFC 8259) wherever a path may lead, because a structure it
+//! misread could put a value at a path it is not at; but two things only a strict parser
+//! needs are let through: control characters inside strings and invalid UTF-8. In a
+//! container no path leads into (an array, an object whose key no path names, anything
+//! below `MAX_DEPTH`) only brackets and strings are followed, a run at a time, until it
+//! closes: that is all it takes to know where it ends, and the values after it are still
+//! read. A stream's content events are mostly such containers (`choices`).
 
 use super::find;
 use super::key::{Escape, Key};
 use super::number::{Next, Number};
 use super::paths::{Paths, MAX_SEGMENTS};
+use super::skip::{self, Brackets, Close};
 
 /// Containers followed in full; deeper, only their brackets are counted.
 const MAX_DEPTH: usize = 32;
@@ -51,7 +53,7 @@ enum State {
     Literal(u8, u8),
     /// Inside a number, `number`.
     Number,
-    /// Inside a value deeper than `MAX_DEPTH`: brackets still open in it are `skip`.
+    /// Inside a container no path leads into, its brackets in `skipped`.
     Skip,
     /// The root value is complete: only whitespace may follow.
     Done,
@@ -90,7 +92,7 @@ pub(super) struct Scanner {
     deeper: u16,
     key: Key,
     number: Number,
-    skip: u64,
+    skipped: Brackets,
 }
 
 fn is_space(b: u8) -> bool {
@@ -114,7 +116,7 @@ impl Scanner {
             deeper,
             key: Key::new(),
             number: Number::new(),
-            skip: 0,
+            skipped: Brackets::default(),
         }
     }
 
@@ -132,6 +134,11 @@ impl Scanner {
 
     pub(super) fn poisoned(&self) -> bool {
         self.poisoned
+    }
+
+    /// True before a value has begun if `text`, all of it, can hold no value at a path.
+    pub(super) fn passes_over(&self, text: &[u8]) -> bool {
+        self.state == State::Value && self.depth == 0 && !self.paths.may_hold(text)
     }
 
     /// True once the value is malformed: the rest is not read.
@@ -158,6 +165,8 @@ impl Scanner {
                 State::Failed => return,
                 State::Str => self.string(bytes, i),
                 State::Number => self.number(bytes, i),
+                // In a skipped container, up to its next string or bracket at once.
+                State::Skip => self.step(bytes, skip::next(bytes, i)),
                 _ => self.step(bytes, i),
             };
         }
@@ -207,13 +216,12 @@ impl Scanner {
             State::Number => return self.number(bytes, i),
             State::Skip => match b {
                 b'"' => self.start_string(StrKind::Skipped),
-                b'[' | b'{' => self.skip = self.skip.saturating_add(1),
-                b']' | b'}' => {
-                    self.skip = self.skip.saturating_sub(1);
-                    if self.skip == 0 {
-                        self.end_value();
-                    }
-                }
+                b'[' | b'{' => self.skipped.bracket(b == b'{'),
+                b']' | b'}' => match self.skipped.close(b == b'}') {
+                    Close::Inside => {}
+                    Close::Done => self.end_value(),
+                    Close::Mismatched => self.fail(),
+                },
                 _ => {}
             },
             State::Done if is_space(b) => {}
@@ -275,8 +283,8 @@ impl Scanner {
 
     fn open(&mut self, object: bool) {
         self.poison_if_exact();
-        if self.depth >= MAX_DEPTH {
-            self.skip = 1;
+        if self.depth >= MAX_DEPTH || self.deeper == 0 {
+            self.skipped.start(object);
             self.state = State::Skip;
             return;
         }

@@ -244,15 +244,35 @@ fn a_number_outside_the_grammar_is_malformed_not_a_count_nor_a_poison() {
 #[test]
 fn trailing_commas_and_mismatched_brackets_are_malformed() {
     for body in [
-        r#"{"a":[1,],"usage":{"prompt_tokens":1}}"#,
-        r#"{"a":{"b":1,},"usage":{"prompt_tokens":1}}"#,
+        r#"{"usage":{"completion_tokens":1,},"usage":{"prompt_tokens":1}}"#,
+        r#"{"a":1,,"usage":{"prompt_tokens":1}}"#,
         r#"{"a":[1},"usage":{"prompt_tokens":1}}"#,
         r#"{"a":{"b":1],"usage":{"prompt_tokens":1}}"#,
-        r#"{"a":[,1],"usage":{"prompt_tokens":1}}"#,
+        r#"{"a":[[{}],{[]}}],"usage":{"prompt_tokens":1}}"#,
         r#"{"a"],"usage":{"prompt_tokens":1}}"#,
     ] {
         assert_eq!(prompt(body), (None, false), "{body}");
     }
+}
+
+#[test]
+fn a_container_no_path_leads_into_is_followed_by_its_strings_and_brackets_only() {
+    // Where no count can be, only where the container ends matters: a quoted bracket
+    // ends nothing, a mismatched one is malformed (above), the rest is not checked.
+    for body in [
+        r#"{"a":[1,],"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":{"b":1,},"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":[,1],"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":[{"usage":{"prompt_tokens":1}}],"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":{"x]}\"[":[{"y":"}"}]},"usage":{"prompt_tokens":7}}"#,
+    ] {
+        assert_eq!(prompt(body), (Some(7), false), "{body}");
+    }
+    // What a skipped container says never counts, however it looks like a path's value.
+    assert_eq!(
+        prompt(r#"{"choices":[{"usage":{"prompt_tokens":9}}]}"#),
+        (None, false)
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@ mod json;
 mod key;
 mod number;
 mod paths;
+mod skip;
 
 pub use number::MAX_COUNT;
 pub use paths::{MAX_KEY_LEN, MAX_PATHS, MAX_SEGMENTS};

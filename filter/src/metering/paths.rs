@@ -9,6 +9,8 @@
 //! refused here, where there is no one to tell: it keeps its place in `values` and never
 //! matches. The configuration is where such a path is refused.
 
+use super::find;
+
 /// Most paths a reader matches; the others are never found.
 pub const MAX_PATHS: usize = 16;
 /// Most segments in a path; a longer path is never found.
@@ -25,6 +27,9 @@ pub(super) struct Paths {
     usable: u16,
     /// `last[d]`: the usable paths whose final segment is segment `d`.
     last: [u16; MAX_SEGMENTS],
+    /// Usable paths whose first segment no usable path before them has: each first
+    /// segment once.
+    firsts: u16,
 }
 
 impl Paths {
@@ -42,10 +47,16 @@ impl Paths {
                 _ => {}
             }
         }
+        let first = |index: usize| segments.get(index).and_then(|p| p.first());
+        let firsts = (0..MAX_PATHS)
+            .filter(|&i| usable & (1 << i) != 0)
+            .filter(|&i| (0..i).all(|j| usable & (1 << j) == 0 || first(j) != first(i)))
+            .fold(0u16, |mask, i| mask | 1 << i);
         Paths {
             segments,
             usable,
             last,
+            firsts,
         }
     }
 
@@ -57,6 +68,45 @@ impl Paths {
     /// The paths an object at the root is searched for.
     pub(super) fn usable(&self) -> u16 {
         self.usable
+    }
+
+    /// Whether a JSON text may hold a value at a path, by its bytes alone: false only
+    /// when it has no backslash (so every key is written as it reads) and every key that
+    /// is a usable path's first segment has the value `null`, which is no value at all.
+    /// No string has a quote in it then, so `"usage"` is a key or the string "usage",
+    /// which a `,` or a bracket follows.
+    pub(super) fn may_hold(&self, text: &[u8]) -> bool {
+        if find::either(text, b'\\', b'\\') < text.len() {
+            return true;
+        }
+        let mut firsts = self.firsts;
+        while firsts != 0 {
+            let index = firsts.trailing_zeros() as usize;
+            firsts &= firsts - 1;
+            let Some(name) = self.segments.get(index).and_then(|p| p.first()) else {
+                continue;
+            };
+            let (name, mut at) = (name.as_bytes(), 0);
+            let first = name.first().copied().unwrap_or(b'"');
+            while let Some(rest) = text.get(at..).filter(|rest| rest.len() > 1) {
+                let quote = find::pair(rest, b'"', first);
+                let Some(key) = rest.get(quote + 1..) else {
+                    break;
+                };
+                at += quote + 1;
+                if key.get(..name.len()) != Some(name) || key.get(name.len()) != Some(&b'"') {
+                    continue;
+                }
+                // A key's value, unless null; the string ends a value where a `,` or a
+                // bracket follows.
+                let after = key.get(name.len() + 1..).unwrap_or_default();
+                let value = !matches!(after.first(), Some(b',' | b'}' | b']'));
+                if value && !after.starts_with(b":null") {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// The paths whose final segment is segment `level`.
@@ -90,6 +140,36 @@ mod tests {
                 .map(|p| p.iter().map(|s| s.to_string()).collect())
                 .collect(),
         )
+    }
+
+    #[test]
+    fn only_a_text_where_each_first_segment_is_a_key_of_null_holds_nothing() {
+        let p = paths(&[&["usage", "prompt_tokens"], &["message", "usage", "x"]]);
+        for nothing in [
+            &br#"{"id":"c-1","choices":[{"delta":{"content":"usage"}}],"usage":null}"#[..],
+            br#"{"type":"ping"}"#,
+            br#"{"message":null,"usage":null}"#,
+            b"[DONE]",
+            b"",
+        ] {
+            assert!(!p.may_hold(nothing), "{}", String::from_utf8_lossy(nothing));
+        }
+        for something in [
+            &br#"{"usage":{"prompt_tokens":1}}"#[..],
+            br#"{"usage" : null}"#,
+            br#"{"usage":nul"#,
+            br#"{"message":{"usage":null}}"#,
+            br#"{"a":"\"","x":1}"#,
+            br#"{"usage""#,
+            br#"{"usage" :null}"#,
+        ] {
+            assert!(
+                p.may_hold(something),
+                "{}",
+                String::from_utf8_lossy(something)
+            );
+        }
+        assert!(paths(&[&["total"]]).may_hold(br#"{"total":5}"#));
     }
 
     #[test]
