@@ -31,11 +31,14 @@ use hyper::Response;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::time::Sleep;
 
 /// A fast server-sent-events upstream for the ratelimit.wasm bench (loopback only).
 #[derive(Parser, Debug)]
@@ -44,6 +47,10 @@ struct Args {
     /// Port on 127.0.0.1; 0 lets the system pick one (printed).
     #[arg(long, default_value_t = 0)]
     port: u16,
+    /// Milliseconds between a response's events (0: none), as a model's tokens come: each
+    /// event then reaches the gateway on its own, and is a body chunk of its own there.
+    #[arg(long, default_value_t = 0)]
+    gap_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -58,7 +65,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args.port)) {
+    match runtime.block_on(serve(args.port, Duration::from_millis(args.gap_ms))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sse-upstream: {e}");
@@ -67,7 +74,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(port: u16) -> Result<(), String> {
+async fn serve(port: u16, gap: Duration) -> Result<(), String> {
     let listener = TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
@@ -99,6 +106,8 @@ async fn serve(port: u16) -> Result<(), String> {
                 chunks: chunks.clone(),
                 next: 0,
                 paused: false,
+                gap,
+                sleep: None,
             });
             let event_stream = HeaderValue::from_static("text/event-stream");
             response.headers_mut().insert(CONTENT_TYPE, event_stream);
@@ -123,6 +132,9 @@ struct Events {
     /// once, and hyper flushes what it holds before polling again. Without it hyper would
     /// gather every frame ready into one write.
     paused: bool,
+    /// The time between events, and the wait for the next one while it runs.
+    gap: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl Body for Events {
@@ -136,12 +148,20 @@ impl Body for Events {
         let Some(chunk) = self.chunks.get(self.next).cloned() else {
             return Poll::Ready(None);
         };
-        if self.paused {
+        if let Some(sleep) = self.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        } else if self.paused {
             self.paused = false;
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        self.paused = true;
+        match self.gap.is_zero() {
+            true => self.paused = true,
+            false => self.sleep = Some(Box::pin(tokio::time::sleep(self.gap))),
+        }
         self.next += 1;
         Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
