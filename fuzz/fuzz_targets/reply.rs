@@ -37,9 +37,7 @@ fn result((kind, now_ms, rules, reason): Item) -> CheckResult {
                         remaining,
                         full_ms,
                         wait_ms,
-                        leased: 0,
-                        owed: 0,
-                        borrowed: 0,
+                        ..RuleResult::default()
                     },
                 )
                 .collect(),

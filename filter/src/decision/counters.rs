@@ -302,12 +302,8 @@ mod tests {
         RuleResult {
             allowed,
             blocked,
-            remaining: 0,
-            full_ms: 0,
             wait_ms,
-            leased: 0,
-            owed: 0,
-            borrowed: 0,
+            ..RuleResult::default()
         }
     }
 

@@ -18,14 +18,22 @@ const NEVER_LOW: LeasePolicy = LeasePolicy {
 fn grant(leased: u64, remaining: u64) -> RuleResult {
     RuleResult {
         allowed: true,
-        blocked: false,
         remaining,
         full_ms: 500,
-        wait_ms: 0,
         leased,
-        owed: 0,
-        borrowed: 0,
+        ..RuleResult::default()
     }
+}
+
+/// Key `key` seen twice at `now_ms`, granted a lease of `leased` tokens (a limit of 100 a
+/// second), and taken from once under a policy of 10: the top-up it asks for (id, lacking).
+fn low_lease(leases: &mut Leases, key: &str, leased: u64, now_ms: u64) -> (u32, u64) {
+    let l = limit(100, 100, 1_000);
+    leases.wants(key, &l, 1_000, now_ms);
+    leases.wants(key, &l, 1_000, now_ms);
+    leases.granted(key, &l, &grant(leased, 50), 1_000 + now_ms);
+    let taken = leases.take(key, &l, 0, policy(10), now_ms);
+    taken.and_then(|t| t.top_up).expect("fewer than 10: low")
 }
 
 #[test]
@@ -146,24 +154,11 @@ fn the_tick_skips_the_scan_only_while_nothing_can_have_ended() {
 
 #[test]
 fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
-    let (mut old, l) = (Leases::default(), limit(100, 100, 1_000));
-    let policy = policy(10);
-    old.wants("k", &l, 1_000, 0);
-    old.wants("k", &l, 1_000, 0);
-    old.granted("k", &l, &grant(4, 50), 1_000);
-    let (sent, lacking) = old
-        .take("k", &l, 0, policy, 10)
-        .and_then(|t| t.top_up)
-        .expect("4 of 10: low");
+    let mut old = Leases::default();
+    let (sent, lacking) = low_lease(&mut old, "k", 4, 0);
     assert_eq!(lacking, 6);
     old.send_top_up(sent, "k line".into());
-    old.wants("j", &l, 1_000, 0);
-    old.wants("j", &l, 1_000, 0);
-    old.granted("j", &l, &grant(1, 50), 1_000);
-    let (unsent, _) = old
-        .take("j", &l, 0, policy, 10)
-        .and_then(|t| t.top_up)
-        .unwrap();
+    let (unsent, _) = low_lease(&mut old, "j", 1, 0);
     // `sent` left in an exchange; the configuration changes before `unsent` does.
     let _ = old.take_top_ups();
     old.send_top_up(unsent, "j line".into());
@@ -187,28 +182,14 @@ fn top_ups_out_across_a_reconfiguration_give_their_grant_back() {
         new.take_returns().is_empty(),
         "never sent: nothing was granted"
     );
-    let (fresh, _) = {
-        new.wants("k", &l, 1_000, 20);
-        new.wants("k", &l, 1_000, 20);
-        new.granted("k", &l, &grant(1, 50), 1_020);
-        new.take("k", &l, 0, policy, 20)
-            .and_then(|t| t.top_up)
-            .unwrap()
-    };
+    let (fresh, _) = low_lease(&mut new, "k", 1, 20);
     assert_ne!(fresh, sent, "ids stay unique across the two");
 }
 
 #[test]
 fn a_top_up_whose_answer_never_comes_is_forgotten() {
-    let (mut leases, l) = (Leases::default(), limit(100, 100, 1_000));
-    let policy = policy(10);
-    leases.wants("k", &l, 1_000, 0);
-    leases.wants("k", &l, 1_000, 0);
-    leases.granted("k", &l, &grant(2, 50), 1_000);
-    let (id, _) = leases
-        .take("k", &l, 0, policy, 0)
-        .and_then(|t| t.top_up)
-        .unwrap();
+    let mut leases = Leases::default();
+    let (id, _) = low_lease(&mut leases, "k", 2, 0);
     leases.expire(999 + MAX_TIMEOUT_MS);
     assert_eq!(leases.topping.len(), 1, "an answer may still come");
     leases.expire(1_000 + MAX_TIMEOUT_MS);

@@ -237,13 +237,10 @@ mod tests {
     fn result(allowed: bool, remaining: u64, full_ms: u64, wait_ms: u64) -> RuleResult {
         RuleResult {
             allowed,
-            blocked: false,
             remaining,
             full_ms,
             wait_ms,
-            leased: 0,
-            owed: 0,
-            borrowed: 0,
+            ..RuleResult::default()
         }
     }
 

@@ -6,7 +6,7 @@ use super::executor::{add_response_headers, carry_out, run};
 use super::link::HostLink;
 use super::proxy::{callout_reply, ProxyHost};
 use crate::decision::admission::Verdict;
-use crate::worker::dispatch::{Dispatcher, Go, ResponseStart};
+use crate::worker::dispatch::{Dispatcher, Go, Verdicts};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use std::cell::RefCell;
@@ -27,20 +27,13 @@ impl Context for Request {
     /// The reply to this request's own HTTP callout (no group commit).
     fn on_http_call_response(&mut self, _: u32, num_headers: usize, body_size: usize, _: usize) {
         let (status, body) = callout_reply(num_headers, body_size);
-        let (id, mut link) = (self.context_id, self.link());
-        run(&self.dispatcher, None, |d| {
-            let verdicts = d.own_callout_reply(id, status, &body, &ProxyHost::default(), &mut link);
-            ((), verdicts)
-        });
+        self.run(|d, id, host, link| ((), d.own_callout_reply(id, status, &body, host, link)));
     }
 }
 
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let (id, mut link) = (self.context_id, self.link());
-        let go = run(&self.dispatcher, Some(id), |d| {
-            d.request_headers(id, end_of_stream, &ProxyHost::default(), &mut link)
-        });
+        let go = self.run(|d, id, host, link| d.request_headers(id, end_of_stream, host, link));
         self.go_on(go)
     }
 
@@ -61,15 +54,10 @@ impl HttpContext for Request {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
         let header = |name: &str| abi::header_value(MapType::HttpResponseHeaders, name);
-        let start = match self.dispatcher.try_borrow_mut() {
-            Ok(mut d) => d.response_headers(id, header, &host, &mut link),
-            Err(_) => {
-                log::error!("response headers came while the dispatcher was busy");
-                ResponseStart::default()
-            }
-        };
+        let start = self
+            .tell(|d, id, host, link| d.response_headers(id, header, host, link))
+            .unwrap_or_default();
         self.metered = start.read_body;
         self.reading_body = false;
         if let Some(reply) = start.refused {
@@ -89,30 +77,41 @@ impl HttpContext for Request {
         }
         self.metered = !end_of_stream;
         let chunk = abi::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
-        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
-        match self.dispatcher.try_borrow_mut() {
-            Ok(mut d) => d.response_body(id, &chunk, end_of_stream, &host, &mut link),
-            Err(_) => log::error!("a response's body came while the dispatcher was busy"),
-        }
+        self.tell(|d, id, host, link| d.response_body(id, &chunk, end_of_stream, host, link));
         Action::Continue
     }
 }
 
 impl Request {
-    fn link(&self) -> HostLink {
-        HostLink { queue: self.queue }
+    /// Runs one of this request's events on the dispatcher (`executor::run`), and the
+    /// verdicts it reaches.
+    fn run<T>(
+        &self,
+        event: impl FnOnce(&mut Dispatcher, u32, &ProxyHost, &mut HostLink) -> (T, Verdicts),
+    ) -> Option<T> {
+        let (id, mut link) = (self.context_id, HostLink { queue: self.queue });
+        run(&self.dispatcher, Some(id), |d| {
+            event(d, id, &ProxyHost::default(), &mut link)
+        })
+    }
+
+    /// Runs one of this request's events that decides nothing for any request.
+    fn tell<T>(
+        &self,
+        event: impl FnOnce(&mut Dispatcher, u32, &ProxyHost, &mut HostLink) -> T,
+    ) -> Option<T> {
+        self.run(|d, id, host, link| (event(d, id, host, link), Verdicts::new()))
     }
 
     /// The request's body has ended: the dispatcher reads it, as the host buffered it, and
     /// starts its check.
     fn body_ended(&mut self) -> Action {
         self.reading_body = false;
-        let (id, mut link, host) = (self.context_id, self.link(), ProxyHost::default());
-        let go = run(&self.dispatcher, Some(id), |d| {
+        let go = self.run(|d, id, host, link| {
             abi::each_slice(BufferType::HttpRequestBody, |slice| {
                 d.request_body(id, slice)
             });
-            d.request_body_end(id, &host, &mut link)
+            d.request_body_end(id, host, link)
         });
         self.go_on(go)
     }
@@ -140,10 +139,6 @@ impl Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
-        let (mut link, host) = (self.link(), ProxyHost::default());
-        match self.dispatcher.try_borrow_mut() {
-            Ok(mut d) => d.request_gone(self.context_id, &host, &mut link),
-            Err(_) => log::error!("a request ended while the dispatcher was busy"),
-        }
+        self.tell(|d, id, host, link| d.request_gone(id, host, link));
     }
 }

@@ -64,13 +64,9 @@ fn admit_all(id: u32, body: &str) -> Vec<u8> {
             rules: vec![
                 RuleResult {
                     allowed: true,
-                    blocked: false,
                     remaining: 5,
                     full_ms: 1,
-                    wait_ms: 0,
-                    leased: 0,
-                    owed: 0,
-                    borrowed: 0,
+                    ..RuleResult::default()
                 };
                 line.split(' ').count()
             ],

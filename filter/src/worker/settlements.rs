@@ -4,12 +4,16 @@
 //! dispatcher queues what `due` returns.
 
 use hashbrown::HashMap;
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 /// How long after a failure a settlement is sent again.
 pub const RETRY_MS: u64 = 1_000;
 /// How long a settlement is tried for; the script remembers an id for twice as long.
 pub const GIVE_UP_MS: u64 = 60_000;
+/// How many settlements a worker holds at most (about 200 bytes each): while the backend
+/// is down, a busy worker gives up its oldest rather than grow without bound.
+pub const MAX_PENDING: usize = 10_000;
 
 #[derive(Debug)]
 struct Pending {
@@ -27,6 +31,8 @@ pub struct Settlements {
     prefix: String,
     next: u32,
     pending: HashMap<u32, Pending>,
+    /// The numbers in the order they were added (some already done), oldest first.
+    order: VecDeque<u32>,
 }
 
 impl Default for Settlements {
@@ -37,6 +43,7 @@ impl Default for Settlements {
             prefix: format!("{random:016x}"),
             next: 0,
             pending: HashMap::new(),
+            order: VecDeque::new(),
         }
     }
 }
@@ -48,8 +55,9 @@ impl Settlements {
         (self.next, format!("{}-{:x}", self.prefix, self.next))
     }
 
-    /// Remembers settlement `id`'s line (of `rules` rules), queued now, until it is applied.
-    pub fn add(&mut self, id: u32, line: &str, rules: usize, now_ms: u64) {
+    /// Remembers settlement `id`'s line (of `rules` rules), queued now, until it is
+    /// applied; how many older ones were given up on to stay within `MAX_PENDING`.
+    pub fn add(&mut self, id: u32, line: &str, rules: usize, now_ms: u64) -> u64 {
         let pending = Pending {
             line: line.to_string(),
             rules,
@@ -57,6 +65,21 @@ impl Settlements {
             due_ms: None,
         };
         self.pending.insert(id, pending);
+        self.order.push_back(id);
+        let mut given_up = 0;
+        while self.pending.len() > MAX_PENDING {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            given_up += u64::from(self.pending.remove(&oldest).is_some());
+        }
+        // Numbers done long ago leave the order now and then, so it stays within twice
+        // the pending ones.
+        if self.order.len() > 2 * self.pending.len() + 64 {
+            let pending = &self.pending;
+            self.order.retain(|id| pending.contains_key(id));
+        }
+        given_up
     }
 
     /// Settlement `id` was applied (or refused as malformed, which no retry mends).
@@ -121,6 +144,30 @@ mod tests {
         let (due, given_up) = s.due(GIVE_UP_MS);
         assert_eq!((due, given_up), (vec![], 1));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_worker_holding_its_most_settlements_gives_up_the_oldest_for_a_new_one() {
+        let mut s = Settlements::default();
+        let mut given_up = 0;
+        let mut first = None;
+        for i in 0..MAX_PENDING as u64 + 3 {
+            let (id, _) = s.fresh_id();
+            first.get_or_insert(id);
+            given_up += s.add(id, "= x y\n", 1, i);
+            if i == 1 {
+                s.done(id);
+            }
+        }
+        // One was done: of the three over the bound, two more were given up, the oldest.
+        assert_eq!((given_up, s.len()), (2, MAX_PENDING));
+        let first = first.unwrap();
+        s.failed(first, 0);
+        s.failed(first + 2, 0);
+        s.failed(first + 3, 0);
+        let due: Vec<u32> = s.due(RETRY_MS).0.iter().map(|d| d.0).collect();
+        assert_eq!(due, [first + 3], "the oldest two are gone");
+        assert!(s.order.len() <= 2 * s.len() + 64);
     }
 
     #[test]

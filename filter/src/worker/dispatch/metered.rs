@@ -81,8 +81,10 @@ impl Dispatcher {
         self.counters
             .add(Counter::MeteredTokens, settlement.measured);
         if let Some(line) = settlement.line {
-            self.settlements
+            let given_up = self
+                .settlements
                 .add(number, &line, settlement.rules, host.now_ms());
+            self.counters.add(Counter::SettleFailures, given_up);
             self.exchanges
                 .enqueue_settlement(number, settlement.rules, line);
             self.wake_root(link);
