@@ -231,9 +231,10 @@ impl Dispatcher {
         host: &impl Proxy,
         link: &mut impl Link,
     ) -> ResponseStart<RateLimitFields> {
-        let phase = self.requests.get(&context_id).map(|held| held.phase);
-        if phase == Some(Phase::Reading) {
-            self.requests.remove(&context_id);
+        let Some(held) = self.requests.remove(&context_id) else {
+            return ResponseStart::default();
+        };
+        if held.phase == Phase::Reading {
             let status = header(":status").and_then(|s| String::from_utf8(s).ok());
             let failed = status
                 .and_then(|s| s.parse::<u16>().ok())
@@ -244,12 +245,11 @@ impl Dispatcher {
                 ..ResponseStart::default()
             };
         }
-        let Some(held) = (phase == Some(Phase::Decided))
-            .then(|| self.requests.remove(&context_id))
-            .flatten()
-        else {
+        if held.phase != Phase::Decided {
+            // Still out (a response from elsewhere came first): it stays held for its answer.
+            self.requests.insert(context_id, held);
             return ResponseStart::default();
-        };
+        }
         let Held {
             generation,
             mut admission,
