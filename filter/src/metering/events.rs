@@ -42,6 +42,19 @@ pub(super) struct Framer {
     whole: bool,
 }
 
+/// Where the line of `bytes` ends (its length if it does not), and whether a backslash
+/// comes before: one pass for both.
+fn line_end(bytes: &[u8]) -> (usize, bool) {
+    let first = find::first_of(bytes, [b'\n', b'\r', b'\\']);
+    match bytes.get(first) {
+        Some(b'\\') => {
+            let rest = bytes.get(first..).unwrap_or_default();
+            (first + find::first_of(rest, [b'\n', b'\r']), true)
+        }
+        _ => (first, false),
+    }
+}
+
 fn is_eol(b: u8) -> bool {
     b == b'\n' || b == b'\r'
 }
@@ -71,12 +84,13 @@ impl Framer {
                 // The run up to the line's end, at once: data to the scanner, the rest
                 // nowhere.
                 let rest = bytes.get(i..).unwrap_or_default();
-                let run = find::either(rest, b'\n', b'\r');
+                let (run, escaped) = line_end(rest);
                 let data = rest.get(..run).unwrap_or_default();
                 // An event whose data is this one line, as LLM APIs send it, and where no
                 // path can have a value, is passed over at once: most events carry none of
-                // the usage.
-                let alone = self.whole && ends_event(rest.get(run..).unwrap_or_default());
+                // the usage. (An escape may spell a key: such a line is read.)
+                let alone =
+                    self.whole && !escaped && ends_event(rest.get(run..).unwrap_or_default());
                 if self.line == Line::Data && !json.failed() && !(alone && json.passes_over(data)) {
                     json.feed(data);
                 }

@@ -15,14 +15,14 @@ fn zero_bytes(word: u64) -> u64 {
     word.wrapping_sub(ONES) & !word & HIGHS
 }
 
-/// The index of the first byte of `bytes` that is `a` or `b`; `bytes.len()` if none is.
-pub(super) fn either(bytes: &[u8], a: u8, b: u8) -> usize {
-    let (all_a, all_b) = (ONES * u64::from(a), ONES * u64::from(b));
+/// The index of the first byte of `bytes` that is one of `marks`; `bytes.len()` if none is.
+pub(super) fn first_of<const N: usize>(bytes: &[u8], marks: [u8; N]) -> usize {
+    let all = marks.map(|m| ONES * u64::from(m));
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
     for word in &mut words {
         let word = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
-        let found = zero_bytes(word ^ all_a) | zero_bytes(word ^ all_b);
+        let found = all.iter().fold(0, |found, m| found | zero_bytes(word ^ m));
         if found != 0 {
             return at + (found.trailing_zeros() / 8) as usize;
         }
@@ -31,7 +31,7 @@ pub(super) fn either(bytes: &[u8], a: u8, b: u8) -> usize {
     let rest = words.remainder();
     at + rest
         .iter()
-        .position(|&c| c == a || c == b)
+        .position(|c| marks.contains(c))
         .unwrap_or(rest.len())
 }
 
@@ -40,9 +40,12 @@ pub(super) fn pair(bytes: &[u8], a: u8, b: u8) -> usize {
     let (all_a, all_b) = (ONES * u64::from(a), ONES * u64::from(b));
     let mut at = 0;
     // Each word, and the word one byte on: where both hold their byte, the pair starts.
-    while let (Some(here), Some(next)) = (bytes.get(at..at + 8), bytes.get(at + 1..at + 9)) {
-        let word = |w: &[u8]| u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or_default());
-        let mut found = zero_bytes(word(here) ^ all_a) & zero_bytes(word(next) ^ all_b);
+    while let Some(nine) = bytes.get(at..at + 9) {
+        let (Some(here), Some(next)) = (nine.first_chunk::<8>(), nine.last_chunk::<8>()) else {
+            break;
+        };
+        let (here, next) = (u64::from_le_bytes(*here), u64::from_le_bytes(*next));
+        let mut found = zero_bytes(here ^ all_a) & zero_bytes(next ^ all_b);
         // Bits above a true one may be false: each is checked.
         while found != 0 {
             let i = at + (found.trailing_zeros() / 8) as usize;
@@ -60,14 +63,14 @@ pub(super) fn pair(bytes: &[u8], a: u8, b: u8) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{either, pair};
+    use super::{first_of, pair};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-    fn naive(bytes: &[u8], a: u8, b: u8) -> usize {
+    fn naive(bytes: &[u8], marks: &[u8]) -> usize {
         bytes
             .iter()
-            .position(|&c| c == a || c == b)
+            .position(|c| marks.contains(c))
             .unwrap_or(bytes.len())
     }
 
@@ -88,8 +91,9 @@ mod tests {
                     if at + 1 < len {
                         bytes[at + 1] = other;
                     }
-                    assert_eq!(either(&bytes, mark, other), at.min(len), "{bytes:?}");
-                    assert_eq!(either(&bytes, other, mark), at.min(len), "{bytes:?}");
+                    assert_eq!(first_of(&bytes, [mark, other]), at.min(len), "{bytes:?}");
+                    assert_eq!(first_of(&bytes, [other, mark]), at.min(len), "{bytes:?}");
+                    assert_eq!(first_of(&bytes, [0x7f, mark, 0x7e]), at.min(len));
                 }
             }
         }
@@ -115,7 +119,7 @@ mod tests {
     }
 
     #[test]
-    fn either_agrees_with_a_byte_by_byte_search_on_any_bytes() {
+    fn first_of_agrees_with_a_byte_by_byte_search_on_any_bytes() {
         let config = Config {
             cases: 2048,
             failure_persistence: None,
@@ -126,10 +130,12 @@ mod tests {
             prop::collection::vec(any::<u8>(), 0..100),
             any::<u8>(),
             any::<u8>(),
+            any::<u8>(),
         );
         TestRunner::new_with_rng(config, rng)
-            .run(&strategy, |(bytes, a, b)| {
-                prop_assert_eq!(either(&bytes, a, b), naive(&bytes, a, b));
+            .run(&strategy, |(bytes, a, b, c)| {
+                prop_assert_eq!(first_of(&bytes, [a, b]), naive(&bytes, &[a, b]));
+                prop_assert_eq!(first_of(&bytes, [a, b, c]), naive(&bytes, &[a, b, c]));
                 Ok(())
             })
             .unwrap();

@@ -136,7 +136,8 @@ impl Scanner {
         self.poisoned
     }
 
-    /// True before a value has begun if `text`, all of it, can hold no value at a path.
+    /// True before a value has begun if `text`, all of it and without a backslash, can
+    /// hold no value at a path (`Paths::may_hold`).
     pub(super) fn passes_over(&self, text: &[u8]) -> bool {
         self.state == State::Value && self.depth == 0 && !self.paths.may_hold(text)
     }
@@ -357,7 +358,7 @@ impl Scanner {
     /// Inside a string from `bytes[i]`: its text up to a quote or a backslash at once.
     fn string(&mut self, bytes: &[u8], i: usize) -> usize {
         let rest = bytes.get(i..).unwrap_or_default();
-        let run = find::either(rest, b'"', b'\\');
+        let run = find::first_of(rest, [b'"', b'\\']);
         if self.key.kept() {
             self.key.push(rest.get(..run).unwrap_or_default());
         }
