@@ -23,17 +23,8 @@ impl Link for HostLink {
     }
 
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", wire::PATH),
-            (":authority", backend.authority.as_str()),
-            ("content-type", "text/plain"),
-        ];
-        if let Some(authorization) = &backend.authorization {
-            headers.push(("authorization", authorization.expose()));
-        }
+        let (headers, body) = (wire::callout_headers(backend), Some(body.as_bytes()));
         let timeout = Duration::from_millis(backend.timeout_ms);
-        let body = Some(body.as_bytes());
         hostcalls::dispatch_http_call(&backend.cluster, headers, body, vec![], timeout)
             .map_err(|e| format!("dispatch failed: {e:?}"))
     }
@@ -53,10 +44,7 @@ impl Link for HostLink {
 
     /// Through the SDK, which must learn the token to route the stream's events.
     fn open_stream(&mut self, backend: &Backend) -> Result<u32, String> {
-        let metadata = match &backend.authorization {
-            Some(authorization) => vec![("authorization", authorization.expose().as_bytes())],
-            None => vec![],
-        };
+        let metadata = wire::stream_metadata(backend);
         hostcalls::open_grpc_stream(&backend.cluster, GRPC_SERVICE, GRPC_METHOD, metadata)
             .map_err(|e| format!("cannot open a gRPC stream on {:?}: {e:?}", backend.cluster))
     }

@@ -10,6 +10,7 @@
 
 pub mod redis_call;
 
+use ratelimit_config::backend::Backend;
 use ratelimit_config::limit::Limit;
 pub use ratelimit_protocol::RuleSpecRef;
 pub use ratelimit_protocol::{
@@ -45,6 +46,28 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
     encode_check(body, [rule]);
 }
 
+/// The headers of an HTTP callout carrying a batch to the bridge: `POST` to its path at
+/// the backend's authority, and the backend's token if it has one.
+pub fn callout_headers(backend: &Backend) -> Vec<(&str, &str)> {
+    let mut headers = vec![
+        (":method", "POST"),
+        (":path", PATH),
+        (":authority", backend.authority.as_str()),
+        ("content-type", "text/plain"),
+    ];
+    if let Some(authorization) = &backend.authorization {
+        headers.push(("authorization", authorization.expose()));
+    }
+    headers
+}
+
+/// The initial metadata of the worker's gRPC stream to the bridge: the backend's token, if
+/// it has one.
+pub fn stream_metadata(backend: &Backend) -> Vec<(&str, &[u8])> {
+    let token = backend.authorization.as_ref();
+    token.map_or_else(Vec::new, |t| vec![("authorization", t.expose().as_bytes())])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +84,38 @@ mod tests {
         encode_check(&mut body, first.iter().map(PlannedRule::spec_ref));
         encode_check(&mut body, [planned("rl:b", 1, 1, 1, 1).spec_ref()]);
         assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
+    }
+
+    #[test]
+    fn callouts_and_the_stream_carry_the_backends_token_only_when_it_has_one() {
+        let parse = |token: &str| {
+            let json = format!(
+                r#"{{"backend": {{"cluster": "rl", "authority": "bridge.local"{token}}},
+                    "identity": {{"u": {{"header": "x-u"}}}},
+                    "rules": [{{"name": "r", "key": ["u"], "limit": {{"requests": 1, "per": "1s"}}}}]}}"#
+            );
+            ratelimit_config::config::Config::parse(json.as_bytes())
+                .unwrap()
+                .backend
+        };
+        let open = parse("");
+        let headers = callout_headers(&open);
+        assert_eq!(
+            headers,
+            [
+                (":method", "POST"),
+                (":path", PATH),
+                (":authority", "bridge.local"),
+                ("content-type", "text/plain")
+            ]
+        );
+        assert!(stream_metadata(&open).is_empty());
+        let guarded = parse(r#", "token": "s3cret""#);
+        let headers = callout_headers(&guarded);
+        assert_eq!(headers.last(), Some(&("authorization", "Bearer s3cret")));
+        assert_eq!(
+            stream_metadata(&guarded),
+            [("authorization", &b"Bearer s3cret"[..])]
+        );
     }
 }
