@@ -112,6 +112,26 @@ def test_a_budget_is_exceeded_by_at_most_one_requests_overshoot(stack_of, upstre
     assert stack.stats(0).get("debt", 0) in (199, 200)
 
 
+def test_a_metered_rules_headers_count_its_tokens_as_reserved_and_settled(stack_of, upstream):
+    burst = 1000
+    stack = stack_of(metered(burst, reserve=100, debt=1000), gateways=1, upstream=upstream.port)
+    first = ask(stack, 0, "k9", (400, 200))
+    # The fields are the bucket's in tokens as the check left it: 100 reserved of 1000.
+    assert first.status == 200
+    limit, left = first.headers["x-ratelimit-limit"], first.headers["x-ratelimit-remaining"]
+    assert (limit, left) == ("1000", "900")
+    wait_settled(stack, 1)
+    # 600 used, 500 more than reserved: the next reservation leaves 1000 - 600 - 100.
+    second = ask(stack, 0, "k9", (500, 500))
+    assert (second.status, second.headers["x-ratelimit-remaining"]) == (200, "300")
+    wait_settled(stack, 2)
+    # 1000 used against 100 reserved: the bucket owes 600, and the next request waits for
+    # the refill (1000 tokens in 30 days, one every 2,592 s) to repay it and reserve 100.
+    third = ask(stack, 0, "k9", (1, 1))
+    assert (third.status, third.headers["x-ratelimit-remaining"]) == (429, "0")
+    assert abs(int(third.headers["retry-after"]) - 700 * 2592) <= 2
+
+
 def test_parallel_streams_cannot_all_pass_on_one_reservation(stack_of, upstream):
     stack = stack_of(metered(1000, reserve=400), gateways=2, upstream=upstream.port)
     with ThreadPoolExecutor(6) as pool:
