@@ -76,10 +76,6 @@ impl Paths {
     /// value `null`, which is no value at all. No string has a quote in it then, so
     /// `"usage"` is a key or the string "usage", which a `,` or a bracket follows.
     pub(super) fn may_hold(&self, text: &[u8]) -> bool {
-        debug_assert!(
-            !text.contains(&b'\\'),
-            "an escape may spell a key otherwise"
-        );
         let mut firsts = self.firsts;
         while firsts != 0 {
             let index = firsts.trailing_zeros() as usize;

@@ -167,7 +167,22 @@ mod tests {
         s.failed(first + 3, 0);
         let due: Vec<u32> = s.due(RETRY_MS).0.iter().map(|d| d.0).collect();
         assert_eq!(due, [first + 3], "the oldest two are gone");
-        assert!(s.order.len() <= 2 * s.len() + 64);
+    }
+
+    #[test]
+    fn settlements_applied_as_they_come_leave_the_order_too() {
+        let mut s = Settlements::default();
+        for i in 0..1_000 {
+            let (id, _) = s.fresh_id();
+            assert_eq!(s.add(id, "= x y\n", 1, i), 0);
+            s.done(id);
+            assert!(
+                s.order.len() <= 2 + 64,
+                "{} numbers kept for one",
+                s.order.len()
+            );
+        }
+        assert!(s.is_empty());
     }
 
     #[test]
