@@ -296,3 +296,24 @@ pub fn header<'a>(reply: &'a LocalReply, name: &str) -> &'a str {
         .map(|(_, v)| v.as_str())
         .unwrap()
 }
+
+/// Runs a property over `cases` cases drawn from a fixed seed: the same cases every run, a
+/// failing one shrunk and reported, nothing written to disk.
+pub fn check<S: proptest::strategy::Strategy>(
+    cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), proptest::test_runner::TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    if let Err(failure) = TestRunner::new_with_rng(config, rng).run(&strategy, test) {
+        panic!("{failure}");
+    }
+}

@@ -64,8 +64,8 @@ pub(super) fn pair(bytes: &[u8], a: u8, b: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{first_of, pair};
+    use crate::fakes::check;
     use proptest::prelude::*;
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
     fn naive(bytes: &[u8], marks: &[u8]) -> usize {
         bytes
@@ -101,43 +101,27 @@ mod tests {
 
     #[test]
     fn pair_agrees_with_a_byte_by_byte_search_on_any_bytes() {
-        let config = Config {
-            cases: 4096,
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
         // Few distinct bytes, so that pairs and near misses are common.
         let strategy = (prop::collection::vec(0u8..4, 0..60), 0u8..4, 0u8..4);
-        TestRunner::new_with_rng(config, rng)
-            .run(&strategy, |(bytes, a, b)| {
-                let naive = bytes.windows(2).position(|w| w == [a, b]);
-                prop_assert_eq!(pair(&bytes, a, b), naive.unwrap_or(bytes.len()));
-                Ok(())
-            })
-            .unwrap();
+        check(4096, strategy, |(bytes, a, b)| {
+            let naive = bytes.windows(2).position(|w| w == [a, b]);
+            prop_assert_eq!(pair(&bytes, a, b), naive.unwrap_or(bytes.len()));
+            Ok(())
+        });
     }
 
     #[test]
     fn first_of_agrees_with_a_byte_by_byte_search_on_any_bytes() {
-        let config = Config {
-            cases: 2048,
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
         let strategy = (
             prop::collection::vec(any::<u8>(), 0..100),
             any::<u8>(),
             any::<u8>(),
             any::<u8>(),
         );
-        TestRunner::new_with_rng(config, rng)
-            .run(&strategy, |(bytes, a, b, c)| {
-                prop_assert_eq!(first_of(&bytes, [a, b]), naive(&bytes, &[a, b]));
-                prop_assert_eq!(first_of(&bytes, [a, b, c]), naive(&bytes, &[a, b, c]));
-                Ok(())
-            })
-            .unwrap();
+        check(2048, strategy, |(bytes, a, b, c)| {
+            prop_assert_eq!(first_of(&bytes, [a, b]), naive(&bytes, &[a, b]));
+            prop_assert_eq!(first_of(&bytes, [a, b, c]), naive(&bytes, &[a, b, c]));
+            Ok(())
+        });
     }
 }

@@ -5,9 +5,9 @@
 
 use super::tests::{read_pieces, Reading};
 use super::{BodyFormat, UsageReader, MAX_COUNT};
+use crate::fakes::check;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Map, Value};
 use std::cell::Cell;
 
@@ -32,21 +32,6 @@ const KEYS: &[&str] = &[
     "prompt_tokens2",
     "",
 ];
-
-fn run<S: Strategy>(cases: u32, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
-where
-    S::Value: std::fmt::Debug,
-{
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
-    TestRunner::new_with_rng(config, rng)
-        .run(&strategy, test)
-        .unwrap();
-}
 
 /// Mostly counts, then nulls, then a little of everything a path may not hold.
 fn leaf() -> impl Strategy<Value = Value> {
@@ -168,7 +153,7 @@ impl Seen {
 #[test]
 fn a_json_body_cut_anywhere_reads_as_the_model_says() {
     let seen = Seen::default();
-    run(
+    check(
         512,
         (root(), any::<bool>(), cuts()),
         |(value, pretty, cuts)| {
@@ -199,7 +184,7 @@ fn an_event_stream_cut_anywhere_reads_as_the_model_says() {
     );
     let stream = prop::collection::vec(event, 0..6);
     let seen = Seen::default();
-    run(256, (stream, cuts()), |(stream, cuts): (Vec<Event>, _)| {
+    check(256, (stream, cuts()), |(stream, cuts): (Vec<Event>, _)| {
         let mut body = String::new();
         for (value, comment, eol) in &stream {
             let eol = ["\n", "\r\n", "\r"][*eol];
@@ -262,7 +247,7 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 #[test]
 fn any_bytes_cut_anywhere_read_as_whole_and_never_panic() {
     let list = &["usage.prompt_tokens", "prompt_tokens", "usage"];
-    run(2048, (bytes(), cuts()), |(body, cuts)| {
+    check(2048, (bytes(), cuts()), |(body, cuts)| {
         for format in [BodyFormat::Json, BodyFormat::EventStream] {
             let whole = read_pieces(format, list, &[&body]);
             prop_assert!(whole.0.iter().flatten().all(|&n| n <= MAX_COUNT));
@@ -277,7 +262,7 @@ fn any_bytes_cut_anywhere_read_as_whole_and_never_panic() {
 #[test]
 fn a_reader_of_no_paths_or_of_paths_it_cannot_match_reads_anything_without_values() {
     let unusable = vec![vec![], vec!["a".to_string(); 9], vec!["k".repeat(65)]];
-    run(256, bytes(), |body| {
+    check(256, bytes(), |body| {
         for list in [Vec::new(), unusable.clone()] {
             let mut reader = UsageReader::new(BodyFormat::EventStream, list.clone());
             reader.feed(&body);
