@@ -191,11 +191,7 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
 
 /// Up to `max` bytes of a buffer (the plugin configuration, a reply's body).
 pub fn buffer(buffer_type: BufferType, max: usize) -> Option<Vec<u8>> {
-    buffer_numbered(buffer_type as u32, max)
-}
-
-fn buffer_numbered(buffer_type: u32, max: usize) -> Option<Vec<u8>> {
-    buffer_at(buffer_type, 0, max)
+    buffer_at(buffer_type as u32, 0, max)
 }
 
 fn buffer_at(buffer_type: u32, start: usize, max: usize) -> Option<Vec<u8>> {
@@ -285,7 +281,7 @@ pub fn redis_call(cluster: &str, query: &[u8]) -> Result<u32, u32> {
 /// Up to `max` bytes of the redis reply being delivered (Higress's buffer type 9).
 #[cfg(feature = "redis-call")]
 pub fn redis_reply(max: usize) -> Vec<u8> {
-    buffer_numbered(9, max).unwrap_or_default()
+    buffer_at(9, 0, max).unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch by the host's clock; 0 if the host will not tell.

@@ -3,26 +3,30 @@
 //! response. The glue's contexts hand every event here.
 
 use super::abi;
+use super::link::HostLink;
+use super::proxy::ProxyHost;
 use crate::decision::admission::Verdict;
 use crate::decision::response::RateLimitFields;
 use crate::worker::dispatch::{Dispatcher, Verdicts};
 use std::cell::RefCell;
 
-/// Runs one event of the worker's dispatcher, then carries out the verdicts it reached,
-/// each on its own request: only once the dispatcher is free, as resuming or answering a
-/// request may call back into the filter. `back_to`: the request whose callback this is,
-/// made the effective context again after others'. An event that finds the dispatcher
-/// busy (which a single-threaded VM never should) is logged, never a panic.
+/// Runs one event of the worker's dispatcher over the host (`queue`: the worker's wake-up
+/// queue), then carries out the verdicts it reached, each on its own request: only once
+/// the dispatcher is free, as resuming or answering a request may call back into the
+/// filter. `back_to`: the request whose callback this is, made the effective context again
+/// after others'. An event that finds the dispatcher busy (which a single-threaded VM never
+/// should) is logged, never a panic.
 pub fn run<T>(
     dispatcher: &RefCell<Dispatcher>,
+    queue: Option<u32>,
     back_to: Option<u32>,
-    event: impl FnOnce(&mut Dispatcher) -> (T, Verdicts),
+    event: impl FnOnce(&mut Dispatcher, &ProxyHost, &mut HostLink) -> (T, Verdicts),
 ) -> Option<T> {
     let Ok(mut busy) = dispatcher.try_borrow_mut() else {
         log::error!("an event came while the dispatcher was busy; it was dropped");
         return None;
     };
-    let (out, verdicts) = event(&mut busy);
+    let (out, verdicts) = event(&mut busy, &ProxyHost::default(), &mut HostLink { queue });
     drop(busy);
     for (context_id, verdict) in &verdicts {
         if abi::set_effective_context(*context_id).is_ok() {

@@ -8,8 +8,6 @@
 
 use super::abi;
 use super::executor::run;
-use super::link::HostLink;
-use super::proxy::ProxyHost;
 use crate::worker::dispatch::Dispatcher;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Backend;
@@ -75,9 +73,7 @@ pub extern "C" fn proxy_on_redis_call_response(
         0 => abi::redis_reply(response_size.min(MAX_REPLY_LEN + 1)),
         _ => Vec::new(),
     };
-    let mut link = HostLink { queue };
-    run(&dispatcher, None, |d| {
-        let verdicts = d.redis_reply(token, status, &reply, &ProxyHost::default(), &mut link);
-        ((), verdicts)
+    run(&dispatcher, queue, None, |d, host, link| {
+        ((), d.redis_reply(token, status, &reply, host, link))
     });
 }

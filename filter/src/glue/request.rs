@@ -89,9 +89,9 @@ impl Request {
         &self,
         event: impl FnOnce(&mut Dispatcher, u32, &ProxyHost, &mut HostLink) -> (T, Verdicts),
     ) -> Option<T> {
-        let (id, mut link) = (self.context_id, HostLink { queue: self.queue });
-        run(&self.dispatcher, Some(id), |d| {
-            event(d, id, &ProxyHost::default(), &mut link)
+        let id = self.context_id;
+        run(&self.dispatcher, self.queue, Some(id), |d, host, link| {
+            event(d, id, host, link)
         })
     }
 

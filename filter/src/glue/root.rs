@@ -19,7 +19,8 @@ pub(super) struct Root {
     #[cfg(feature = "redis-call")]
     id: u32,
     dispatcher: Rc<RefCell<Dispatcher>>,
-    link: HostLink,
+    /// The worker's wake-up queue, registered with the first configuration.
+    queue: Option<u32>,
 }
 
 impl Root {
@@ -33,10 +34,9 @@ impl Root {
         }
     }
 
-    fn run(&mut self, event: impl FnOnce(&mut Dispatcher, &ProxyHost, &mut HostLink) -> Verdicts) {
-        let link = &mut self.link;
-        run(&self.dispatcher, None, |d| {
-            ((), event(d, &ProxyHost::default(), link))
+    fn run(&self, event: impl FnOnce(&mut Dispatcher, &ProxyHost, &mut HostLink) -> Verdicts) {
+        run(&self.dispatcher, self.queue, None, |d, host, link| {
+            ((), event(d, host, link))
         });
     }
 }
@@ -78,13 +78,11 @@ impl RootContext for Root {
                 return false;
             }
         };
-        if self.link.queue.is_none() {
-            self.link.queue = register_wake_queue();
+        if self.queue.is_none() {
+            self.queue = register_wake_queue();
         }
         #[cfg(feature = "redis-call")]
-        if let Err(e) =
-            super::redis::init(self.id, &self.dispatcher, self.link.queue, &config.backend)
-        {
+        if let Err(e) = super::redis::init(self.id, &self.dispatcher, self.queue, &config.backend) {
             log::error!("{}: backend.redis: {e}", loading::REFUSED);
             return false;
         }
@@ -112,7 +110,7 @@ impl RootContext for Root {
             Box::new(Request {
                 context_id,
                 dispatcher: Rc::clone(&self.dispatcher),
-                queue: self.link.queue,
+                queue: self.queue,
                 metered: false,
                 reading_body: false,
             })
