@@ -270,6 +270,32 @@ fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_whe
     assert_ne!(id, again_id, "another exchange");
 }
 
+#[test]
+fn a_settlement_given_up_while_out_is_not_counted_as_settled_when_its_answer_comes() {
+    let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
+    d.configure(metered_config(), &host, &mut link);
+    d.request_headers(1, true, &host, &mut link);
+    let (id, body) = link.sent[0].clone();
+    d.stream_message(101, &admit_all(id, &body), &host, &mut link);
+    let usage = |name: &str| (name == "x-usage-tokens").then(|| b"220".to_vec());
+    d.response_headers(1, usage, &host, &mut link);
+    d.wake(&host, &mut link);
+    let (out, line) = link.sent[1].clone();
+    // While its exchange is out, a long outage's newer settlements push it over the bound.
+    for i in 0..settlements::MAX_PENDING {
+        let (number, _) = d.settlements.fresh_id();
+        d.settlements.add(number, "= x y\n", 1, i as u64);
+    }
+    d.counters.drain();
+    d.stream_message(101, &settled(out, &line), &host, &mut link);
+    let counts = d.counters.drain();
+    assert!(
+        !counts.iter().any(|(c, _)| *c == Counter::Settled),
+        "already ended as given up: {counts:?}"
+    );
+    assert!(counts.contains(&(Counter::Debt, 20)), "applied: {counts:?}");
+}
+
 /// A configuration whose one rule reserves what the request body's `max_tokens` asks.
 fn reserving_from_the_body() -> Config {
     let json = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},

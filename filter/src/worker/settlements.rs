@@ -82,9 +82,11 @@ impl Settlements {
         given_up
     }
 
-    /// Settlement `id` was applied (or refused as malformed, which no retry mends).
-    pub fn done(&mut self, id: u32) {
-        self.pending.remove(&id);
+    /// Settlement `id` was applied (or refused as malformed, which no retry mends);
+    /// whether it was still held. One given up while its exchange was out was counted
+    /// then, and must not be counted again when its answer comes.
+    pub fn done(&mut self, id: u32) -> bool {
+        self.pending.remove(&id).is_some()
     }
 
     /// Settlement `id`'s exchange failed: it goes again after `RETRY_MS`.
@@ -162,6 +164,11 @@ mod tests {
         // One was done: of the three over the bound, two more were given up, the oldest.
         assert_eq!((given_up, s.len()), (2, MAX_PENDING));
         let first = first.unwrap();
+        assert!(
+            !s.done(first),
+            "given up: its late answer is not a second ending"
+        );
+        assert!(s.done(first + 4), "still held");
         s.failed(first, 0);
         s.failed(first + 2, 0);
         s.failed(first + 3, 0);

@@ -103,17 +103,22 @@ impl Dispatcher {
             let Some(number) = member.settlement else {
                 continue;
             };
+            // Each settlement ends once, in `settled` or in `settle_failures`: one given up
+            // while out was counted then (`end_metering`), whatever its answer says.
             match reply.as_ref().map(|results| results.get(i)) {
                 Ok(Some(CheckResult::Settled { rules, .. })) => {
+                    // Applied, so its debt is real even if it was given up on.
                     let borrowed = rules.iter().map(|r| r.borrowed).sum();
-                    self.counters.add(Counter::Settled, 1);
                     self.counters.add(Counter::Debt, borrowed);
-                    self.settlements.done(number);
+                    if self.settlements.done(number) {
+                        self.counters.add(Counter::Settled, 1);
+                    }
                 }
                 Ok(Some(CheckResult::Refused(reason))) => {
                     log::warn!("the bridge refused a settlement ({reason})");
-                    self.counters.add(Counter::SettleFailures, 1);
-                    self.settlements.done(number);
+                    if self.settlements.done(number) {
+                        self.counters.add(Counter::SettleFailures, 1);
+                    }
                 }
                 _ => self.settlements.failed(number, host.now_ms()),
             }
