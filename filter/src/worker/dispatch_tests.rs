@@ -226,21 +226,29 @@ fn settled(id: u32, body: &str) -> Vec<u8> {
     wire::stream_message(id, &reply).into_bytes()
 }
 
+/// Request 1 of `metered_config`, admitted on stream 101, its response's usage header
+/// saying 220, and the worker woken: its settlement is `link.sent[1]`, out.
+fn metered_and_measured(d: &mut Dispatcher, link: &mut FakeLink, host: &impl Proxy) -> bool {
+    d.configure(metered_config(), host, link);
+    d.request_headers(1, true, host, link);
+    let (id, body) = link.sent[0].clone();
+    d.stream_message(101, &admit_all(id, &body), host, link);
+    let usage = |name: &str| (name == "x-usage-tokens").then(|| b"220".to_vec());
+    let start = d.response_headers(1, usage, host, link);
+    d.wake(host, link);
+    start.read_body
+}
+
 #[test]
 fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_when_lost() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
-    d.configure(metered_config(), &host, &mut link);
-    d.request_headers(1, true, &host, &mut link);
-    let (id, body) = link.sent[0].clone();
+    let read_body = metered_and_measured(&mut d, &mut link, &host);
+    let body = &link.sent[0].1;
     assert_eq!(
         body, "rl:tokens:alice,1000,1,60,100\n",
         "the check reserves 100"
     );
-    d.stream_message(101, &admit_all(id, &body), &host, &mut link);
-    let usage = |name: &str| (name == "x-usage-tokens").then(|| b"220".to_vec());
-    let start = d.response_headers(1, usage, &host, &mut link);
-    assert!(!start.read_body, "the header decided");
-    d.wake(&host, &mut link);
+    assert!(!read_body, "the header decided");
     let measured = d.counters.drain();
     assert!(
         measured.contains(&(Counter::MeteredTokens, 220)),
@@ -273,13 +281,7 @@ fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_whe
 #[test]
 fn a_settlement_given_up_while_out_is_not_counted_as_settled_when_its_answer_comes() {
     let (mut d, mut link, host) = (Dispatcher::default(), FakeLink::default(), host(1_000_000));
-    d.configure(metered_config(), &host, &mut link);
-    d.request_headers(1, true, &host, &mut link);
-    let (id, body) = link.sent[0].clone();
-    d.stream_message(101, &admit_all(id, &body), &host, &mut link);
-    let usage = |name: &str| (name == "x-usage-tokens").then(|| b"220".to_vec());
-    d.response_headers(1, usage, &host, &mut link);
-    d.wake(&host, &mut link);
+    metered_and_measured(&mut d, &mut link, &host);
     let (out, line) = link.sent[1].clone();
     // While its exchange is out, a long outage's newer settlements push it over the bound.
     for i in 0..settlements::MAX_PENDING {
