@@ -30,7 +30,9 @@ call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local result
 if ARGV[1] == 'set' then
   local expires = now + tonumber(ARGV[4])
-  call('SET', KEYS[2], ARGV[3] .. ' ' .. expires)
+  -- Digits, never Lua's %.14g: a number of 15 digits or more would be written as 1.2e+14,
+  -- a record no bridge could read (the callers bound the lifetime, bridge/src/overrides.rs).
+  call('SET', KEYS[2], ARGV[3] .. ' ' .. string.format('%d', expires))
   call('ZADD', KEYS[1], expires, ARGV[2])
   result = expires
 elseif ARGV[1] == 'clear' then

@@ -110,8 +110,13 @@ impl Override {
     }
 }
 
-/// `requests` per `per` with a bucket of `burst` (default `requests`), lasting `ttl`: the
-/// limit and the lifetime in ms, validated as the plugin validates its limits.
+/// The longest an override may last: a year. An emergency limit is not a configuration,
+/// and every expiry stays an exact integer in Redis's milliseconds.
+pub const MAX_TTL_MS: u64 = 365 * 86_400_000;
+
+/// `requests` per `per` with a bucket of `burst` (default `requests`), lasting `ttl` (at
+/// most `MAX_TTL_MS`): the limit and the lifetime in ms, validated as the plugin validates
+/// its limits.
 pub fn parse_spec(
     requests: u64,
     per: &str,
@@ -125,6 +130,11 @@ pub fn parse_spec(
     };
     let per_ms = duration("per", per)?;
     let ttl_ms = duration("ttl", ttl)?;
+    if ttl_ms > MAX_TTL_MS {
+        return Err(format!(
+            "ttl: {ttl:?} is longer than an override may last (365d)"
+        ));
+    }
     let limit =
         Limit::new(requests, per_ms, burst, 1).map_err(|(field, why)| format!("{field}: {why}"))?;
     Ok((limit, ttl_ms))
@@ -313,6 +323,29 @@ mod tests {
         assert!(parse_spec(1, "1m", Some(0), "1m")
             .unwrap_err()
             .starts_with("burst"));
+    }
+
+    #[test]
+    fn a_ttl_is_one_ms_to_a_year() {
+        let ttl = |text: &str| parse_spec(1, "1m", None, text).map(|(_, ms)| ms);
+        assert_eq!(ttl("1ms"), Ok(1));
+        assert_eq!(ttl("365d"), Ok(MAX_TTL_MS));
+        assert_eq!(ttl("8760h"), Ok(MAX_TTL_MS));
+        for beyond in [
+            "366d",
+            "31536000001ms",
+            "3650000d",
+            "18446744073709551615ms",
+        ] {
+            let e = ttl(beyond).unwrap_err();
+            assert!(
+                e.starts_with("ttl: ") && e.contains("365d"),
+                "{beyond}: {e}"
+            );
+        }
+        for bad in ["0s", "0ms", "99999999999999999999d", "1y", "-1d", ""] {
+            assert!(ttl(bad).unwrap_err().starts_with("ttl: "), "{bad}");
+        }
     }
 
     #[test]

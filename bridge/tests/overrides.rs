@@ -273,3 +273,20 @@ async fn no_lease_is_taken_under_an_override_and_a_refund_goes_back_to_both_buck
         "and the rule's bucket"
     );
 }
+
+#[tokio::test]
+async fn a_record_holds_its_expiry_in_digits_however_far_it_is() {
+    // The script writes the expiry itself: as Lua's %.14g, an expiry of 15 digits or more
+    // became `3.17e+14`, a record no bridge reads (issue 38 row 8). The callers bound the
+    // lifetime to a year; the record is readable past that bound all the same.
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let target = Target::new("rl", "per-user", &["dave".into()]).unwrap();
+    let (limit, _) = parse_spec(1000, "1s", None, "1h").unwrap();
+    let ttl_ms = 10_000 * ratelimit_bridge::overrides::MAX_TTL_MS;
+    let set = registry::set(&store, target, limit, ttl_ms).await.unwrap();
+    let listed = registry::list(&store, "rl").await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].expires_ms, set.expires_ms);
+    assert!(set.expires_ms > ttl_ms);
+}
