@@ -96,9 +96,10 @@ def huge_json_answer(t, size):
     yield b'"}, "finish_reason": "stop"}], "usage": ' + json.dumps(usage(t)).encode() + b"}"
 
 
-def stream_events(kind, t, chunks, size):
+def stream_events(kind, t, chunks, size, usage=True):
     """(data, what) of each event of a stream, in order; what is "content", "usage" (the
-    event with `"choices": []`) or "done" (`[DONE]`)."""
+    event with `"choices": []`, only if `usage`: the request asked for it) or "done"
+    (`[DONE]`)."""
     base = {"id": "chatcmpl-test", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": MODEL}
     if kind == "gigabyte":
@@ -112,9 +113,9 @@ def stream_events(kind, t, chunks, size):
             choice = {"index": 0, "delta": delta,
                       "finish_reason": "stop" if i == chunks - 1 else None}
             yield json.dumps({**base, "choices": [choice], "usage": None}).encode(), "content"
-    if kind == "garbage":
+    if usage and kind == "garbage":
         yield garbage(size), "usage"
-    elif kind != "no-usage":
+    elif usage and kind != "no-usage":
         text = usage_text(None if kind == "gigabyte" else kind, t)
         yield with_usage({**base, "choices": []}, text, kind).encode(), "usage"
     yield b"[DONE]", "done"

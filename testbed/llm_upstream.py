@@ -3,12 +3,19 @@ read from the upstream's response: an LLM API's tokens). It answers any method o
 as `POST /v1/chat/completions`, and records the usage it served, so a test can hold the
 tokens a gateway debited against the tokens the upstream reported.
 
-A request `{"stream": true}` gets OpenAI's server-sent events as `stream_options.
-include_usage` asks for them: content events (`chat.completion.chunk`, `"usage": null`),
-then one with `"choices": []` and the usage, then `data: [DONE]`; each event is written
-and flushed as a chunk of its own, so Envoy forwards it as a body chunk of its own when
-it reads it alone (`x-test-lockstep` makes sure it does). Any other request gets one
-`chat.completion` JSON body with its usage. testbed/llm_answers.py writes the answers.
+It reads a request as OpenAI's API does, where what a gateway meters depends on it: the
+body with Python's `json` (which takes `NaN` and `-Infinity`, the last of a repeated key, a
+byte order mark, UTF-16 and UTF-32) into a pydantic model in its lax mode (`"max_tokens":
+"900"`, `900.0` and `9e2` are all 900; `Served.max_tokens`), and a completion never has more
+tokens than the `max_tokens` it read. A request `{"stream": true}` gets OpenAI's server-sent
+events: content events (`chat.completion.chunk`, `"usage": null`), then, only if the request
+asks with `stream_options.include_usage` (the API's default is not to), one with `"choices":
+[]` and the usage, then `data: [DONE]`; each event is written and flushed as a chunk of its
+own, so Envoy forwards it as a body chunk of its own when it reads it alone
+(`x-test-lockstep` makes sure it does). Any other request gets one `chat.completion` JSON
+body with its usage, gzip-compressed when the request accepts gzip (as OpenAI's API does).
+testbed/llm_answers.py writes the answers. `started` counts the requests whose headers
+arrived, answered or not.
 
 The test chooses the answer with request headers:
 
@@ -22,6 +29,8 @@ The test chooses the answer with request headers:
   and without the terminating chunk: an upstream reset, as the gateway sees it.
 - `x-test-usage-header`: `1`, `true` or `total` also sends the total as `x-usage-tokens`;
   any other value is sent there as it is.
+- `x-test-encoding: gzip`: the body is gzip-compressed whatever the request accepts, a
+  stream's events each flushed whole (an upstream that compresses anyway).
 - `x-test-hold: NAME`: the stream waits before its usage event (before `[DONE]` if it has
   none) for the test's `release(NAME)` (30 s at most). `x-test-lockstep: NAME`: it waits
   for a `release(NAME)` before each event but the first (and before an abort), so that
@@ -43,8 +52,11 @@ import json
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pydantic
 
 from .llm_answers import KINDS, Tokens, huge_json_answer, json_answer, stream_events
 from .stack import free_port
@@ -53,18 +65,55 @@ HOLD_TIMEOUT = 30.0
 MAX_REQUEST_BODY = 16 << 20
 
 
+class _StreamOptions(pydantic.BaseModel):
+    include_usage: bool | None = None
+
+
+class ChatRequest(pydantic.BaseModel):
+    """What the API reads of a request's JSON, in pydantic's lax mode as OpenAI's Python
+    server code does; everything else is let through."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    max_tokens: int | None = None
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+
+
+def read_request(body):
+    """The request as the API reads `body` (bytes); an empty one if it is no valid request
+    (the API would answer 400; this upstream is lenient and answers a JSON completion)."""
+    try:
+        return ChatRequest.model_validate(json.loads(body))
+    except (ValueError, RecursionError, pydantic.ValidationError):
+        return ChatRequest()
+
+
+def accepts_gzip(accept_encoding):
+    """Whether an `Accept-Encoding` value accepts gzip (a q of 0 refuses it)."""
+    for part in accept_encoding.split(","):
+        name, _, params = part.strip().partition(";")
+        q = params.strip().removeprefix("q=")
+        if name.strip().lower() in ("gzip", "*") and q not in ("0", "0.0", "0.00", "0.000"):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class Served:
-    """One response: the usage the headers chose (`tokens`), whether a usage object as
-    chosen was written whole (`usage_sent`: never when `body`, the hostile kind, spoils or
-    drops it; `gigabyte` keeps it), the events of a stream written (`events`, the usage
-    event and `[DONE]` included), and the request's path and lower-case headers."""
+    """One response: the usage the headers chose (`tokens`, its completion at most the
+    `max_tokens` read), whether a usage object as chosen was written whole (`usage_sent`:
+    never when `body`, the hostile kind, spoils or drops it, nor in a stream that did not
+    ask for it; `gigabyte` keeps it), the events of a stream written (`events`, the usage
+    event and `[DONE]` included), the request's path and lower-case headers, the
+    `max_tokens` the API read of its body, and the response's content coding."""
 
     path: str
     headers: dict
     stream: bool
     body: str | None
     tokens: Tokens
+    max_tokens: int | None
+    encoding: str | None
     events: int
     usage_sent: bool
 
@@ -90,6 +139,7 @@ class LlmUpstream:
 
     def __init__(self, port=None):
         self.port = port or free_port()
+        self.started = 0
         self._served = []
         self._changed = threading.Condition()
         self._holds = {}
@@ -138,6 +188,12 @@ class LlmUpstream:
     def tokens_served(self):
         """The total tokens of the usage objects written whole."""
         return sum(s.total for s in self.served if s.usage_sent)
+
+    def tokens_consumed(self, prompt=1, completion=1):
+        """What every response cost the API, reported or not, weighing prompt and
+        completion tokens so: what a metered client owes."""
+        return sum(prompt * s.tokens.prompt + completion * s.tokens.completion
+                   for s in self.served)
 
     def wait_served(self, count, timeout=10.0):
         """The records once there are `count` of them (a client that closed early is seen
@@ -219,46 +275,69 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length)
 
     def serve(self):
+        upstream = self.server.upstream
+        with upstream._changed:
+            upstream.started += 1
         try:
             body = self.read_body()
         except ValueError as e:
             return self.refuse(400, f"unreadable request body: {e}")
-        try:
-            streamed = json.loads(body).get("stream") is True
-        except (ValueError, AttributeError, RecursionError):
-            streamed = False  # lenient: anything that is not a JSON object asks for JSON
+        request = read_request(body)
+        streamed = request.stream is True
         h = {k.lower(): v for k, v in self.headers.items()}
         kind = h.get("x-test-body")
         if kind is not None and kind not in KINDS:
             return self.refuse(400, f"x-test-body {kind!r} is none of {sorted(KINDS)}")
-        tokens = Tokens(_number(h, "x-test-prompt-tokens", 10),
-                        _number(h, "x-test-completion-tokens", 20),
+        completion = _number(h, "x-test-completion-tokens", 20)
+        if request.max_tokens is not None:
+            completion = max(0, min(completion, request.max_tokens))
+        tokens = Tokens(_number(h, "x-test-prompt-tokens", 10), completion,
                         _number(h, "x-test-cached-tokens", 0),
                         _number(h, "x-test-reasoning-tokens", 0))
+        forced = h.get("x-test-encoding")
+        if forced not in (None, "gzip"):
+            return self.refuse(400, f"x-test-encoding {forced!r} is not gzip")
+        gzipped = forced == "gzip" or \
+            (not streamed and accepts_gzip(h.get("accept-encoding", "")))
         self.plan = {"path": self.path, "headers": h, "stream": streamed, "body": kind,
-                     "tokens": tokens}
+                     "tokens": tokens, "max_tokens": request.max_tokens,
+                     "encoding": "gzip" if gzipped else None}
         self.events = 0
         self.usage_sent = self.recorded = False
         self.abort_after = _number(h, "x-test-abort-after", 0) \
             if "x-test-abort-after" in h else None
         self.delay = _number(h, "x-test-chunk-delay-ms", 0, 60_000) / 1000
+        # gzip's framing (wbits 31); each event flushed whole (Z_SYNC_FLUSH).
+        self.compressor = zlib.compressobj(wbits=31) if gzipped else None
         size = _number(h, "x-test-bytes", (1 << 30) if kind == "gigabyte" else 4096)
         headers = {"content-type": "text/event-stream" if streamed else "application/json"}
+        if gzipped:
+            headers["content-encoding"] = "gzip"
         flag = h.get("x-test-usage-header")
         if flag is not None:
             headers["x-usage-tokens"] = str(tokens.total) \
                 if flag.lower() in ("1", "true", "total") else flag
         try:
             if streamed:
-                events = stream_events(kind, tokens, _number(h, "x-test-chunks", 5, 100_000), size)
+                usage = bool(request.stream_options and request.stream_options.include_usage)
+                events = stream_events(kind, tokens, _number(h, "x-test-chunks", 5, 100_000), size,
+                                       usage)
                 self.send_stream(headers, events, h.get("x-test-hold"), h.get("x-test-lockstep"))
             elif kind == "gigabyte":
                 self.send_pieces(headers, huge_json_answer(tokens, size))
             else:
-                self.send_json(headers, json_answer(kind, tokens, size))
+                self.send_json(headers, self.encoded(json_answer(kind, tokens, size), True))
         except (_Aborted, OSError):
             self.record()
             self.close_connection = True
+
+    def encoded(self, data, last=False):
+        """`data` in the response's coding: as it is, or gzip's next bytes (all of them, and
+        gzip's end with `last`)."""
+        if self.compressor is None:
+            return data
+        return self.compressor.compress(data) + \
+            self.compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
     def refuse(self, status, message):
         data = json.dumps({"error": {"message": message}}).encode()
@@ -304,7 +383,9 @@ class _Handler(BaseHTTPRequestHandler):
         for n, piece in enumerate(pieces):
             if self.abort_after is not None and n >= self.abort_after:
                 raise _Aborted
-            self.chunk(piece)
+            self.chunk(self.encoded(piece))
+        if self.compressor is not None:
+            self.chunk(self.encoded(b"", True))
         self.usage_sent = True
         self.record()
         self.wfile.write(b"0\r\n\r\n")
@@ -329,7 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             if what != "content" and not held:
                 held = True
                 upstream._wait(hold)
-            self.chunk(b"data: " + data + b"\n\n")
+            self.chunk(self.encoded(b"data: " + data + b"\n\n", what == "done"))
             self.events += 1
             if what == "usage":
                 self.usage_sent = self.plan["body"] in (None, "gigabyte")
