@@ -16,8 +16,8 @@ const PATHS: &[&str] = &[
     "a.b.c.d",
 ];
 
-/// Each path's count, whether it was poisoned, whether it can be trusted whole.
-type Reading = (Vec<Option<u64>>, bool, bool);
+/// Each path's last and largest count, whether it was poisoned, whether it can be trusted.
+type Reading = (Vec<Option<u64>>, Vec<Option<u64>>, bool, bool);
 
 fn read(format: BodyFormat, pieces: &[&[u8]]) -> Reading {
     let paths = PATHS
@@ -32,7 +32,12 @@ fn read(format: BodyFormat, pieces: &[&[u8]]) -> Reading {
     }
     reader.finish();
     assert_eq!(reader.bytes(), fed, "bytes fed");
-    (reader.values().to_vec(), reader.poisoned(), reader.whole())
+    (
+        reader.values().to_vec(),
+        reader.largest().to_vec(),
+        reader.poisoned(),
+        reader.trusted(),
+    )
 }
 
 // The first byte picks the format (its low bit) and the size of the pieces (the rest).
@@ -46,9 +51,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let whole = read(format, &[body]);
     assert!(
-        whole.0.iter().flatten().all(|&n| n <= MAX_COUNT),
+        whole.1.iter().flatten().all(|&n| n <= MAX_COUNT),
         "{whole:?}"
     );
+    // The largest count at a path is at least its last.
+    assert!(whole.0.iter().zip(&whole.1).all(|(last, largest)| last <= largest));
     let size = usize::from(control >> 1) + 1;
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
     assert_eq!(read(format, &pieces), whole, "in pieces of {size}");

@@ -21,6 +21,7 @@
 //! read. A stream's content events are mostly such containers (`choices`).
 
 use super::find;
+use super::found::Found;
 use super::key::{Escape, Key};
 use super::number::{Next, Number};
 use super::paths::{Paths, MAX_SEGMENTS};
@@ -77,8 +78,11 @@ const NULL: u8 = 2;
 #[derive(Debug)]
 pub(super) struct Scanner {
     paths: Paths,
-    values: Vec<Option<u64>>,
-    poisoned: bool,
+    found: Found,
+    /// This value began as an object (broken if it does not close).
+    root_object: bool,
+    /// `seen[l]`: the paths whose segment `l` was a key of this value already.
+    seen: [u16; MAX_SEGMENTS],
     state: State,
     kind: StrKind,
     /// Open containers, at most `MAX_DEPTH`; bit `i` of `objects` set when the `i`th is an
@@ -101,12 +105,12 @@ fn is_space(b: u8) -> bool {
 
 impl Scanner {
     pub(super) fn new(paths: Paths) -> Scanner {
-        let values = vec![None; paths.len()];
         let deeper = paths.usable();
         Scanner {
+            found: Found::new(paths.len()),
             paths,
-            values,
-            poisoned: false,
+            root_object: false,
+            seen: [0; MAX_SEGMENTS],
             state: State::Value,
             kind: StrKind::Value,
             depth: 0,
@@ -122,18 +126,24 @@ impl Scanner {
 
     /// Ready for a new value (an event's), keeping what was recorded.
     pub(super) fn reset(&mut self) {
+        self.end();
         self.state = State::Value;
         self.depth = 0;
         self.exact = 0;
         self.deeper = self.paths.usable();
+        self.root_object = false;
+        self.seen = [0; MAX_SEGMENTS];
     }
 
-    pub(super) fn values(&self) -> &[Option<u64>] {
-        &self.values
+    /// The value's input ended: an object it opened at its root must have closed.
+    fn end(&mut self) {
+        if self.root_object && self.state != State::Done {
+            self.found.break_off();
+        }
     }
 
-    pub(super) fn poisoned(&self) -> bool {
-        self.poisoned
+    pub(super) fn found(&self) -> &Found {
+        &self.found
     }
 
     /// True before a value has begun if `text`, all of it and without a backslash, can
@@ -157,6 +167,7 @@ impl Scanner {
         if self.state == State::Number && self.number.complete() {
             self.end_number();
         }
+        self.end();
     }
 
     pub(super) fn feed(&mut self, bytes: &[u8]) {
@@ -238,7 +249,7 @@ impl Scanner {
 
     fn poison_if_exact(&mut self) {
         if self.exact != 0 {
-            self.poisoned = true;
+            self.found.poison();
         }
     }
 
@@ -284,6 +295,9 @@ impl Scanner {
 
     fn open(&mut self, object: bool) {
         self.poison_if_exact();
+        if self.depth == 0 && object {
+            self.root_object = true;
+        }
         if self.depth >= MAX_DEPTH || self.deeper == 0 {
             self.skipped.start(object);
             self.state = State::Skip;
@@ -392,6 +406,14 @@ impl Scanner {
         let last = self.paths.last(level);
         self.exact = hits & last;
         self.deeper = hits & !last;
+        // Paths go through objects only, so a key on one comes once per value unless its
+        // object repeats it.
+        if let Some(seen) = self.seen.get_mut(level) {
+            if *seen & hits != 0 {
+                self.found.repeat();
+            }
+            *seen |= hits;
+        }
         self.state = State::Colon;
     }
 
@@ -427,19 +449,7 @@ impl Scanner {
     /// poisons them.
     fn end_number(&mut self) {
         if self.exact != 0 {
-            match self.number.count() {
-                Some(count) => {
-                    let mut rest = self.exact;
-                    while rest != 0 {
-                        let index = rest.trailing_zeros() as usize;
-                        if let Some(value) = self.values.get_mut(index) {
-                            *value = Some(count);
-                        }
-                        rest &= rest - 1;
-                    }
-                }
-                None => self.poisoned = true,
-            }
+            self.found.record(self.exact, self.number.count());
         }
         self.end_value();
     }

@@ -23,6 +23,7 @@
 
 mod events;
 mod find;
+mod found;
 mod json;
 mod key;
 mod number;
@@ -59,6 +60,12 @@ pub enum BodyFormat {
 ///   before stands. `BodyFormat::EventStream`: an event's data that is not JSON
 ///   (`[DONE]`) or is malformed is ignored from there to the event's end; the next event
 ///   starts clean.
+/// - What cannot be trusted to be the whole story is said (`trusted`): a JSON body that
+///   did not end well formed, an event that opened an object and did not close it, a
+///   poisoned path, a key on a path that came twice in one object (`{"max_tokens": 1,
+///   "max_tokens": 900}`: parsers disagree on which one counts). The largest count seen
+///   at each path is kept too (`largest`), for a caller that must charge at least what the
+///   body showed.
 #[derive(Debug)]
 pub struct UsageReader {
     json: json::Scanner,
@@ -110,19 +117,31 @@ impl UsageReader {
     /// The last usable count seen at each path, in the order of `paths`; `None` where
     /// there was none.
     pub fn values(&self) -> &[Option<u64>] {
-        self.json.values()
+        self.json.found().values()
+    }
+
+    /// The largest usable count seen at each path, in the order of `paths`.
+    pub fn largest(&self) -> &[Option<u64>] {
+        self.json.found().largest()
     }
 
     /// True once a path held something other than a usable count or `null`.
     pub fn poisoned(&self) -> bool {
-        self.json.poisoned()
+        self.json.found().poisoned()
     }
 
-    /// Whether what was read can be trusted whole: a JSON body read to its well-formed
-    /// end (one cut short or malformed may have lost fields that followed); an event
-    /// stream always (each event stands on its own).
-    pub fn whole(&self) -> bool {
-        self.events.is_some() || self.json.closed()
+    /// Whether `values` can be trusted to be all the body said, as far as it was read: a
+    /// JSON body read to its well-formed end (one cut short or malformed may have lost
+    /// fields that followed); an event stream whose every event that opened an object
+    /// closed it; in either, no path poisoned and no key on a path repeated in one object.
+    /// (Whether the body itself ended is the caller's to know.)
+    pub fn trusted(&self) -> bool {
+        let found = self.json.found();
+        let whole = match self.events {
+            Some(_) => !found.broken(),
+            None => self.json.closed(),
+        };
+        whole && !found.poisoned() && !found.repeated()
     }
 
     /// The bytes fed so far, saturating.
