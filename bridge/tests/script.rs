@@ -266,8 +266,9 @@ async fn agree(
                 (None, None) => {}
                 // Gone already: only legitimate if the bucket is full by now.
                 (None, Some(m)) => {
-                    let cap = u128::from(r.burst) * u128::from(r.den);
-                    let full_ms = (cap - m.units).div_ceil(u128::from(r.num));
+                    let cap = i128::from(r.burst) * i128::from(r.den);
+                    let short = u128::try_from(cap - m.units).unwrap();
+                    let full_ms = short.div_ceil(u128::from(r.num));
                     assert!(redis_now >= m.at + full_ms, "{} expired early", r.key);
                 }
                 (Some(bucket), None) => panic!("{} stored {bucket:?} unasked", r.key),

@@ -84,8 +84,16 @@ pub struct MeterPolicy {
     pub reserve_body: Vec<Vec<String>>,
     /// The most a request may reserve through `reserve_header` or `reserve_body`.
     pub max_reserve: u64,
-    /// How many tokens below 0 a settlement may take the bucket.
+    /// How many tokens below 0 a settlement may take the bucket: by default as deep as
+    /// the exact arithmetic goes (`deepest_debt`), so that what a response cost is owed in
+    /// full whatever parallel requests of one key ran up.
     pub debt: u64,
+}
+
+/// The deepest debt a bucket of `limit` can hold exactly: `(burst + debt) x den` below
+/// 2^53 (trillions of tokens for any practical limit).
+pub fn deepest_debt(limit: &Limit) -> u64 {
+    ((MAX_EXACT - 1) / limit.den.max(1)).saturating_sub(limit.burst)
 }
 
 impl MeterPolicy {
@@ -102,12 +110,29 @@ impl MeterPolicy {
         }
         seen.then(|| u64::try_from(total.max(0)).unwrap_or(u64::MAX))
     }
+
+    /// What fields' `values` prove a response cost at least, when they cannot be trusted
+    /// to be all it said: the fields of positive weight only (a discount it may not have
+    /// earned is not given), 0 if none was seen.
+    pub fn at_least(&self, values: &[Option<u64>]) -> u64 {
+        let total: u128 = (self.body.iter().zip(values))
+            .filter_map(|(field, value)| {
+                Some(u128::try_from(field.weight).ok()? * u128::from((*value)?))
+            })
+            .sum();
+        u64::try_from(total).unwrap_or(u64::MAX)
+    }
 }
 
 impl RawMeter {
-    /// The meter at `field` of a rule whose tightest limit (its own or a tier's) is
-    /// `limit`.
-    pub(crate) fn validate(self, field: &str, limit: &Limit) -> Result<MeterPolicy, ConfigError> {
+    /// The meter at `field` of a rule of `limit`, whose tiers have `tiers` (checked
+    /// against the meter with `fits`).
+    pub(crate) fn validate<'a>(
+        self,
+        field: &str,
+        limit: &Limit,
+        tiers: impl IntoIterator<Item = &'a Limit>,
+    ) -> Result<MeterPolicy, ConfigError> {
         if self.body.is_empty() && self.header.is_none() {
             return err(field, "names nothing to read: give body fields or a header");
         }
@@ -172,7 +197,9 @@ impl RawMeter {
                 (raw.default, header, body, max)
             }
         };
-        let debt = self.debt.unwrap_or(burst);
+        let deepest = tiers.into_iter().map(deepest_debt).min();
+        let debt =
+            (self.debt).unwrap_or_else(|| deepest_debt(limit).min(deepest.unwrap_or(u64::MAX)));
         let span = u128::from(burst) + u128::from(debt);
         if span * u128::from(limit.den) >= u128::from(MAX_EXACT) {
             return err(

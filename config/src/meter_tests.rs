@@ -26,10 +26,12 @@ fn a_meter_reads_weighted_body_fields_or_a_header_and_reserves_by_default_or_on_
     assert_eq!(rule.cost, 50, "a check reserves the default");
     assert_eq!(meter.header.as_deref(), Some("x-usage-tokens"));
     assert_eq!(meter.reserve_header.as_deref(), Some("x-max-tokens"));
+    // Owed in full by default: as deep as 1000 tokens of 60 units (a minute's) stay exact.
     assert_eq!(
         (meter.reserve, meter.max_reserve, meter.debt),
-        (50, 400, 1000)
+        (50, 400, (((1 << 53) - 1) / 60) - 1000)
     );
+    assert!(u128::from(1000 + meter.debt) * 60 < 1 << 53);
     let paths: Vec<String> = meter.body.iter().map(|f| f.path.join("/")).collect();
     assert_eq!(
         paths,
@@ -206,4 +208,19 @@ fn a_metered_rule_takes_no_fixed_cost_nor_lease_and_its_tiers_must_hold_its_rese
     let tier = with(r#", "tiers": {"free": {"requests": 50, "per": "1m"}}"#).unwrap_err();
     assert!(tier.contains("rules[0].tiers.free:"), "{tier}");
     assert!(with(r#", "tiers": {"pro": {"requests": 5000, "per": "1m"}}"#).is_ok());
+}
+
+#[test]
+fn the_default_debt_is_the_deepest_every_tier_holds_exactly() {
+    let json = r#"{"backend": {"cluster": "b"},
+        "identity": {"plan": {"header": "x-plan", "trusted": true}},
+        "rules": [{"name": "tokens", "limit": {"requests": 1000, "per": "1m"},
+                   "tier_identity": "plan",
+                   "tiers": {"slow": {"requests": 1000, "per": "30d"}},
+                   "meter": {"header": "x-cost", "reserve": 10}}]}"#;
+    let config = load(json.as_bytes(), Build::Bridge).unwrap();
+    let meter = config.rules[0].meter.as_ref().unwrap();
+    // 30 days of 1000: 2,592,000 units a token, the tier's, not the rule's 60.
+    assert_eq!(meter.debt, ((1 << 53) - 1) / 2_592_000 - 1000);
+    assert_eq!(meter.debt, 3_474_998_712);
 }

@@ -127,13 +127,15 @@ impl RawRule {
         if self.meter.is_some() && self.cost.is_some() {
             return err(
                 format!("{field}.cost"),
-                "a metered rule's cost is what its response measures: give the meter a                  reserve instead",
+                "a metered rule's cost is what its response measures: give the meter a \
+                 reserve instead",
             );
         }
         if self.meter.is_some() && self.lease.is_some() {
             return err(
                 format!("{field}.lease"),
-                "a metered rule takes no lease: each request's reservation is settled on its                  own",
+                "a metered rule takes no lease: each request's reservation is settled on its \
+                 own",
             );
         }
         // A meter's reservations are checked against the limits once they are known.
@@ -148,7 +150,10 @@ impl RawRule {
             ));
         }
         let meter = match self.meter {
-            Some(raw) => Some(raw.validate(&format!("{field}.meter"), &limit)?),
+            Some(raw) => {
+                let tier_limits = tiers.iter().map(|(_, limit)| limit);
+                Some(raw.validate(&format!("{field}.meter"), &limit, tier_limits)?)
+            }
             None => None,
         };
         if let Some(meter) = &meter {

@@ -4,8 +4,9 @@
 //! local failure mode runs this directly.
 //!
 //! A token is `den` units and the bucket refills `num` units per millisecond, so
-//! `num / den` tokens per ms is the rate, reduced. Everything is `u128`: products of
-//! numbers below 2^64 cannot overflow.
+//! `num / den` tokens per ms is the rate, reduced. The shape is `u128`: products of
+//! numbers below 2^64 cannot overflow. A level is `i128`: a metered rule's settlement may
+//! take a bucket below 0 (a debt), and the arithmetic saturates rather than wrap.
 
 use crate::reply::RuleResult;
 
@@ -43,47 +44,57 @@ impl Shape {
     }
 }
 
-/// A bucket as stored: `units` at time `at_ms`. No stored state is a full bucket.
+/// A bucket as stored: `units` at time `at_ms` (below 0: owed). No stored state is a full
+/// bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Level {
-    pub units: u128,
+    pub units: i128,
     pub at_ms: u128,
+}
+
+/// `n` as a level, saturating.
+pub fn signed(n: u128) -> i128 {
+    i128::try_from(n).unwrap_or(i128::MAX)
 }
 
 impl Shape {
     /// The level at `now_ms`: refilled since it was stored, never above capacity, never
     /// refilled by a clock that went back.
-    pub fn level_at(&self, stored: Option<Level>, now_ms: u128) -> u128 {
-        stored.map_or(self.capacity, |l| {
-            let refill = now_ms.saturating_sub(l.at_ms).saturating_mul(self.num);
-            self.capacity.min(l.units.saturating_add(refill))
+    pub fn level_at(&self, stored: Option<Level>, now_ms: u128) -> i128 {
+        let capacity = signed(self.capacity);
+        stored.map_or(capacity, |l| {
+            let refill = signed(now_ms.saturating_sub(l.at_ms).saturating_mul(self.num));
+            capacity.min(l.units.saturating_add(refill))
         })
     }
 
     /// Whether `level` holds one check's cost.
-    pub fn admits(&self, level: u128) -> bool {
-        level >= self.cost
+    pub fn admits(&self, level: i128) -> bool {
+        level >= signed(self.cost)
     }
 
     /// Applies a check's outcome at `level`: `taken` says whether the check (all its rules)
     /// was admitted and takes its cost here. The level left, and the rule's answer (whole
-    /// tokens left, ms until full, ms until the cost is there: 0 when it was taken).
-    pub fn apply(&self, level: u128, taken: bool) -> (u128, RuleResult) {
+    /// tokens left, none while it owes; ms until full; ms until the cost is there: 0 when
+    /// it was taken).
+    pub fn apply(&self, level: i128, taken: bool) -> (i128, RuleResult) {
         let left = if taken {
-            level.saturating_sub(self.cost)
+            level.saturating_sub(signed(self.cost))
         } else {
             level
         };
+        // Distances from `left` up to a level, in units: at least 0.
+        let up_to = |to: u128| u128::try_from(signed(to).saturating_sub(left)).unwrap_or(0);
         let wait = if taken {
             0
         } else {
-            self.cost.saturating_sub(left).div_ceil(self.num)
+            up_to(self.cost).div_ceil(self.num)
         };
         let result = RuleResult {
             allowed: wait == 0,
             blocked: false,
-            remaining: saturate(left / self.den),
-            full_ms: saturate(self.capacity.saturating_sub(left).div_ceil(self.num)),
+            remaining: saturate(u128::try_from(left).unwrap_or(0) / self.den),
+            full_ms: saturate(up_to(self.capacity).div_ceil(self.num)),
             wait_ms: saturate(wait),
             leased: 0,
             owed: 0,
@@ -132,5 +143,24 @@ mod tests {
         assert_eq!(s.level_at(stored, 100 + 5_000), 10_000);
         assert_eq!(s.level_at(stored, 50), 9_000);
         assert!(s.admits(3_000) && !s.admits(2_999));
+    }
+
+    #[test]
+    fn a_bucket_in_debt_refills_towards_the_cost_and_shows_nothing_left() {
+        let s = Shape::of(10, 1, 1000, 3);
+        let owing = Some(Level {
+            units: -4_000,
+            at_ms: 0,
+        });
+        assert_eq!(s.level_at(owing, 1_000), -3_000);
+        assert!(!s.admits(-3_000));
+        let (left, r) = s.apply(-3_000, false);
+        // 6 tokens to the cost, 13 to the brim, at a token a second; none left.
+        assert_eq!(
+            (left, r.allowed, r.remaining, r.wait_ms, r.full_ms),
+            (-3_000, false, 0, 6_000, 13_000)
+        );
+        assert_eq!(s.level_at(owing, 7_000), 3_000);
+        assert!(s.admits(3_000));
     }
 }

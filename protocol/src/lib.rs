@@ -74,7 +74,7 @@ mod split;
 mod stream;
 
 pub use bounds::*;
-pub use bucket::{gcd, Level, Shape};
+pub use bucket::{gcd, signed, Level, Shape};
 pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{

@@ -64,7 +64,7 @@ pub fn stored(server: &impl Connect, key: &str) -> Option<Bucket> {
     }
     assert!(den >= 1.0, "stored den {den}");
     Some(Bucket {
-        units: units as u128,
+        units: units as i128,
         at: at as u128,
     })
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 /// A bucket's stored state: its level in units at Redis time `at` (ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
-    pub units: u128,
+    pub units: i128,
     pub at: u128,
 }
 
@@ -26,7 +26,7 @@ pub fn batch(state: &mut Buckets, checks: &[Vec<RuleSpec>], now: u128) -> Vec<Ve
 /// (`ratelimit_protocol::Shape`) applied as the script applies its own.
 pub fn check(state: &mut Buckets, rules: &[RuleSpec], now: u128) -> Vec<RuleOutcome> {
     let shape = |r: &RuleSpec| Shape::of(r.burst, r.num, r.den, r.cost);
-    let levels: Vec<u128> = rules
+    let levels: Vec<i128> = rules
         .iter()
         .map(|r| {
             let stored = state.get(&r.key).map(|b| Level {
