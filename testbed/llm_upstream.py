@@ -143,6 +143,7 @@ class LlmUpstream:
         self._served = []
         self._changed = threading.Condition()
         self._holds = {}
+        self._waiting = {}
         self._connections = set()
         self.stopping = threading.Event()
         self.server = None
@@ -203,6 +204,11 @@ class LlmUpstream:
                 raise AssertionError(f"{len(self._served)} responses served, not {count}")
             return list(self._served)
 
+    def holding(self, name):
+        """How many responses wait on `name` now (`x-test-hold`, `x-test-lockstep`)."""
+        with self._changed:
+            return self._waiting.get(name, 0)
+
     def release(self, name, count=1):
         """Lets `count` waits on `name` (`x-test-hold`, `x-test-lockstep`) end, now or when
         they come."""
@@ -215,11 +221,17 @@ class LlmUpstream:
     def _wait(self, name):
         """One wait on `name`: until a release, the server stops or HOLD_TIMEOUT passes."""
         hold, deadline = self._hold(name), time.monotonic() + HOLD_TIMEOUT
-        while not hold.acquire(timeout=0.05):
-            if self.stopping.is_set():
-                raise _Aborted
-            if time.monotonic() > deadline:
-                return
+        with self._changed:
+            self._waiting[name] = self._waiting.get(name, 0) + 1
+        try:
+            while not hold.acquire(timeout=0.05):
+                if self.stopping.is_set():
+                    raise _Aborted
+                if time.monotonic() > deadline:
+                    return
+        finally:
+            with self._changed:
+                self._waiting[name] -= 1
 
     def _record(self, served):
         with self._changed:
@@ -258,21 +270,29 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
     def read_body(self):
+        """The request's body; `_Aborted` if the client (a gateway resetting the request
+        it refused) left before its end."""
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
             parts, size = [], 0
-            while (n := int(self.rfile.readline(100).split(b";")[0], 16)) > 0:
+            while (line := self.rfile.readline(100)) and \
+                    (n := int(line.split(b";")[0], 16)) > 0:
                 size += n
                 if size > MAX_REQUEST_BODY:
                     raise ValueError("request body too large")
                 parts.append(self.rfile.read(n))
                 self.rfile.readline(10)
+            if not line or sum(map(len, parts)) < size:
+                raise _Aborted
             while self.rfile.readline(1000) not in (b"\r\n", b"\n", b""):
                 pass  # trailers
             return b"".join(parts)
         length = int(self.headers.get("content-length") or 0)
         if not 0 <= length <= MAX_REQUEST_BODY:
             raise ValueError("request body too large")
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise _Aborted
+        return body
 
     def serve(self):
         upstream = self.server.upstream
@@ -282,6 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = self.read_body()
         except ValueError as e:
             return self.refuse(400, f"unreadable request body: {e}")
+        except (_Aborted, OSError):
+            self.close_connection = True
+            return
         request = read_request(body)
         streamed = request.stream is True
         h = {k.lower(): v for k, v in self.headers.items()}

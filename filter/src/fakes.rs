@@ -151,6 +151,8 @@ pub struct FakeProxy {
     pub req: FakeRequest,
     pub shared: FakeShared,
     pub now: Cell<u64>,
+    /// Every request header the filter set, in order.
+    pub set: RefCell<Vec<(String, Vec<u8>)>>,
 }
 
 impl RequestView for FakeProxy {
@@ -189,6 +191,10 @@ impl Proxy for FakeProxy {
     fn now_ms(&self) -> u64 {
         self.now.get()
     }
+
+    fn set_request_header(&self, name: &str, value: &[u8]) {
+        self.set.borrow_mut().push((name.into(), value.to_vec()));
+    }
 }
 
 /// A GET of `/api/search` by user `alice` from 198.51.100.4, at `now` ms: the request the
@@ -202,6 +208,7 @@ pub fn alice_searching(now: u64) -> FakeProxy {
             .peer_at("198.51.100.4:1"),
         shared: FakeShared::default(),
         now: Cell::new(now),
+        set: RefCell::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use crate::decision::counters::{Counter, RuleCounts};
 use crate::decision::deny_cache::DenyCache;
 use crate::decision::lease::Leases;
 use crate::decision::local;
-use crate::decision::metered::Metering;
+use crate::decision::metered::{self, Metering};
 use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::host::Proxy;
 use crate::request::rules::{self, PlannedRule, Unplanned};
@@ -155,8 +155,18 @@ impl Admission {
         if self.planned.is_empty() {
             return Start::Skip;
         }
+        if metered::reads_body(config, &self.planned) {
+            host.set_request_header("accept-encoding", b"identity");
+        }
         self.body = body::BodyAsk::of(config, &self.planned);
         if self.body.is_some() {
+            // Its headers go upstream while its body is read: a client the worker knows
+            // is short of the least its body can ask (`PlannedRule::cost` until then) is
+            // refused first, before any upstream request.
+            if let Some(verdict) = self.cached(config, worker, host.now_ms()) {
+                self.body = None;
+                return Start::Decided(verdict);
+            }
             return Start::ReadBody;
         }
         self.proceed(config, worker, host)
@@ -281,10 +291,16 @@ impl Admission {
                     .map(|p| config.rule_name(p.rule))
                     .collect();
                 let now_ms = host.now_ms();
-                match local::admit(host, &self.planned, &names, config.local, now_ms) {
-                    Some(results) => self.decide(config, now_ms, &results),
-                    None => Verdict::Reply(response::unavailable()),
+                let Some(results) = local::admit(host, &self.planned, &names, config.local, now_ms)
+                else {
+                    return Verdict::Reply(response::unavailable());
+                };
+                let verdict = self.decide(config, now_ms, &results);
+                if verdict == Verdict::Resume {
+                    // Its metered rules are settled in the same local buckets.
+                    self.metering = Metering::reserved_locally(config, &self.planned, &results);
                 }
+                verdict
             }
         }
     }

@@ -42,6 +42,9 @@ pub enum Counter {
     Batch64Up,
     /// Tokens metered rules' responses measured (each metered rule's).
     MeteredTokens,
+    /// Metered rules whose response could not be read in full (compressed, cut short,
+    /// malformed, no usage reported): charged the rule's `max` instead.
+    Unmeasured,
     /// Settlements the backend applied (or found applied before, when a reply was lost).
     Settled,
     /// Tokens settlements took beyond what their buckets held: debt incurred.
@@ -51,7 +54,7 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 25] = [
+    pub const ALL: [Counter; 26] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
@@ -74,6 +77,7 @@ impl Counter {
         Counter::Batch32To63,
         Counter::Batch64Up,
         Counter::MeteredTokens,
+        Counter::Unmeasured,
         Counter::Settled,
         Counter::Debt,
         Counter::SettleFailures,
@@ -104,6 +108,7 @@ impl Counter {
             Counter::Batch32To63 => "ratelimit.batch_32_63",
             Counter::Batch64Up => "ratelimit.batch_64_up",
             Counter::MeteredTokens => "ratelimit.metered_tokens",
+            Counter::Unmeasured => "ratelimit.unmeasured",
             Counter::Settled => "ratelimit.settled",
             Counter::Debt => "ratelimit.debt",
             Counter::SettleFailures => "ratelimit.settle_failures",

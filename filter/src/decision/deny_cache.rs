@@ -73,12 +73,25 @@ impl Entry {
 
     /// Whether this entry decides a request of `cost` under `limit` at `now_ms`.
     fn decides(&self, limit: &Limit, cost: u64, now_ms: u64) -> bool {
-        now_ms < self.until_ms
-            && self.limit == *limit
+        self.limit == *limit
             && match self.reason {
-                Reason::Empty { cost: lacking } => cost >= lacking,
-                Reason::Blocked => true,
+                Reason::Empty { cost: lacking } => now_ms < self.until_for(cost, lacking),
+                Reason::Blocked => now_ms < self.until_ms,
             }
+    }
+
+    /// Until when the bucket that lacked `lacking` tokens (until `until_ms`) lacks `cost`:
+    /// as long, or for a cheaper request the refill of the difference less (and a ms
+    /// more, since the wait it was told was rounded up), so never past the moment Redis
+    /// would admit it.
+    fn until_for(&self, cost: u64, lacking: u64) -> u64 {
+        let Some(cheaper) = lacking.checked_sub(cost).filter(|&d| d > 0) else {
+            return self.until_ms;
+        };
+        let refill = u128::from(cheaper) * u128::from(self.limit.den);
+        let ms = refill.div_ceil(u128::from(self.limit.num.max(1))) + 1;
+        self.until_ms
+            .saturating_sub(u64::try_from(ms).unwrap_or(u64::MAX))
     }
 }
 
@@ -186,7 +199,7 @@ mod tests {
         assert!(cache.lookup("rl:r:a", &l, 5, 1_499).is_some());
         assert!(
             cache.lookup("rl:r:a", &l, 1, 1_000).is_none(),
-            "a cheaper request may pass"
+            "a cheaper request may pass: a token is 6 s of refill"
         );
         assert!(
             cache.lookup("rl:r:a", &l, 2, 1_500).is_none(),
@@ -260,5 +273,35 @@ mod tests {
         // Once time passes, expired entries make room before live ones are dropped.
         cache.insert("late", empty(1, 3_000_000), 2_000_000);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn a_cheaper_request_is_decided_while_the_bucket_lacks_even_its_cost() {
+        // 10 a minute (a token every 6 s); a request of 5 told to wait 60 s. A token is
+        // 24 s of refill less, so 1 token lacks until 36 s, less the ms of rounding.
+        let mut cache = DenyCache::new(10);
+        let l = per_minute(10);
+        let entry = Entry::new(Reason::Empty { cost: 5 }, 0, 60_000, 90_000, l);
+        cache.insert("rl:r:a", entry, 0);
+        assert!(cache.lookup("rl:r:a", &l, 1, 35_998).is_some());
+        assert!(cache.lookup("rl:r:a", &l, 1, 35_999).is_none());
+        assert!(cache.lookup("rl:r:a", &l, 4, 53_998).is_some());
+        assert!(cache.lookup("rl:r:a", &l, 4, 53_999).is_none());
+        assert!(cache.lookup("rl:r:a", &l, 5, 59_999).is_some());
+        // The bucket's arithmetic agrees: the level that waits 60 s for 5 tokens (5 owed)
+        // holds 1 token at 36 s, not before.
+        let owing = Some(ratelimit_protocol::Level {
+            units: -5 * i128::from(l.den),
+            at_ms: 0,
+        });
+        let shape = |cost| ratelimit_protocol::Shape::of(10, l.num, l.den, cost);
+        assert_eq!(
+            shape(5).apply(shape(5).level_at(owing, 0), false).1.wait_ms,
+            60_000
+        );
+        let one = shape(1);
+        assert!(
+            !one.admits(one.level_at(owing, 35_999)) && one.admits(one.level_at(owing, 36_000))
+        );
     }
 }

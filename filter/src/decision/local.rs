@@ -16,13 +16,17 @@
 //! other clients are refused; more buckets make it harder. The first use of a bucket by
 //! two workers at the same instant may lose one take (shared data has no create-if-absent),
 //! admitting one extra request once.
+//!
+//! A metered rule admitted here is settled here too (`settle`): what its response cost
+//! beyond its reservation is taken from the same bucket, below 0 if need be, as Redis would.
 
 use crate::host::SharedData;
 use crate::request::rules::PlannedRule;
 use crate::wire::RuleResult;
 use ratelimit_config::digest;
+use ratelimit_config::limit::Limit;
 use ratelimit_config::options::LocalOptions;
-use ratelimit_protocol::{Level, Shape};
+use ratelimit_protocol::{signed, Level, Shape};
 
 /// Compare-and-swap attempts before giving up on a contended bucket.
 const CAS_ATTEMPTS: usize = 8;
@@ -30,9 +34,10 @@ const CAS_ATTEMPTS: usize = 8;
 /// so the local buckets stay in exact integers like Redis's.
 const SHARE_SCALE: u64 = 1_000_000;
 
-/// A bucket as stored in shared data: its level in units (16 bytes) at `at_ms` (8 bytes).
+/// A bucket as stored in shared data: its level in units (16 bytes, signed: a bucket may
+/// owe) at `at_ms` (8 bytes).
 fn decode(bytes: &[u8]) -> Option<Level> {
-    let units = u128::from_le_bytes(bytes.get(..16)?.try_into().ok()?);
+    let units = i128::from_le_bytes(bytes.get(..16)?.try_into().ok()?);
     let at_ms = u64::from_le_bytes(bytes.get(16..24)?.try_into().ok()?);
     Some(Level {
         units,
@@ -40,24 +45,33 @@ fn decode(bytes: &[u8]) -> Option<Level> {
     })
 }
 
-fn encode(units: u128, now_ms: u64) -> [u8; 24] {
+fn encode(units: i128, now_ms: u64) -> [u8; 24] {
     let mut out = [0u8; 24];
     out[..16].copy_from_slice(&units.to_le_bytes());
     out[16..].copy_from_slice(&now_ms.to_le_bytes());
     out
 }
 
+/// One rule's local bucket, as a check of `cost` tokens sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket<'a> {
+    pub rule_name: &'a str,
+    /// The rule's bucket key in Redis, hashed into one of the local buckets.
+    pub key: &'a str,
+    pub limit: &'a Limit,
+    pub cost: u64,
+}
+
 /// The local share (`p / SHARE_SCALE`) of one rule's bucket, in units of 1/(den x
 /// SHARE_SCALE) tokens: `p / SHARE_SCALE` of its capacity and of its refill, but never
 /// less than one request's cost, or a small share would lock everyone out.
-fn scaled(rule: &PlannedRule, share: f64) -> Shape {
-    let l = &rule.limit;
+fn scaled(limit: &Limit, cost: u64, share: f64) -> Shape {
     let p = u128::from(((share * SHARE_SCALE as f64).round() as u64).clamp(1, SHARE_SCALE));
-    let den = u128::from(l.den) * u128::from(SHARE_SCALE);
-    let cost = u128::from(rule.cost) * den;
+    let den = u128::from(limit.den) * u128::from(SHARE_SCALE);
+    let cost = u128::from(cost) * den;
     Shape {
-        capacity: (u128::from(l.burst) * u128::from(l.den) * p).max(cost),
-        num: u128::from(l.num) * p,
+        capacity: (u128::from(limit.burst) * u128::from(limit.den) * p).max(cost),
+        num: u128::from(limit.num) * p,
         den,
         cost,
     }
@@ -69,7 +83,7 @@ fn slot_key(rule_name: &str, bucket_key: &str, buckets: u64) -> String {
 }
 
 /// A bucket's level now and its version; an absent or unreadable entry is a full bucket.
-fn level(store: &impl SharedData, key: &str, s: &Shape, now_ms: u64) -> (u128, u32) {
+fn level(store: &impl SharedData, key: &str, s: &Shape, now_ms: u64) -> (i128, u32) {
     let (stored, cas) = store
         .get(key)
         .map_or((None, 0), |(bytes, cas)| (decode(&bytes), cas));
@@ -91,8 +105,10 @@ pub fn admit(
         .zip(rule_names)
         .map(|(p, name)| slot_key(name, &p.key, options.buckets))
         .collect();
-    let shapes: Vec<Shape> = planned.iter().map(|p| scaled(p, options.share)).collect();
-    let mut levels: Vec<u128> = keys
+    let shapes: Vec<Shape> = (planned.iter())
+        .map(|p| scaled(&p.limit, p.cost, options.share))
+        .collect();
+    let mut levels: Vec<i128> = keys
         .iter()
         .zip(&shapes)
         .map(|(k, s)| level(store, k, s, now_ms).0)
@@ -109,6 +125,39 @@ pub fn admit(
     Some(results)
 }
 
+/// Settles a metered rule this gateway admitted: takes `delta` tokens more from `bucket`
+/// (below 0: gives them back, up to its capacity), past 0 down to `debt` tokens owed
+/// (never raising a bucket already below that). The tokens it lent: taken beyond what the
+/// bucket held. A bucket that stayed contended is not settled (logged).
+pub fn settle(
+    store: &impl SharedData,
+    bucket: &Bucket<'_>,
+    delta: i64,
+    debt: u64,
+    options: LocalOptions,
+    now_ms: u64,
+) -> u64 {
+    let s = scaled(bucket.limit, bucket.cost, options.share);
+    let key = slot_key(bucket.rule_name, bucket.key, options.buckets);
+    let den = signed(s.den);
+    let change = i128::from(delta).saturating_mul(den);
+    let lowest = signed(u128::from(debt).saturating_mul(s.den)).saturating_neg();
+    let settled = |before: i128| {
+        let after = before.saturating_sub(change).min(signed(s.capacity));
+        match change > 0 {
+            true => after.max(lowest).min(before),
+            false => after,
+        }
+    };
+    let Some(Ok(before)) = update(store, &key, &s, now_ms, |before| Some(settled(before))) else {
+        log::debug!("local bucket {key} contended: a settlement of {delta} is lost");
+        return 0;
+    };
+    let owed = |level: i128| level.min(0).saturating_neg();
+    let lent = owed(settled(before)) - owed(before);
+    u64::try_from(lent.max(0) / den.max(1)).unwrap_or(u64::MAX)
+}
+
 /// Takes each bucket's cost in turn; `levels` get the level each take found. If a bucket
 /// is short by now (another worker took since the first look), what was taken goes back
 /// and the check is denied (`false`). `None`: a bucket stayed contended (what was taken
@@ -117,7 +166,7 @@ fn take_all(
     store: &impl SharedData,
     keys: &[String],
     shapes: &[Shape],
-    levels: &mut [u128],
+    levels: &mut [i128],
     now_ms: u64,
 ) -> Option<bool> {
     for (i, (key, s)) in keys.iter().zip(shapes).enumerate() {
@@ -141,7 +190,7 @@ fn take_all(
         };
         for (key, s) in keys.iter().zip(shapes).take(i) {
             let restored = update(store, key, s, now_ms, |level| {
-                Some(level.saturating_add(s.cost).min(s.capacity))
+                Some(level.saturating_add(signed(s.cost)).min(signed(s.capacity)))
             });
             if restored.is_none() {
                 log::debug!("local bucket {key} contended: a taken token is lost");
@@ -160,8 +209,8 @@ fn update(
     key: &str,
     s: &Shape,
     now_ms: u64,
-    change: impl Fn(u128) -> Option<u128>,
-) -> Option<Result<u128, u128>> {
+    change: impl Fn(i128) -> Option<i128>,
+) -> Option<Result<i128, i128>> {
     for _ in 0..CAS_ATTEMPTS {
         let (found, cas) = level(store, key, s, now_ms);
         let Some(changed) = change(found) else {

@@ -1,15 +1,23 @@
 //! Metered rules after their check: what an admitted request reserved, what its response
-//! measured, and the settlement line that corrects the one by the other.
+//! measured, and the settlement that charges the one by the other.
 //!
 //! A metered rule's check took a reservation (`PlannedRule::cost`, from the rule's `meter`).
 //! While the response passes, each metered rule reads its cost: a response header, or the
 //! weighted fields of the body (`metering::UsageReader`). When the response ends, the
-//! difference goes back to Redis as one settlement of all the request's metered rules:
-//! unused tokens back, extra usage taken past 0 down to the meter's debt bound. A rule
-//! that measured nothing usable (no usage in the body, a poisoned field, a response cut
-//! before its usage) keeps its reservation: a client never pays less than it reserved
-//! for a response that said nothing, and never more than its burst and debt.
+//! difference goes back as one settlement of all the request's metered rules: unused
+//! tokens back, extra usage taken past 0, in full (a debt the refill repays).
+//!
+//! **A client never pays less than it consumed.** A response the meter reads in full is
+//! charged exactly what it reported. One it cannot (compressed, cut short by either side,
+//! malformed, poisoned, a key on a usage path given twice, or a success that reports no
+//! usage at all, as an OpenAI stream that did not ask for it) is charged as if it used the
+//! most it could: the rule's `max`, or more where what it showed proves more. A client's
+//! choice of encoding, streaming options or timing cannot lower its bill. A response that
+//! is not a success (no 2xx) and reports nothing keeps its reservation: the upstream did
+//! no work a client could have chosen.
 
+use crate::decision::local;
+use crate::host::SharedData;
 use crate::metering::{BodyFormat, UsageReader};
 use crate::request::rules::PlannedRule;
 use crate::wire::RuleResult;
@@ -39,18 +47,29 @@ struct Reserved {
 #[derive(Debug)]
 pub struct Metering {
     rules: Vec<Reserved>,
+    /// Admitted by this gateway's own buckets (`failure_mode: "local"`), which settle it.
+    local: bool,
+    /// The response is a success (2xx): it may have consumed what its client asked for.
+    succeeded: bool,
+    /// The response's body reached its end (neither side cut it short).
+    ended: bool,
 }
 
 /// What a response measured, and the line that settles it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Settlement {
-    /// The settlement's line (`= ID rules`), `None` when no rule's measure differs from
-    /// its reservation.
+    /// The settlement's line (`= ID rules`), `None` when no rule's charge differs from its
+    /// reservation, or when the local buckets were settled instead.
     pub line: Option<String>,
     /// Its number of rules.
     pub rules: usize,
-    /// Tokens measured, over the metered rules that measured something.
+    /// Tokens measured exactly, over the metered rules whose response was read in full.
     pub measured: u64,
+    /// Metered rules whose response could not be read in full, charged the fallback.
+    pub unmeasured: u64,
+    /// Local buckets settled (`failure_mode: "local"`), and the tokens they lent.
+    pub settled_locally: u64,
+    pub borrowed_locally: u64,
 }
 
 impl Metering {
@@ -77,18 +96,41 @@ impl Metering {
                 reader: None,
             })
             .collect();
-        (!rules.is_empty()).then_some(Metering { rules })
+        let metering = Metering {
+            rules,
+            local: false,
+            succeeded: false,
+            ended: false,
+        };
+        (!metering.rules.is_empty()).then_some(metering)
     }
 
-    /// The response's headers: `header` reads one by name. Each rule takes its cost from
-    /// its meter's header if the response has it, else prepares to read the body (of
-    /// `content_type`). Whether the body must be read.
+    /// As `reserved`, for a check this gateway's own buckets admitted
+    /// (`failure_mode: "local"`): its settlement goes to them, not to the backend.
+    pub fn reserved_locally(
+        config: &Config,
+        planned: &[PlannedRule],
+        results: &[RuleResult],
+    ) -> Option<Metering> {
+        let mut metering = Metering::reserved(config, planned, results)?;
+        metering.local = true;
+        Some(metering)
+    }
+
+    /// The response's headers: `header` reads one by name (`:status` too). Each rule takes
+    /// its cost from its meter's header if the response has it, else prepares to read the
+    /// body (of `content_type`, in the identity coding only). Whether the body must be
+    /// read.
     pub fn response_headers(
         &mut self,
         config: &Config,
         header: impl Fn(&str) -> Option<Vec<u8>>,
     ) -> bool {
-        let format = header("content-type").and_then(|t| body_format(&t));
+        self.succeeded = header(":status").is_some_and(|s| s.len() == 3 && s.starts_with(b"2"));
+        let plain = header("content-encoding").is_none_or(|e| is_identity(&e));
+        let format = header("content-type")
+            .and_then(|t| body_format(&t))
+            .filter(|_| plain);
         for r in &mut self.rules {
             let Some(meter) = meter_of(config, r.rule) else {
                 continue;
@@ -115,31 +157,73 @@ impl Metering {
         }
     }
 
-    /// Ends the response (whole or cut short): the settlement of what it measured, as
-    /// settlement `id` (`valid_settlement_id`).
-    pub fn settle(mut self, config: &Config, id: &str) -> Settlement {
+    /// The response's body reached its end: what was read of it is all there was.
+    pub fn ended(&mut self) {
+        self.ended = true;
+    }
+
+    /// Ends the response (whole, or cut short if `ended` was not called): the settlement
+    /// of what it measured, as settlement `id` (`valid_settlement_id`); a local one is
+    /// applied to `store`'s buckets at `now_ms` at once.
+    pub fn settle(
+        mut self,
+        config: &Config,
+        id: &str,
+        store: &impl SharedData,
+        now_ms: u64,
+    ) -> Settlement {
         let mut out = Settlement {
             line: None,
             rules: 0,
             measured: 0,
+            unmeasured: 0,
+            settled_locally: 0,
+            borrowed_locally: 0,
         };
         let mut line = String::new();
+        let (succeeded, ended) = (self.succeeded, self.ended);
         for r in &mut self.rules {
             let Some(meter) = meter_of(config, r.rule) else {
                 continue;
             };
-            let Some(measured) = measure(meter, r) else {
-                continue;
+            let charge = match measure(meter, r, ended) {
+                Measure::Exact(cost) => {
+                    out.measured = out.measured.saturating_add(cost);
+                    cost
+                }
+                Measure::Unread { shown } => {
+                    out.unmeasured += 1;
+                    // The most it could have used: the rule's max (never less than what
+                    // the client's own reservation said), or what it showed.
+                    let floor = if succeeded {
+                        meter.max_reserve
+                    } else {
+                        r.reserved
+                    };
+                    floor.max(r.reserved).max(shown)
+                }
             };
-            out.measured = out.measured.saturating_add(measured);
             // At most the burst and the debt more: the bridge's bound, and all it can take.
             let most = r.limit.burst.saturating_add(meter.debt);
             let delta =
-                i128::from(measured.min(r.reserved.saturating_add(most))) - i128::from(r.reserved);
+                i128::from(charge.min(r.reserved.saturating_add(most))) - i128::from(r.reserved);
             let Ok(delta) = i64::try_from(delta) else {
                 continue;
             };
             if delta == 0 {
+                continue;
+            }
+            if self.local {
+                let name = config.rule_name(r.rule);
+                let bucket = local::Bucket {
+                    rule_name: name,
+                    key: &r.key,
+                    limit: &r.limit,
+                    cost: r.reserved,
+                };
+                let lent = local::settle(store, &bucket, delta, meter.debt, config.local, now_ms);
+                out.settled_locally += 1;
+                out.borrowed_locally = out.borrowed_locally.saturating_add(lent);
                 continue;
             }
             if line.is_empty() {
@@ -172,22 +256,56 @@ impl Metering {
     }
 }
 
+/// Whether a request of `planned` rules must ask its upstream for a response in the
+/// identity coding (`Accept-Encoding: identity`): a metered rule reads the response's
+/// body, which the meter reads only uncompressed. A client's own `Accept-Encoding` still
+/// reaches a compressor that runs before this filter (Envoy's, on the way back).
+pub fn reads_body(config: &Config, planned: &[PlannedRule]) -> bool {
+    planned
+        .iter()
+        .any(|p| meter_of(config, p.rule).is_some_and(|m| !m.body.is_empty()))
+}
+
 fn meter_of(config: &Config, rule: usize) -> Option<&MeterPolicy> {
     config.rules.get(rule)?.meter.as_ref()
 }
 
-/// What rule `r`'s response measured: its header's cost, else its body's fields' (none
-/// seen, one poisoned, or a JSON body cut short or malformed: nothing).
-fn measure(meter: &MeterPolicy, r: &mut Reserved) -> Option<u64> {
+/// What a response measured for one rule.
+#[derive(Debug, PartialEq, Eq)]
+enum Measure {
+    /// Read in full: what it cost.
+    Exact(u64),
+    /// Not read in full (or nothing reported): `shown` is what the counts it did show
+    /// prove at least (its positive fields at their largest).
+    Unread { shown: u64 },
+}
+
+/// What rule `r`'s response measured: its header's cost, else its body's fields' if the
+/// body was read to its end, trusted, and reported some.
+fn measure(meter: &MeterPolicy, r: &mut Reserved, ended: bool) -> Measure {
     if let Some(cost) = r.from_header {
-        return Some(cost);
+        return Measure::Exact(cost);
     }
-    let reader = r.reader.as_mut()?;
+    let Some(reader) = r.reader.as_mut() else {
+        return Measure::Unread { shown: 0 };
+    };
     reader.finish();
-    if reader.poisoned() || !reader.whole() {
-        return None;
+    let exact = (ended && reader.trusted())
+        .then(|| meter.cost_of(reader.values()))
+        .flatten();
+    match exact {
+        Some(cost) => Measure::Exact(cost),
+        None => Measure::Unread {
+            shown: meter.at_least(reader.largest()),
+        },
     }
-    meter.cost_of(reader.values())
+}
+
+/// Whether a `Content-Encoding` leaves the body as it is: `identity`, or nothing.
+pub(crate) fn is_identity(encoding: &[u8]) -> bool {
+    encoding.split(|&b| b == b',').all(|coding| {
+        coding.trim_ascii().is_empty() || coding.trim_ascii().eq_ignore_ascii_case(b"identity")
+    })
 }
 
 /// How a body of `content_type` carries its JSON, if it does.

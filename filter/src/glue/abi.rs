@@ -35,6 +35,13 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> Status;
+    fn proxy_replace_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> Status;
     fn proxy_get_property(
         path_data: *const u8,
         path_size: usize,
@@ -170,6 +177,21 @@ pub fn add_response_header(name: &str, value: &[u8]) -> Result<(), Status> {
     let status = unsafe {
         proxy_add_header_map_value(
             MapType::HttpResponseHeaders,
+            name.as_ptr(),
+            name.len(),
+            value.as_ptr(),
+            value.len(),
+        )
+    };
+    ok(status)
+}
+
+/// Sets a request header on its way upstream, replacing any copies of it.
+pub fn replace_request_header(name: &str, value: &[u8]) -> Result<(), Status> {
+    // SAFETY: the pointers and lengths describe `name` and `value`, alive across the call.
+    let status = unsafe {
+        proxy_replace_header_map_value(
+            MapType::HttpRequestHeaders,
             name.as_ptr(),
             name.len(),
             value.as_ptr(),

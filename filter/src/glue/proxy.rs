@@ -61,6 +61,12 @@ impl Proxy for ProxyHost {
     fn now_ms(&self) -> u64 {
         abi::now_ms()
     }
+
+    fn set_request_header(&self, name: &str, value: &[u8]) {
+        if let Err(status) = abi::replace_request_header(name, value) {
+            log::warn!("could not set request header {name} ({status:?})");
+        }
+    }
 }
 
 /// The reply to the callout being answered: HTTP status (`None` for a reset or a timeout

@@ -80,6 +80,15 @@ impl HttpContext for Request {
         self.tell(|d, id, host, link| d.response_body(id, &chunk, end_of_stream, host, link));
         Action::Continue
     }
+
+    /// Trailers end a metered response's body as much as its last chunk would.
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        if self.metered {
+            self.metered = false;
+            self.tell(|d, id, host, link| d.response_body(id, &[], true, host, link));
+        }
+        Action::Continue
+    }
 }
 
 impl Request {

@@ -61,4 +61,9 @@ pub trait SharedData {
 pub trait Proxy: RequestView + SharedData {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+    /// Sets request header `name` (lower case) to `value` before it goes upstream,
+    /// replacing every copy: the one change the filter makes to a request (a metered
+    /// rule asks for a response its meter can read). Only while the request's headers are
+    /// being seen; a host error is logged and the request goes on as it was.
+    fn set_request_header(&self, name: &str, value: &[u8]);
 }

@@ -129,10 +129,15 @@ pub fn plan(
             rule: index,
             key: bucket_key(&config.key_prefix, &rule.name, key_values),
             limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
+            // A reservation read from the body is known once the body has ended; until
+            // then, the least it can be (what the deny cache may refuse a request for).
             cost: rule
                 .meter
                 .as_ref()
-                .map_or(rule.cost, |m| reservation(m, req, None)),
+                .map_or(rule.cost, |m| match m.reserve_body.is_empty() {
+                    true => reservation(m, req, Asked::Nothing),
+                    false => reservation(m, req, Asked::Count(1)),
+                }),
             lease: 0,
             block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
             shadow: rule.shadow,
@@ -141,11 +146,30 @@ pub fn plan(
     Ok(planned)
 }
 
+/// What a request's body asks a metered rule to reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// Nothing: no body, no field, `null`.
+    Nothing,
+    /// The largest count its fields hold.
+    Count(u64),
+    /// A body the upstream may read otherwise than the filter can (a number in another
+    /// form, a repeated key, a byte order mark, another charset, a compressed body,
+    /// malformed JSON): it may ask for anything.
+    Unreadable,
+}
+
 /// What a request of a metered rule reserves: the largest it asks, in the meter's reserve
 /// header or (`body`, once read) in its body's reserve fields, at most the meter's
-/// `max_reserve`; the meter's `reserve` when it asks nothing readable (a client that
-/// writes garbage reserves what one that writes nothing does).
-pub fn reservation(meter: &MeterPolicy, req: &impl RequestView, body: Option<u64>) -> u64 {
+/// `max_reserve`; the meter's `reserve` when it asks nothing readable in the header and
+/// nothing in the body (a header of garbage reserves what none does); `max_reserve` when
+/// its body cannot be read as the upstream reads it.
+pub fn reservation(meter: &MeterPolicy, req: &impl RequestView, body: Asked) -> u64 {
+    let body = match body {
+        Asked::Unreadable => return meter.max_reserve,
+        Asked::Count(n) => Some(n),
+        Asked::Nothing => None,
+    };
     let asked = meter
         .reserve_header
         .as_deref()

@@ -257,7 +257,10 @@ fn a_metered_response_settles_once_and_its_settlement_goes_again_with_its_id_whe
     let (id, line) = link.sent[1].clone();
     let (mark, rest) = line.split_at(2);
     let (wire_id, rule) = rest.split_once(' ').unwrap();
-    assert_eq!((mark, rule), ("= ", "rl:tokens:alice,1000,1,60,120,1000\n"));
+    // 120 more, owed as deep as need be: the meter's debt is the deepest exact one.
+    let debt = ratelimit_config::meter::deepest_debt(&crate::fakes::limit(1000, 1, 60));
+    let expected = format!("rl:tokens:alice,1000,1,60,120,{debt}\n");
+    assert_eq!((mark, rule), ("= ", expected.as_str()));
     // The reply is lost (the stream closed): on a later tick it goes again, same id.
     d.stream_closed(101, 14, &host, &mut link);
     host.now.set(1_000_000 + settlements::RETRY_MS);

@@ -1,12 +1,14 @@
 //! A reservation the request's JSON body asks for (an LLM request's `max_tokens` or
 //! `max_completion_tokens`): the body, which the host holds back meanwhile, is read
 //! through the same fixed-memory reader as a response's usage, and what its fields hold
-//! becomes the planned rules' costs once it has ended.
+//! becomes the planned rules' costs once it has ended. A body the upstream may read
+//! otherwise (`rules::Asked::Unreadable`) reserves the rule's `max`.
 
 use super::{Admission, Start, Worker};
+use crate::decision::metered::is_identity;
 use crate::host::Proxy;
 use crate::metering::{BodyFormat, UsageReader};
-use crate::request::rules::{self, PlannedRule};
+use crate::request::rules::{self, Asked, PlannedRule};
 use ratelimit_config::config::Config;
 
 /// The reserve fields of every planned rule that has them, read in one pass.
@@ -38,19 +40,22 @@ impl BodyAsk {
         Some(BodyAsk { fields, reader })
     }
 
-    /// The largest count the body held at any of `wanted`; `None` if it held none, or held
-    /// something else than a whole number at a field read (a string, a fraction, a
-    /// negative number, one above `MAX_COUNT`): such a body asks nothing readable.
-    fn asked(&self, wanted: &[Vec<String>]) -> Option<u64> {
-        if self.reader.poisoned() {
-            return None;
+    /// The largest count the body held at any of `wanted`. Unreadable unless the whole
+    /// body was read as the upstream's JSON parser reads it: well formed, no key on a path
+    /// twice, every field read a whole number written as one (a string, a fraction, an
+    /// exponent, a negative number or one above `MAX_COUNT` may be read as a count by a
+    /// lenient parser: pydantic reads `"900"`, `900.0` and `9e2` as 900).
+    fn asked(&self, wanted: &[Vec<String>]) -> Asked {
+        if !self.reader.trusted() {
+            return Asked::Unreadable;
         }
         let values = self.reader.values();
         let at = |field: &Vec<String>| self.fields.iter().position(|f| f == field);
-        wanted
+        let most = wanted
             .iter()
             .filter_map(|field| *values.get(at(field)?)?)
-            .max()
+            .max();
+        most.map_or(Asked::Nothing, Asked::Count)
     }
 }
 
@@ -68,13 +73,19 @@ impl Admission {
     pub fn body_ended(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         if let Some(mut ask) = self.body.take() {
             ask.reader.finish();
+            // A compressed body cannot be read at all.
+            let plain = host.header("content-encoding").is_none_or(is_identity);
             for planned in &mut self.planned {
                 let meter = config
                     .rules
                     .get(planned.rule)
                     .and_then(|r| r.meter.as_ref());
                 if let Some(meter) = meter.filter(|m| !m.reserve_body.is_empty()) {
-                    planned.cost = rules::reservation(meter, host, ask.asked(&meter.reserve_body));
+                    let asked = match plain {
+                        true => ask.asked(&meter.reserve_body),
+                        false => Asked::Unreadable,
+                    };
+                    planned.cost = rules::reservation(meter, host, asked);
                 }
             }
         }

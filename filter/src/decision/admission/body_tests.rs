@@ -58,29 +58,17 @@ fn a_body_split_anywhere_reserves_the_largest_of_its_fields_bounded() {
         500,
         "at most max"
     );
-    // A later duplicate replaces the earlier, as the upstream's parser reads it.
-    assert_eq!(
-        reserved(&[], &[r#"{"max_tokens": 400, "max_tokens": 20}"#]).0,
-        20
-    );
 }
 
 #[test]
-fn a_body_asking_nothing_readable_reserves_the_default_or_what_the_header_asks() {
+fn a_body_asking_nothing_reserves_the_default_or_what_the_header_asks() {
     for body in [
-        "",
         "{}",
+        " {\"model\": \"m\"}\n",
         r#"{"max_tokens": null}"#,
-        r#"{"max_tokens": "400"}"#,
-        r#"{"max_tokens": -400}"#,
-        r#"{"max_tokens": 400.5}"#,
-        r#"{"max_tokens": 4e2}"#,
-        r#"{"max_tokens": 1000000000000000000000000000000}"#,
         r#"{"max_tokens": 0}"#,
-        r#"{"max_tokens": [400]}"#,
-        r#"{"max_tokens": 400, "max_completion_tokens": "x"}"#,
-        "not json at all",
-        &"[".repeat(100_000),
+        r#"[{"max_tokens": 400}]"#,
+        r#"{"messages": [{"max_tokens": 400}]}"#,
     ] {
         assert_eq!(reserved(&[], &[body]).0, 100, "{body:.40}");
         assert_eq!(
@@ -97,6 +85,68 @@ fn a_body_asking_nothing_readable_reserves_the_default_or_what_the_header_asks()
     assert_eq!(
         reserved(&[("x-max-tokens", "90")], &[r#"{"max_tokens": 70}"#]).0,
         90
+    );
+}
+
+#[test]
+fn a_body_the_upstream_may_read_otherwise_reserves_the_max() {
+    // Each of these the upstream (Python's json, pydantic's lax mode) reads as asking
+    // something, or as asking 400 where the filter would read another count.
+    for body in [
+        "",
+        r#"{"max_tokens": "400"}"#,
+        r#"{"max_tokens": -400}"#,
+        r#"{"max_tokens": 400.5}"#,
+        r#"{"max_tokens": 4e2}"#,
+        r#"{"max_tokens": 400.0}"#,
+        r#"{"max_tokens": true}"#,
+        r#"{"max_tokens": 1000000000000000000000000000000}"#,
+        r#"{"max_tokens": [400]}"#,
+        r#"{"max_tokens": 400, "max_completion_tokens": "x"}"#,
+        r#"{"max_tokens": 400, "max_tokens": 20}"#,
+        r#"{"max_tokens": 20, "max_tokens": null}"#,
+        r#"{"max_tokens": 1, "x": NaN, "max_tokens": 400}"#,
+        r#"{"max_tokens": 1, "x": -Infinity}"#,
+        "\u{feff}{\"max_tokens\": 400}",
+        "{\"max_tokens\": 400} {\"max_tokens\": 1}",
+        r#"{"max_tokens": 400,}"#,
+        "not json at all",
+        &"[".repeat(100_000),
+    ] {
+        for header in [None, Some("321")] {
+            let headers: Vec<(&str, &str)> =
+                header.map(|h| ("x-max-tokens", h)).into_iter().collect();
+            assert_eq!(reserved(&headers, &[body]).0, 500, "{body:.40} {header:?}");
+        }
+    }
+    // UTF-16, as Python's json detects it.
+    let utf16: Vec<u8> = "\u{feff}{\"max_tokens\": 400}"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let config = config();
+    let host = fakes::host();
+    let mut worker = Worker::new(&config);
+    let mut admission = Admission::default();
+    assert_eq!(
+        admission.start(&config, &mut worker, &host),
+        Start::ReadBody
+    );
+    admission.request_body(&utf16);
+    admission.body_ended(&config, &mut worker, &host);
+    assert_eq!(admission.planned[0].cost, 500);
+    // A compressed body cannot be read at all, whatever it holds.
+    assert_eq!(
+        reserved(&[("content-encoding", "gzip")], &[r#"{"max_tokens": 7}"#]).0,
+        500
+    );
+    assert_eq!(
+        reserved(
+            &[("content-encoding", "identity")],
+            &[r#"{"max_tokens": 7}"#]
+        )
+        .0,
+        7
     );
 }
 

@@ -56,14 +56,17 @@ impl Dispatcher {
     ) {
         if let Some((_, metering)) = self.metering.get_mut(&context_id) {
             metering.body(chunk);
+            if end {
+                metering.ended();
+            }
         }
         if end {
             self.end_metering(context_id, host, link);
         }
     }
 
-    /// Request `context_id`'s response ended, or the request did: what it measured is
-    /// settled (a rule that measured nothing keeps its reservation).
+    /// Request `context_id`'s response ended, or the request did (its response cut short,
+    /// unless its end came first): what it measured is settled (`Metering::settle`).
     pub(super) fn end_metering(
         &mut self,
         context_id: u32,
@@ -77,9 +80,15 @@ impl Dispatcher {
         let Some(config) = self.config_of(generation) else {
             return;
         };
-        let settlement = metering.settle(config, &id);
+        let settlement = metering.settle(config, &id, host, host.now_ms());
         self.counters
             .add(Counter::MeteredTokens, settlement.measured);
+        self.counters
+            .add(Counter::Unmeasured, settlement.unmeasured);
+        self.counters
+            .add(Counter::Settled, settlement.settled_locally);
+        self.counters
+            .add(Counter::Debt, settlement.borrowed_locally);
         if let Some(line) = settlement.line {
             let given_up = self
                 .settlements
