@@ -189,7 +189,7 @@ bench-smoke: bench-build
 ## fuzz: each fuzz target (fuzz/) for FUZZ_SECONDS (60) seconds: executions run, findings
 ## fuzz-smoke: each fuzz target for FUZZ_SMOKE_SECONDS (5) seconds, failing on any finding
 .PHONY: fuzz fuzz-smoke fuzz-build
-FUZZ_TARGETS := config identity jwt path request reply redis_reply stream bridge_frames usage
+FUZZ_TARGETS := config identity jwt path request reply redis_reply stream bridge_frames usage settle
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 5
 FUZZ_HOST = $(shell rustc -vV | sed -n 's/^host: //p')

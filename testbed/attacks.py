@@ -1,5 +1,6 @@
-"""Attackers of the bridge, as the security review ran them, for the end-to-end tests and
-the soak: HTTP/2 peers that hold connections and never read what the bridge sends them.
+"""Attackers of the bridge, as the security reviews ran them, for the end-to-end tests and
+the soak: HTTP/2 peers that hold connections and never read what the bridge sends them,
+and a metered client that tries every way of paying less than it consumes (`Metering`).
 
 `Unreading` opens connections that grant the bridge no window (SETTINGS_INITIAL_WINDOW_SIZE
 = 0), so no answer's body can ever reach them, while acknowledging SETTINGS and PINGs so
@@ -16,6 +17,7 @@ import selectors
 import socket
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import h2.config
 import h2.connection
@@ -23,6 +25,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from .client import stream
 from .stack import Background
 
 GRPC_PATH = "/ratelimit.v1.Bridge/Check"
@@ -185,6 +188,74 @@ class FreshClients(Background):
         for conn in conns:
             if conn is not None:
                 conn.close()
+
+
+class MeteringAbuser(Background):
+    """A client of a metered rule (its API key `key`) trying, one round after another on
+    the gateways `ports`, every way of paying less than it consumes that the fourth review
+    found (issue 38): accepting gzip, a stream that did not ask for its usage, closing
+    before the usage event, a body the upstream reads otherwise than the filter (`NaN`,
+    a repeated key), and `parallel` requests at once each reserving 1 token. Every
+    response costs the upstream `PROMPT` + `COMPLETION` tokens (a parallel one `PARALLEL`
+    prompt tokens and 1 completion token). Counts its answers by kind."""
+
+    PROMPT, COMPLETION, PARALLEL = 200, 100, 1000
+    KINDS = ("gzip", "silent stream", "early close", "hostile body", "parallel")
+
+    def __init__(self, ports, path, key, parallel=8, every_s=0.25):
+        self.ports, self.path, self.key = ports, path, key
+        self.parallel, self.every_s = parallel, every_s
+        self.statuses = {kind: {} for kind in self.KINDS}
+        super().__init__()
+
+    def send(self, kind, n):
+        usage = {"x-api-key": self.key, "x-test-prompt-tokens": str(self.PROMPT),
+                 "x-test-completion-tokens": str(self.COMPLETION)}
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        port, on_chunk, body = self.ports[n % len(self.ports)], None, chat
+        if kind == "gzip":
+            usage["accept-encoding"] = "gzip"
+        elif kind == "silent stream":
+            body = {**chat, "stream": True}
+        elif kind == "early close":
+            body = {**chat, "stream": True, "stream_options": {"include_usage": True}}
+            usage.update({"x-test-chunks": "3", "x-test-chunk-delay-ms": "20"})
+            seen = bytearray()
+
+            def on_chunk(_, data):
+                seen.extend(data)
+                return seen.count(b"data: ") < 3
+        elif kind == "hostile body":
+            body = b'{"model": "m", "max_tokens": 1, "x": NaN, "max_tokens": %d}' % self.COMPLETION
+        else:
+            body = {**chat, "max_tokens": 1}
+            usage["x-test-prompt-tokens"] = str(self.PARALLEL)
+        try:
+            return stream(port, self.path, body, usage, timeout=10, on_chunk=on_chunk).status
+        except (OSError, http.client.HTTPException):
+            return 0
+
+    def count(self, kind, status):
+        counts = self.statuses[kind]
+        counts[status] = counts.get(status, 0) + 1
+
+    def run(self):
+        with ThreadPoolExecutor(self.parallel) as pool:
+            for n in itertools.count():
+                kind = self.KINDS[n % len(self.KINDS)]
+                if kind == "parallel":
+                    futures = [pool.submit(self.send, kind, n + i) for i in range(self.parallel)]
+                    for f in futures:
+                        self.count(kind, f.result())
+                else:
+                    self.count(kind, self.send(kind, n))
+                if self.stopping.wait(self.every_s):
+                    break
+
+    def summary(self):
+        return "; ".join(f"{kind}: " + ", ".join(f"{s or 'no answer'} x{c}"
+                                                for s, c in sorted(counts.items()))
+                         for kind, counts in self.statuses.items() if counts)
 
 
 class Attacks:

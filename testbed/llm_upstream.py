@@ -105,7 +105,8 @@ class Served:
     never when `body`, the hostile kind, spoils or drops it, nor in a stream that did not
     ask for it; `gigabyte` keeps it), the events of a stream written (`events`, the usage
     event and `[DONE]` included), the request's path and lower-case headers, the
-    `max_tokens` the API read of its body, and the response's content coding."""
+    `max_tokens` the API read of its body, the response's content coding, and when its
+    request's headers arrived (`at`, monotonic)."""
 
     path: str
     headers: dict
@@ -116,6 +117,7 @@ class Served:
     encoding: str | None
     events: int
     usage_sent: bool
+    at: float = 0.0
 
     @property
     def total(self):
@@ -295,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def serve(self):
-        upstream = self.server.upstream
+        upstream, at = self.server.upstream, time.monotonic()
         with upstream._changed:
             upstream.started += 1
         try:
@@ -324,7 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
             (not streamed and accepts_gzip(h.get("accept-encoding", "")))
         self.plan = {"path": self.path, "headers": h, "stream": streamed, "body": kind,
                      "tokens": tokens, "max_tokens": request.max_tokens,
-                     "encoding": "gzip" if gzipped else None}
+                     "encoding": "gzip" if gzipped else None, "at": at}
         self.events = 0
         self.usage_sent = self.recorded = False
         self.abort_after = _number(h, "x-test-abort-after", 0) \

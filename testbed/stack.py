@@ -172,14 +172,20 @@ def filter_resource(wasm_filter):
 UPSTREAM_TIMEOUT = "60s"
 
 
-def route_to_upstream(config, port):
-    """`config`'s route `upstream` sent to a cluster `upstream`: HTTP/1.1 on 127.0.0.1:`port`."""
+def route_to_upstream(config, port, prefix="/"):
+    """`config`'s route `upstream` sent to a cluster `upstream`: HTTP/1.1 on 127.0.0.1:`port`;
+    with another `prefix`, only the paths under it (a route of their own, before it), the
+    others still answered by envoy.yaml's stand-in."""
     routes = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
         "typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
-    route = next(r for r in routes if r["name"] == "upstream")
-    route.pop("direct_response")
-    route["route"] = {"cluster": "upstream", "timeout": UPSTREAM_TIMEOUT,
-                      "idle_timeout": UPSTREAM_TIMEOUT}
+    target = {"cluster": "upstream", "timeout": UPSTREAM_TIMEOUT,
+              "idle_timeout": UPSTREAM_TIMEOUT}
+    if prefix == "/":
+        route = next(r for r in routes if r["name"] == "upstream")
+        route.pop("direct_response")
+        route["route"] = target
+    else:
+        routes.insert(0, {"name": "routed", "match": {"prefix": prefix}, "route": target})
     many = {"max_connections": 100000, "max_pending_requests": 100000,
             "max_requests": 100000, "max_retries": 3}
     config["static_resources"]["clusters"].append({
@@ -196,12 +202,13 @@ def route_to_upstream(config, port):
 
 
 def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
-                 filters_before=(), upstream=None):
+                 filters_before=(), upstream=None, upstream_prefix="/"):
     """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
     `raw_paths` turns Envoy's own path normalization off (`normalize_path`,
     `merge_slashes`), so that the filter sees `:path` exactly as the client sent it.
     `filters_before` are HTTP filters run before the wasm filter (e.g. `jwt_authn`).
-    `upstream` (a port) routes to a server there instead of envoy.yaml's stand-in."""
+    `upstream` (a port) routes to a server there instead of envoy.yaml's stand-in: every
+    path, or those under `upstream_prefix`."""
     config = yaml.safe_load((ROOT / "envoy.yaml").read_text())
     config = copy.deepcopy(config)
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
@@ -219,7 +226,7 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
         if cluster["name"] == "ratelimit_bridge":
             endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
             endpoint["address"]["socket_address"]["port_value"] = bridge_port
-    return config if upstream is None else route_to_upstream(config, upstream)
+    return config if upstream is None else route_to_upstream(config, upstream, upstream_prefix)
 
 
 def default_plugin():
@@ -258,12 +265,12 @@ def load_error(plugin):
 
 class Stack:
     """Valkey + bridge + `gateways` Envoys; `plugin` is the filter's JSON configuration,
-    `raw_paths`, `filters_before` and `upstream` as in `envoy_config` (the first two not
-    with `reloadable`)."""
+    `raw_paths`, `filters_before`, `upstream` and `upstream_prefix` as in `envoy_config`
+    (the first two not with `reloadable`)."""
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
                  bridge_args=(), reloadable=False, filters_before=(), valkey_args=(),
-                 upstream=None):
+                 upstream=None, upstream_prefix="/"):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -294,7 +301,7 @@ class Stack:
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
             config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths,
-                                  filters_before, upstream)
+                                  filters_before, upstream, upstream_prefix)
             if reloadable:
                 filters = config["static_resources"]["listeners"][0]["filter_chains"][0][
                     "filters"][0]["typed_config"]["http_filters"]

@@ -55,7 +55,11 @@ fuzz_target!(|data: &[u8]| {
         "{whole:?}"
     );
     // The largest count at a path is at least its last.
-    assert!(whole.0.iter().zip(&whole.1).all(|(last, largest)| last <= largest));
+    assert!(whole
+        .0
+        .iter()
+        .zip(&whole.1)
+        .all(|(last, largest)| last <= largest));
     let size = usize::from(control >> 1) + 1;
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
     assert_eq!(read(format, &pieces), whole, "in pieces of {size}");

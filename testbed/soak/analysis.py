@@ -6,7 +6,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .memory import rss_flat, rss_trend
-from .settings import ALLOWED, EXPECTED_PROBE, GRACE_S, PROBE_BURST
+from .metering import Bound, judge
+from .settings import (ALLOWED, EXPECTED_PROBE, GRACE_S, LLM_BURST, LLM_LEAST, LLM_MOST,
+                       LLM_PARALLEL, LLM_PER_S, PROBE_BURST)
+
+# The metering abuser's key, as the bound of docs/configuration.md sees it.
+ABUSER_BOUND = Bound(LLM_BURST, LLM_BURST / LLM_PER_S, LLM_PARALLEL, LLM_MOST, LLM_LEAST)
 
 
 def place(sent, done, windows):
@@ -57,7 +62,22 @@ def analyse(result):
     rss_rows, judged, flat = rss_table(result)
     checks.append(("memory flat", judged > 0 and flat == judged,
                    f"{flat} of {judged} processes judged flat"))
+    if result.metering is not None:
+        checks.append(metering_check(result))
     return Analysis(zones, per_window, checks, rss_rows)
+
+
+def metering_check(result):
+    """The metering abuser held to its bound in every epoch between Valkey restarts (each
+    gives every key its burst again)."""
+    resets = [w.start for w in result.windows if w.fault == "Valkey restart"]
+    epochs = judge(result.metering, resets, result.t0, result.t1, ABUSER_BOUND)
+    worst = max(epochs, key=lambda e: e.consumed - e.allowed)
+    detail = (f"{len(result.metering)} responses served in {len(epochs)} epochs; the worst "
+              f"consumed {worst.consumed} tokens of {worst.allowed:.0f} allowed in "
+              f"{worst.end - worst.start:.0f} s")
+    return ("metering abuser within B + r x t + N x (C - R)", all(e.held for e in epochs)
+            and len(result.metering) > 0, detail)
 
 
 def rss_table(result):

@@ -59,7 +59,10 @@ def scenario_section(result, analysis):
         f"## {result.scenario.name}: {result.scenario.title}",
         f"{result.t1 - t0:.0f} s of load, {len(result.windows)} faults. Baseline probe before "
         f"any fault: {runs(result.baseline)}. The filter's counters: {counters}."
-        + (f"\n\nAttacks, all along: {result.attacks}." if result.attacks else ""),
+        + (f"\n\nAttacks, all along: {result.attacks}." if result.attacks else "")
+        + (f"\n\nThe metering abuser (key `abuser` of the `llm` rule, 2,000 tokens an hour, "
+           f"every way of paying less than it consumes, in turn), its answers: {result.abuser}."
+           if result.abuser else ""),
         "### Faults\n\n" + table(
             ("#", "fault", "at s", "back after s", "limiting again after s",
              f"steady answers in window + {GRACE_S:.0f} s", "probe after", "what happened"),

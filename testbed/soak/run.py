@@ -10,14 +10,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..attacks import Attacks
+from ..attacks import Attacks, MeteringAbuser
 from ..cluster import ValkeyCluster
+from ..llm_upstream import LlmUpstream
 from ..stack import Stack
 from .faults import Scenario, chaos, probe, sleep_until
 from .load import Load
 from .memory import RssSampler
-from .settings import (ATTACK_SLOTS, FRESH_PATH, FRESH_RATE, GRACE_S, MIN_STEADY_S, PLUGIN,
-                       TOKEN, USERS, VALKEY_MEMORY, WORKERS, attacked_plugin)
+from .settings import (ATTACK_SLOTS, FRESH_PATH, FRESH_RATE, GRACE_S, LLM_KEY, LLM_PARALLEL,
+                       LLM_PATH, LLM_PREFIX, LLM_WEIGHTS, MIN_STEADY_S, PLUGIN, TOKEN, USERS,
+                       VALKEY_MEMORY, WORKERS, attacked_plugin)
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Result:
     rss: dict = field(default_factory=dict)
     counters: list = field(default_factory=list)
     attacks: str = ""
+    # The metering abuser's responses, [(when its request came, tokens consumed)], and
+    # its answers; None without the abuser.
+    metering: list = None
+    abuser: str = ""
 
 
 def processes_of(stack, cluster):
@@ -66,7 +72,7 @@ def run_scenario(scenario, duration, rate, workdir):
     after it), stops everything; returns the Result."""
     workdir = Path(workdir) / scenario.name
     workdir.mkdir()
-    cluster = stack = load = sampler = attacks = None
+    cluster = stack = load = sampler = attacks = abuser = upstream = None
     try:
         if scenario.cluster:
             cluster = ValkeyCluster(3, replicas=1)
@@ -76,9 +82,11 @@ def run_scenario(scenario, duration, rate, workdir):
         if scenario.attacked:
             token = workdir / "token"
             token.write_text(TOKEN)
+            upstream = LlmUpstream().start()
             options = {"bridge_args": ["--token-file", str(token),
                                        "--max-connections", str(ATTACK_SLOTS)],
-                       "valkey_args": VALKEY_MEMORY}
+                       "valkey_args": VALKEY_MEMORY, "upstream": upstream.port,
+                       "upstream_prefix": LLM_PREFIX}
         plugin = attacked_plugin() if scenario.attacked else PLUGIN
         stack = Stack(plugin, gateways=2, cluster=cluster, workdir=str(workdir), **options).start()
         result = Result(scenario, duration, t0=time.monotonic())
@@ -87,6 +95,7 @@ def run_scenario(scenario, duration, rate, workdir):
         if scenario.attacked:
             attacks = Attacks(stack, TOKEN, ATTACK_SLOTS, FRESH_RATE, FRESH_PATH,
                               "x-fresh-id").start()
+            abuser = MeteringAbuser(stack.ports, LLM_PATH, LLM_KEY, LLM_PARALLEL).start()
         result.baseline = probe(stack, f"{scenario.name}-baseline")
         chaos(scenario, stack, cluster, result)
         tail = result.windows[-1].end + GRACE_S + MIN_STEADY_S if result.windows else 0
@@ -95,6 +104,13 @@ def run_scenario(scenario, duration, rate, workdir):
             attacks.stop()
             evicted = stack.redis("INFO", "stats").get("evicted_keys", "?")
             result.attacks = f"{attacks.summary()}; Valkey evicted {evicted} keys"
+        if abuser is not None:
+            abuser.stop()
+            result.abuser = abuser.summary()
+            result.metering = [
+                (s.at, LLM_WEIGHTS["prompt"] * s.tokens.prompt
+                 + LLM_WEIGHTS["completion"] * s.tokens.completion)
+                for s in upstream.served if s.headers.get("x-api-key") == LLM_KEY]
         load.stop()
         sampler.stop()
         result.t1 = time.monotonic()
@@ -103,7 +119,7 @@ def run_scenario(scenario, duration, rate, workdir):
         write_records(workdir, result)
         return result
     finally:
-        for part in (attacks, load, sampler):
+        for part in (attacks, abuser, load, sampler, upstream):
             if part is not None:
                 part.stop()
         if stack is not None:

@@ -57,12 +57,34 @@ FRESH_PATH = "/api/fresh"
 VALKEY_MEMORY = ["--maxmemory", "2mb", "--maxmemory-policy", "volatile-ttl"]
 
 
+# The metering abuser (fourth review): an LLM API behind /v1/ (testbed/llm_upstream.py),
+# 2,000 tokens an hour per API key, prompt x1 and completion x4, reserving the body's
+# max_tokens (default 100, at most the burst). Its requests, at most 8 in flight, cost
+# the upstream 600 tokens each, or 1,004 for those reserving 1 token.
+LLM_PREFIX = "/v1/"
+LLM_PATH = "/v1/chat/completions"
+LLM_KEY = "abuser"
+LLM_BURST = 2000
+LLM_PER_S = 3600
+LLM_WEIGHTS = {"prompt": 1, "completion": 4}
+LLM_PARALLEL = 8
+LLM_MOST = 1004
+LLM_LEAST = 1
+LLM_RULE = {"name": "llm", "key": ["api_key"], "match": {"path_prefix": LLM_PREFIX},
+            "limit": {"requests": LLM_BURST, "per": f"{LLM_PER_S}s"},
+            "meter": {"body": {"usage.prompt_tokens": LLM_WEIGHTS["prompt"],
+                               "usage.completion_tokens": LLM_WEIGHTS["completion"]},
+                      "reserve": {"body": ["max_tokens"], "default": 100, "max": LLM_BURST}}}
+
+
 def attacked_plugin():
     plugin = {**PLUGIN, "backend": {**PLUGIN["backend"], "token": TOKEN},
-              "identity": {**PLUGIN["identity"], "fresh": {"header": "x-fresh-id"}}}
+              "identity": {**PLUGIN["identity"], "fresh": {"header": "x-fresh-id"},
+                           "api_key": {"header": "x-api-key"}}}
     plugin["rules"] = PLUGIN["rules"] + [
         {"name": "fresh", "key": ["fresh"], "match": {"path": FRESH_PATH},
-         "limit": {"requests": 10, "per": "1h"}}]
+         "limit": {"requests": 10, "per": "1h"}},
+        LLM_RULE]
     return plugin
 
 

@@ -11,6 +11,7 @@ is charged the rule's `max` (or more, where the response shows more); what it ca
 exactly, however far below 0 that takes the bucket. The bucket refills over 30 days, so
 what a test measures is what was charged."""
 
+import gzip
 import json
 import threading
 import time
@@ -70,6 +71,26 @@ def test_row1_a_client_accepting_gzip_pays_its_usage(stack_of, upstream):
     r = ask(stack, "gz2", CHAT, **{"x-test-encoding": "gzip"})
     assert r.status == 200 and r.headers["content-encoding"] == "gzip"
     assert charged(stack, "gz2", MAX) == pytest.approx(MAX, abs=0.5)
+
+
+COMPRESSOR = {"name": "envoy.filters.http.compressor", "typed_config": {
+    "@type": "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor",
+    "response_direction_config": {"common_config": {"min_content_length": 10,
+                                                    "content_type": ["application/json"]}},
+    "compressor_library": {"name": "gzip", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}}}
+
+
+def test_row1_envoys_compressor_before_the_filter_still_compresses_for_the_client(
+        stack_of, upstream):
+    # docs/configuration.md's advice: the compressor first in http_filters sees the client's
+    # Accept-Encoding, and compresses the response after the meter read it plain.
+    stack = stack_of(tokens_rule(), upstream=upstream.port, filters_before=[COMPRESSOR])
+    r = ask(stack, "zip", CHAT, **{"accept-encoding": "gzip"})
+    assert r.status == 200 and r.headers.get("content-encoding") == "gzip", r.headers
+    assert json.loads(gzip.decompress(r.body))["usage"]["prompt_tokens"] == 200
+    assert upstream.served[-1].encoding is None
+    assert charged(stack, "zip", 600) == pytest.approx(600, abs=0.5)
 
 
 def test_row2_a_stream_that_reports_no_usage_pays_the_max(stack_of, upstream):

@@ -336,3 +336,7 @@ fn count(value: &[u8]) -> Option<u64> {
 #[cfg(test)]
 #[path = "metered_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "metered_props_tests.rs"]
+mod props;

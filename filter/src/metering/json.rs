@@ -79,8 +79,13 @@ const NULL: u8 = 2;
 pub(super) struct Scanner {
     paths: Paths,
     found: Found,
-    /// This value began as an object (broken if it does not close).
+    /// This value began as an object (broken if it does not close, once `touched`).
     root_object: bool,
+    /// A value began at a path, or at a key leading to one, and was not `null`: a value
+    /// cut short from here may have lost a count. (Before that, nothing at a path was
+    /// lost: an event the framer passes over unread, its keys on paths all `null`, never
+    /// gets here, and must read the same whether it is read or passed over.)
+    touched: bool,
     /// `seen[l]`: the paths whose segment `l` was a key of this value already.
     seen: [u16; MAX_SEGMENTS],
     state: State,
@@ -110,6 +115,7 @@ impl Scanner {
             found: Found::new(paths.len()),
             paths,
             root_object: false,
+            touched: false,
             seen: [0; MAX_SEGMENTS],
             state: State::Value,
             kind: StrKind::Value,
@@ -132,12 +138,14 @@ impl Scanner {
         self.exact = 0;
         self.deeper = self.paths.usable();
         self.root_object = false;
+        self.touched = false;
         self.seen = [0; MAX_SEGMENTS];
     }
 
-    /// The value's input ended: an object it opened at its root must have closed.
+    /// The value's input ended: an object it opened at its root must have closed, if a
+    /// value on a path began in it.
     fn end(&mut self) {
-        if self.root_object && self.state != State::Done {
+        if self.root_object && self.touched && self.state != State::Done {
             self.found.break_off();
         }
     }
@@ -258,6 +266,9 @@ impl Scanner {
         let Some(&b) = bytes.get(i) else {
             return bytes.len();
         };
+        if self.depth > 0 && self.exact | self.deeper != 0 && b != b'n' && !is_space(b) {
+            self.touched = true;
+        }
         match b {
             b'{' => self.open(true),
             b'[' => self.open(false),
