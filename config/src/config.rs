@@ -4,7 +4,7 @@
 //! error naming the offending field (`rules[2].limit.per: ...`), so a bad config is refused at
 //! load and never half-applied.
 
-use crate::backend::{Backend, RawBackend};
+use crate::backend::{Backend, RawBackend, Transport};
 use crate::error::{err, plain, ConfigError};
 use crate::json_path;
 use crate::keys::validate_name;
@@ -173,6 +173,12 @@ impl Config {
         }
         for (i, raw) in raw.into_iter().enumerate() {
             let mut rule = raw.validate(&format!("{field}[{i}]"), &self.identities, self.shadow)?;
+            if rule.global.is_some() && self.backend.transport == Transport::Redis {
+                return err(
+                    format!("{field}[{i}].global"),
+                    "a global rule's budget is leased by the bridges of its regions: it                      needs backend.cluster (a bridge), not backend.redis",
+                );
+            }
             if self.rules.iter().any(|r| r.name == rule.name) {
                 return err(
                     format!("{field}[{i}].name"),

@@ -146,6 +146,11 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             "/definitions/lease/properties",
             r#"{"rules": [{"lease": {"zz": 1}}]}"#,
         ),
+        (
+            "a rule's global",
+            "/definitions/global/properties",
+            r#"{"rules": [{"global": {"zz": 1}}]}"#,
+        ),
     ];
     let mut wrong = Vec::new();
     for (place, pointer, config) in places {

@@ -25,6 +25,7 @@
 //! - `block`: a rule's `block`, blocking repeat offenders.
 //! - `lease`: a rule's `lease` of a hot bucket's tokens.
 //! - `meter`: a rule's `meter`: a cost read from the response, reserved, then settled.
+//! - `global`: a rule's `global`: one budget across regions, leased from a home ledger.
 //! - `options`: the plugin-wide options: shadow mode, the failure mode, headers, the
 //!   circuit breaker, the deny cache's size.
 //! - `rule`: one rule, validated against the configuration's identities.
@@ -37,6 +38,7 @@ pub mod block;
 pub mod config;
 pub mod digest;
 pub mod error;
+pub mod global;
 mod json_path;
 pub mod keys;
 pub mod lease;

@@ -5,6 +5,7 @@
 
 use crate::block::{BlockPolicy, RawBlock};
 use crate::error::{err, ConfigError};
+use crate::global::RawGlobal;
 use crate::keys::validate_name;
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
@@ -12,6 +13,7 @@ use crate::matcher::{Matcher, RawMatch};
 use crate::meter::{MeterPolicy, RawMeter};
 use crate::options::Mode;
 use crate::source::{Identity, Missing};
+use ratelimit_protocol::global::Global;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -32,6 +34,7 @@ pub(crate) struct RawRule {
     block: Option<RawBlock>,
     lease: Option<RawLease>,
     meter: Option<RawMeter>,
+    global: Option<RawGlobal>,
     mode: Option<Mode>,
     missing: Option<Missing>,
 }
@@ -64,6 +67,8 @@ pub struct Rule {
     pub lease: Option<LeasePolicy>,
     /// A cost read from the response, reserved at the check and settled at its end.
     pub meter: Option<MeterPolicy>,
+    /// One budget across regions, kept by the ledger of its home region.
+    pub global: Option<Global>,
     /// Shadow mode (the rule's or the whole plugin's): never denies.
     pub shadow: bool,
     /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
@@ -195,6 +200,23 @@ impl RawRule {
             Some(raw) => Some(raw.validate(&format!("{field}.lease"), &limit)?),
             None => None,
         };
+        let global = match self.global {
+            Some(raw) => {
+                let what = [
+                    (block.is_some(), "blocks"),
+                    (lease.is_some(), "leases to workers"),
+                    (meter.is_some(), "meters"),
+                ];
+                if let Some((_, what)) = what.iter().find(|(has, _)| *has) {
+                    return err(
+                        format!("{field}.global"),
+                        format!("a global rule that {what} is not supported yet"),
+                    );
+                }
+                Some(raw.validate(&format!("{field}.global"))?)
+            }
+            None => None,
+        };
         let shadow = plugin_shadow || self.mode == Some(Mode::Shadow);
         Ok(Rule {
             name: self.name,
@@ -208,6 +230,7 @@ impl RawRule {
             block,
             lease,
             meter,
+            global,
             shadow,
             scope: None,
         })

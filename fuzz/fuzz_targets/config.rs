@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
-use ratelimit_filter::request::rules::{plan, PlannedRule};
+use ratelimit_filter::request::rules::plan;
 use ratelimit_filter::wire::encode_check;
 use ratelimit_fuzz::Request;
 use ratelimit_protocol::{key, parse_batch, Line, LineKind, RuleSpec};
@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let mut line = String::new();
-    encode_check(&mut line, planned.iter().map(PlannedRule::spec_ref));
+    encode_check(&mut line, planned.iter().map(|p| p.spec_ref(&config)));
     let sent: Vec<RuleSpec> = planned
         .iter()
         .map(|p| RuleSpec {
@@ -51,6 +51,7 @@ fuzz_target!(|data: &[u8]| {
             shadow: p.shadow,
             overridden: None,
             settle: None,
+            global: config.rules[p.rule].global.clone(),
         })
         .collect();
     let sent = Line {

@@ -9,6 +9,8 @@
 //! - `split`: text split at one ASCII byte, cheaper than `str::split` for short fields.
 //! - `key`: the grammar of bucket keys, `prefix:rule[:value...]`: what the filter writes
 //!   and the bridge accepts.
+//! - `global`: a region-spanning rule's terms (`^home,share,ttl_ms`), and the grammar of
+//!   region names.
 //! - `request`: the request side: one line per check, encoded by the filter, parsed
 //!   strictly by the bridge.
 //! - `reply`: the reply side: one line per check, rendered by the bridge, decoded strictly
@@ -40,7 +42,8 @@
 //! ```
 //! A cost written `1+100` also asks for a lease: up to 100 tokens more, if the bucket holds
 //! them once the check is admitted; `0+100` asks for the lease alone (a worker topping up
-//! its lease ahead of need). A line starting `+ ` returns tokens: each rule's cost
+//! its lease ahead of need). A rule ending `^home,share,ttl_ms` is *global*: one budget
+//! across regions, kept by the ledger of its home region (`global`). A line starting `+ ` returns tokens: each rule's cost
 //! is given back (what a lease did not use).
 //! Reply, one line per check: the Redis time in ms, then per rule
 //! `flag,remaining,full_ms,wait_ms` where the flag is `1` (allowed), `0` (denied) or `b`
@@ -65,6 +68,7 @@
 
 mod bounds;
 mod bucket;
+pub mod global;
 pub mod key;
 mod number;
 mod reply;

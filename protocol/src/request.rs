@@ -3,6 +3,7 @@
 //! batch at all fails the exchange.
 
 use crate::bounds::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
+use crate::global::{encode_global, parse_global, Global, GLOBAL_MARK};
 use crate::number::push_u64;
 use crate::split;
 use std::fmt;
@@ -31,6 +32,8 @@ pub struct RuleSpec {
     pub overridden: Option<Overridden>,
     /// On a settlement's line (then `cost` and `lease` are 0): what it does to the bucket.
     pub settle: Option<Settle>,
+    /// A global rule's terms: its budget is one across regions (`global`).
+    pub global: Option<Global>,
 }
 
 /// A metered rule's settlement on one bucket: the usage its response measured minus what
@@ -104,6 +107,7 @@ pub struct RuleSpecRef<'a> {
     pub block: Option<Block>,
     pub shadow: bool,
     pub settle: Option<&'a Settle>,
+    pub global: Option<&'a Global>,
 }
 
 impl RuleSpec {
@@ -120,6 +124,7 @@ impl RuleSpec {
             shadow: false,
             overridden: None,
             settle: None,
+            global: None,
         }
     }
 
@@ -135,6 +140,7 @@ impl RuleSpec {
             block: self.block,
             shadow: self.shadow,
             settle: self.settle.as_ref(),
+            global: self.global.as_ref(),
         }
     }
 }
@@ -172,7 +178,8 @@ pub fn start_settlement(body: &mut String, id: &str) {
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
 /// lease, or for a settlement `delta,debt` in its place, then `,after,within_ms,for_ms`
-/// for a rule that blocks); rules of a line are separated by a space.
+/// for a rule that blocks, then `^home,share,ttl_ms` for a global one); rules of a line
+/// are separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
@@ -205,6 +212,9 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
             body.push(',');
             push_u64(body, n);
         }
+    }
+    if let Some(global) = rule.global {
+        encode_global(body, global);
     }
 }
 
@@ -291,6 +301,10 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
     let (shadow, field) = match field.strip_prefix('~') {
         Some(rest) => (true, rest),
         None => (false, field),
+    };
+    let (field, global) = match field.split_once(GLOBAL_MARK) {
+        Some((field, terms)) => (field, Some(parse_global(terms)?)),
+        None => (field, None),
     };
     let mut parts = split::split(field, b',');
     let key = parts.next().unwrap_or_default();
@@ -414,6 +428,7 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
         shadow,
         overridden: None,
         settle,
+        global,
     };
     // A bucket's level stays within -debt .. burst tokens.
     let span = u128::from(rule.burst) + u128::from(debt);

@@ -196,7 +196,7 @@ impl Admission {
             }
         }
         let mut body = String::with_capacity(64 * self.planned.len());
-        wire::encode_check(&mut body, self.planned.iter().map(PlannedRule::spec_ref));
+        wire::encode_check(&mut body, self.planned.iter().map(|p| p.spec_ref(config)));
         Start::Ask(body)
     }
 

@@ -244,6 +244,7 @@ impl Metering {
                 block: r.block,
                 shadow: r.shadow,
                 settle: Some(&settle),
+                global: None,
             };
             encode_rule(&mut line, out.rules == 0, rule);
             out.rules += 1;

@@ -35,9 +35,10 @@ pub struct PlannedRule {
 }
 
 impl PlannedRule {
-    /// This rule as its check's line carries it (`wire::encode_check`): the same borrowed
-    /// form a parsed `RuleSpec` gives, so one encoder serves both.
-    pub fn spec_ref(&self) -> RuleSpecRef<'_> {
+    /// This rule as its check's line carries it (`wire::encode_check`), under `config`
+    /// (whose rule it is): the same borrowed form a parsed `RuleSpec` gives, so one encoder
+    /// serves both.
+    pub fn spec_ref<'a>(&'a self, config: &'a Config) -> RuleSpecRef<'a> {
         RuleSpecRef {
             key: &self.key,
             burst: self.limit.burst,
@@ -48,6 +49,7 @@ impl PlannedRule {
             block: self.block,
             shadow: self.shadow,
             settle: None,
+            global: config.rules.get(self.rule).and_then(|r| r.global.as_ref()),
         }
     }
 }

@@ -41,6 +41,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         block: None,
         shadow: false,
         settle: None,
+        global: None,
     };
     start_lease_return(body);
     encode_check(body, [rule]);
@@ -72,7 +73,6 @@ pub fn stream_metadata(backend: &Backend) -> Vec<(&str, &[u8])> {
 mod tests {
     use super::*;
     use crate::fakes::planned;
-    use crate::request::rules::PlannedRule;
 
     #[test]
     fn a_check_encodes_as_one_line_of_rules() {
@@ -81,8 +81,9 @@ mod tests {
             planned("rl:a:x", 10, 1, 6000, 1),
             planned("rl:g", 5, 50, 1, 2),
         ];
-        encode_check(&mut body, first.iter().map(PlannedRule::spec_ref));
-        encode_check(&mut body, [planned("rl:b", 1, 1, 1, 1).spec_ref()]);
+        let config = crate::fakes::example("closed");
+        encode_check(&mut body, first.iter().map(|p| p.spec_ref(&config)));
+        encode_check(&mut body, [planned("rl:b", 1, 1, 1, 1).spec_ref(&config)]);
         assert_eq!(body, "rl:a:x,10,1,6000,1 rl:g,5,50,1,2\nrl:b,1,1,1,1\n");
     }
 

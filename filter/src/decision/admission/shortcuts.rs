@@ -138,7 +138,7 @@ impl Admission {
                 let ask = RuleSpecRef {
                     cost: 0,
                     lease: tokens,
-                    ..p.spec_ref()
+                    ..p.spec_ref(config)
                 };
                 let mut line = String::with_capacity(64);
                 wire::encode_check(&mut line, [ask]);
