@@ -15,6 +15,7 @@
 use crate::budget::{Charge, Share};
 use crate::deadlines::{Activity, Unwritten};
 use crate::metrics::{Failure, Transport};
+use crate::regions::Regions;
 use crate::store::Store;
 use crate::wire;
 use bytes::{Buf, Bytes, BytesMut};
@@ -107,6 +108,8 @@ pub type Holding = (Option<Charge>, Option<Unwritten>);
 /// What one stream is served with.
 pub struct Serving {
     pub store: Store,
+    /// For global rules (`--region`).
+    pub regions: Option<Arc<Regions>>,
     /// The connection's share of the budget.
     pub share: Share,
     /// The connection's: a reply waits under its write deadline.
@@ -127,6 +130,7 @@ pub async fn serve(
 ) {
     let Serving {
         store,
+        regions,
         share,
         activity,
         stop: mut shutdown,
@@ -195,8 +199,9 @@ pub async fn serve(
             // bytes each, as `make soak` found).
             while answering.try_join_next().is_some() {}
             let (store, out, activity) = (store.clone(), out.clone(), activity.clone());
+            let regions = regions.clone();
             answering.spawn(async move {
-                let reply = answer(&store, id, &message).await;
+                let reply = answer(&store, regions.as_ref(), id, &message).await;
                 drop(message);
                 let holding = (Some(charge), Some(activity.unwritten()));
                 let _ = out
@@ -231,10 +236,10 @@ pub async fn serve(
 
 /// The reply message to exchange `id`; a batch that cannot be read at all is answered with
 /// one failed line, which the filter cannot match to its checks and so fails the exchange.
-async fn answer(store: &Store, id: u32, message: &[u8]) -> String {
+async fn answer(store: &Store, regions: Option<&Arc<Regions>>, id: u32, message: &[u8]) -> String {
     let body = split_message(message).map_or(&[][..], |(_, body)| body);
     let mut reply = String::new();
-    if let Err(bad) = wire::answer(store, Transport::Grpc, body, &mut reply).await {
+    if let Err(bad) = wire::answer(store, regions, Transport::Grpc, body, &mut reply).await {
         log::warn!("exchange {id} refused: {bad}");
         reply = format!("! {bad}\n");
     }

@@ -14,6 +14,7 @@
 //! - `commit`: group commit across every gateway: one lane of calls per node and mode.
 //! - `batch`: a batch of checks into script calls per node: own buckets first, shared after.
 //! - `tally`: the calls' answers gathered per check, and what must be given back.
+//! - `global_metrics`: the series of global rules' leases, registered with the others.
 //! - `metrics`: the Prometheus registry behind `GET /metrics`.
 //! - `keyspace`: the keys the bridge may touch: its prefixes, and the keys' grammar.
 //! - `overrides`: what an emergency override is, its records, the table that applies them.
@@ -26,6 +27,10 @@
 //! - `slot_map`: the slot map a store plans with, read again when a slot moved.
 //! - `store`: a batch run on a single Redis, a Sentinel group's master or a Cluster, every
 //!   check all-or-nothing.
+//! - `redis_args`: the flags that say where Redis is and how to reach it (`--redis`, TLS,
+//!   credentials), shared by the server, the commands and `--region-redis`.
+//! - `regions`: global rules: one budget across regions, a home ledger's tokens spent
+//!   through leases this bridge holds (`holder`, `ledger`, `flags`).
 //! - `wire`: one exchange: a batch in, its answer out, for both transports.
 //! - `budget`: one bound on the memory of every exchange at once (`--max-pending-mib`).
 //! - `slots`: the connection slots (`--max-connections`), and who gives one up.
@@ -41,8 +46,7 @@
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
 //! - `server`: the network side: every endpoint on one port, and graceful shutdown.
-//! - `commands`: the `override`, `unblock` and `usage` commands and the Redis flags they
-//!   share with the server.
+//! - `commands`: the `override`, `unblock` and `usage` commands.
 //! - `fakes` (tests only): the unit tests' shared rule and two-node slot map.
 
 pub mod access;
@@ -57,14 +61,17 @@ pub mod connect;
 pub mod deadlines;
 #[cfg(test)]
 pub(crate) mod fakes;
+pub mod global_metrics;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
 pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
+pub mod redis_args;
 pub mod redis_memory;
 pub mod redis_tls;
+pub mod regions;
 pub mod registry;
 pub mod sentinel;
 pub mod server;

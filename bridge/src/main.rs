@@ -6,6 +6,7 @@ use ratelimit_bridge::commands::{self, Command, RedisArgs};
 use ratelimit_bridge::connect::redact;
 use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
+use ratelimit_bridge::regions::flags::RegionArgs;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::StoreOptions;
 use ratelimit_bridge::usage;
@@ -47,6 +48,8 @@ struct Args {
     listen: SocketAddr,
     #[command(flatten)]
     redis: RedisArgs,
+    #[command(flatten)]
+    regions: RegionArgs,
     /// Bound on connecting to Redis, in milliseconds.
     #[arg(
         long,
@@ -219,6 +222,10 @@ async fn serve(args: Args) -> Result<(), String> {
             ));
         }
     }
+    let regions = args
+        .regions
+        .regions(&args.redis, &store, options)?
+        .map(Arc::new);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
@@ -234,7 +241,16 @@ async fn serve(args: Args) -> Result<(), String> {
         (None, true) => "cluster".into(),
         (None, false) => "single".into(),
     };
-    log::info!("listening on {} (redis {mode} {redis})", args.listen);
+    match &regions {
+        Some(r) => log::info!(
+            "listening on {} (redis {mode} {redis}, region {})",
+            args.listen,
+            r.own()
+        ),
+        None => log::info!("listening on {} (redis {mode} {redis})", args.listen),
+    }
+    let (stop_leasing, stopped) = tokio::sync::watch::channel(false);
+    let leasing = regions.clone().map(|r| tokio::spawn(r.run(stopped)));
     let bounds = ConnectionBounds {
         header_timeout: Duration::from_millis(args.header_timeout_ms),
         body_timeout: Duration::from_millis(args.body_timeout_ms),
@@ -250,10 +266,16 @@ async fn serve(args: Args) -> Result<(), String> {
             access,
             admin,
             plugin,
+            regions,
         },
         shutdown,
     )
     .await;
+    // Leases not spent go back to their ledgers.
+    let _ = stop_leasing.send(true);
+    if let Some(leasing) = leasing {
+        let _ = leasing.await;
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 //! a histogram takes a short lock. A node's series are made on its first call and found
 //! again without allocating.
 
+use crate::global_metrics::GlobalMetrics;
 use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -217,6 +218,8 @@ pub struct Metrics {
     grpc_streams: Gauge,
     /// Each node's series by name, found without building a label set (which allocates).
     nodes: RwLock<HashMap<String, Node>>,
+    /// Global rules' leases (`regions`).
+    pub global: GlobalMetrics,
 }
 
 impl Default for Metrics {
@@ -234,8 +237,10 @@ impl Metrics {
         let checks = Family::<Static, Counter>::default();
         let exchanges = Family::<Static, Counter>::default();
         let failures = Family::<Static, Counter>::default();
+        let mut registry = Registry::with_prefix("ratelimit_bridge");
+        let global = GlobalMetrics::registered(&mut registry);
         let mut m = Metrics {
-            registry: Registry::with_prefix("ratelimit_bridge"),
+            registry,
             checks: ["allowed", "denied", "failed", "refused"]
                 .map(|o| checks.get_or_create_owned(&[("outcome", o)])),
             exchanges: ["http", "grpc"].map(|t| exchanges.get_or_create_owned(&[("transport", t)])),
@@ -250,6 +255,7 @@ impl Metrics {
             connections: Gauge::default(),
             grpc_streams: Gauge::default(),
             nodes: RwLock::default(),
+            global,
         };
         let r = &mut m.registry;
         r.register("checks", "Checks answered, by outcome", checks);

@@ -11,6 +11,7 @@ use crate::deadlines::{
     self, Activity, Busy, Connection, ConnectionBounds, Unwritten, DRAIN_TIMEOUT,
 };
 use crate::metrics::{self, Failure, Transport};
+use crate::regions::Regions;
 use crate::slots::{Peer, Slots};
 use crate::store::Store;
 use crate::{grpc, health, registry, wire};
@@ -55,6 +56,8 @@ pub struct Config {
     pub admin: Access,
     /// The gateways' plugin configuration, for `GET /admin/usage` (`--config`).
     pub plugin: Option<Arc<Plugin>>,
+    /// This bridge's region and the others', for global rules (`--region`).
+    pub regions: Option<Arc<Regions>>,
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
@@ -236,7 +239,7 @@ impl Served {
             return self.answered(answer, None);
         }
         let (answer, charge) = match (req.method(), path) {
-            (&Method::POST, PATH) => check(&self.store, &self.share, self.config.bounds, req).await,
+            (&Method::POST, PATH) => check(&self.store, &self.config, &self.share, req).await,
             (&Method::GET, "/healthz") => (healthz(&self.store).await, None),
             (&Method::GET, "/metrics") => (scrape(&self.store), None),
             (_, PATH | "/healthz" | "/metrics") => (
@@ -306,6 +309,7 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
     tokio::spawn(grpc::serve(
         grpc::Serving {
             store: store.clone(),
+            regions: served.config.regions.clone(),
             share: served.share.clone(),
             activity: served.activity.clone(),
             stop: served.stop.clone(),
@@ -351,10 +355,11 @@ fn scrape(store: &Store) -> Reply {
 /// the bound when none is.
 async fn check(
     store: &Store,
+    config: &Config,
     share: &Share,
-    bounds: ConnectionBounds,
     req: Request<Incoming>,
 ) -> (Reply, Option<Charge>) {
+    let bounds = config.bounds;
     let announced = req.body().size_hint().lower();
     let metrics = store.metrics();
     if announced > MAX_BODY as u64 {
@@ -372,12 +377,17 @@ async fn check(
         .map_or(MAX_BODY, |n| n as usize);
     let charge = share.charge(expected).await;
     (
-        read_and_answer(store, bounds.body_timeout, req).await,
+        read_and_answer(store, config.regions.as_ref(), bounds.body_timeout, req).await,
         charge,
     )
 }
 
-async fn read_and_answer(store: &Store, body_timeout: Duration, req: Request<Incoming>) -> Reply {
+async fn read_and_answer(
+    store: &Store,
+    regions: Option<&Arc<Regions>>,
+    body_timeout: Duration,
+    req: Request<Incoming>,
+) -> Reply {
     let metrics = store.metrics();
     let read = Limited::new(req.into_body(), MAX_BODY).collect();
     let body = match tokio::time::timeout(body_timeout, read).await {
@@ -404,7 +414,7 @@ async fn read_and_answer(store: &Store, body_timeout: Duration, req: Request<Inc
         }
     };
     let mut answer = String::new();
-    match wire::answer(store, Transport::Http, &body, &mut answer).await {
+    match wire::answer(store, regions, Transport::Http, &body, &mut answer).await {
         Ok(()) => reply(StatusCode::OK, answer),
         Err(bad) => reply(StatusCode::BAD_REQUEST, format!("{bad}\n")),
     }

@@ -77,6 +77,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         shadow: rule.shadow,
         overridden: None,
         settle: None,
+        global: rule.global.clone(),
     };
     Ok((rule.name.clone(), spec))
 }

@@ -3,9 +3,11 @@
 
 use crate::check::{Check, CheckOutcome};
 use crate::metrics::{Failure, Outcome, Transport};
+use crate::regions::Regions;
 use crate::store::Store;
 pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line, LineKind};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Where a line of the batch went.
@@ -23,11 +25,14 @@ enum Place {
 /// A check's rule with an active override is run under the override (`overrides`), and so
 /// is a settlement's, which corrects what a check took. A lease return is not: it returns
 /// a lease's tokens, which only the rule's own bucket gives (no lease is taken under an
-/// override), so they go back there. The error is for a body that is no batch at all. The
-/// metrics count the exchange (by `transport`) and each check's outcome; a refused line
-/// counts as a refused check, whatever its kind.
+/// override), so they go back there. A check's global rules are paid from this bridge's
+/// leases of their ledgers (`regions`); without regions a global rule is a plain one, the
+/// one region's. The error is for a body that is no batch at all. The metrics count the
+/// exchange (by `transport`) and each check's outcome; a refused line counts as a refused
+/// check, whatever its kind.
 pub async fn answer(
     store: &Store,
+    regions: Option<&Arc<Regions>>,
     transport: Transport,
     body: &[u8],
     out: &mut String,
@@ -42,13 +47,16 @@ pub async fn answer(
     let mut places = Vec::new();
     let overrides = store.overrides().table();
     for line in lines {
-        let line = line.and_then(|mut line| match store.keyspace().refusal(&line.rules) {
-            Some(reason) => Err(reason),
-            None => {
-                if line.kind != LineKind::LeaseReturn {
-                    overrides.apply(&mut line.rules);
+        let line = line.and_then(|mut line| {
+            let global = regions.and_then(|r| r.refusal(&line.rules));
+            match global.or_else(|| store.keyspace().refusal(&line.rules)) {
+                Some(reason) => Err(reason),
+                None => {
+                    if line.kind != LineKind::LeaseReturn {
+                        overrides.apply(&mut line.rules);
+                    }
+                    Ok(line)
                 }
-                Ok(line)
             }
         });
         places.push(match line {
@@ -64,7 +72,11 @@ pub async fn answer(
             Err(reason) => Place::Refused(reason),
         });
     }
-    let mut checked = store.check_all(&checks).await.into_iter();
+    let mut checked = match regions {
+        Some(regions) => regions.check_all(store, &checks).await,
+        None => store.check_all(&checks).await,
+    }
+    .into_iter();
     let mut returned = store.return_leases(&returns).await.into_iter();
     let mut settled = store.settle_all(&settlements).await.into_iter();
     let results: Vec<CheckResult> = places

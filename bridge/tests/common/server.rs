@@ -32,6 +32,7 @@ pub fn without_token(bounds: ConnectionBounds) -> Config {
         access: Access::open(),
         admin: Access::open(),
         plugin: None,
+        regions: None,
     }
 }
 
@@ -51,6 +52,7 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
         access: access.unwrap(),
         admin: Access::open(),
         plugin: None,
+        regions: None,
     };
     start_with(redis_url, config).await
 }

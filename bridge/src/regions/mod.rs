@@ -1,0 +1,481 @@
+//! Several regions, one limit (docs/regions.md): a global rule's budget is kept by a
+//! ledger in one region's Redis, its *home* (`ledger`), and every region's bridges spend
+//! it only through leases of its tokens that they hold in memory (`holder`), asked for
+//! ahead of need, so that no request waits on another region once its key is warm. A
+//! region cut off from the home spends what it holds, then its own share of the limit if
+//! the rule keeps one (a plain bucket in its own Redis), then refuses.
+//!
+//! `check_all` is where a check meets this: its global rules take from this bridge's
+//! leases (a cold key waits for its first grant), the rest of the check (its other rules,
+//! and the shares of global rules the leases could not pay) goes to Redis as before, and a
+//! check denied anywhere gives back what it took from the leases: all-or-nothing still.
+//! `tick` returns what leases left unspent when they end here.
+
+pub mod flags;
+pub mod holder;
+pub mod ledger;
+
+use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
+use crate::global_metrics::Event;
+use crate::store::Store;
+use holder::{Holder, Taken};
+use ledger::{Mode, Shape, Split};
+use ratelimit_config::digest;
+use ratelimit_protocol::global::Global;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a key with no lease left is remembered (its spending rate, whether it is warm).
+const IDLE_MS: u64 = 60_000;
+/// How long a refused or failed ask keeps a key quiet, at least.
+const QUIET_MS: u64 = 100;
+
+/// What this bridge keeps of a key it leases: where its ledger is and under what terms,
+/// to give back what a lease left.
+#[derive(Debug, Clone, Default)]
+struct Terms {
+    home: String,
+    shape: Option<Shape>,
+    ttl_ms: u64,
+}
+
+/// This bridge's region, every region's Redis, and its leases.
+pub struct Regions {
+    own: String,
+    /// Every region's name, sorted: a home chosen from a key is the same on every bridge.
+    names: Vec<String>,
+    stores: HashMap<String, Store>,
+    /// This region's store: whose `/metrics` show the leases.
+    local: Store,
+    /// Names this bridge at the ledgers: its region and a random part (a restarted bridge
+    /// is a new holder; its old leases expire).
+    holder_id: String,
+    holder: Mutex<Holder<Terms>>,
+    started: Instant,
+    /// How long a cold key's check waits for its first grant.
+    wait: Duration,
+}
+
+/// What became of a global rule of a check.
+enum Paid {
+    /// From this bridge's leases.
+    Leased(Taken),
+    /// By the region's own share, a plain bucket in the check sent to Redis.
+    Shared,
+    /// Not at all: the check is denied (a rule in shadow mode lets it pass).
+    Lacking { wait_ms: u64 },
+}
+
+/// A check as it is run: what its global rules took, and the rest of it for Redis.
+struct Planned {
+    paid: Vec<Option<Paid>>,
+    /// The rules for Redis, and the place of each in the check.
+    rest: Check,
+    places: Vec<usize>,
+    denied: bool,
+}
+
+impl Regions {
+    /// Regions named `stores` (this bridge's own, `own`, among them; `local` is the store
+    /// its checks run on), leases given up for `drift_ppm` millionths of their life, a cold
+    /// key waiting `wait` at most.
+    pub fn new(
+        own: &str,
+        stores: Vec<(String, Store)>,
+        local: Store,
+        drift_ppm: u64,
+        wait: Duration,
+    ) -> Result<Regions, String> {
+        let mut names: Vec<String> = stores.iter().map(|(name, _)| name.clone()).collect();
+        names.sort();
+        names.dedup();
+        if names.len() != stores.len() {
+            return Err("--region-redis names a region twice".into());
+        }
+        if !names.iter().any(|n| n == own) {
+            return Err(format!("--region {own}: no --region-redis {own}=URL"));
+        }
+        let random = std::collections::hash_map::RandomState::new();
+        let seed = std::hash::BuildHasher::hash_one(&random, Instant::now());
+        Ok(Regions {
+            own: own.to_string(),
+            names,
+            stores: stores.into_iter().collect(),
+            local,
+            holder_id: format!("{own}/{seed:016x}"),
+            holder: Mutex::new(Holder::new(drift_ppm)),
+            started: Instant::now(),
+            wait,
+        })
+    }
+
+    pub fn own(&self) -> &str {
+        &self.own
+    }
+
+    fn lease(&self, event: Event, tokens: u64) {
+        self.local.metrics().global.lease(event, tokens);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn holder(&self) -> MutexGuard<'_, Holder<Terms>> {
+        self.holder.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The region whose Redis keeps `key`'s ledger: the one the rule names, else one
+    /// chosen from the key, the same on every bridge of every region.
+    pub fn home_of(&self, global: &Global, key: &str) -> Option<&str> {
+        if !global.home.is_empty() {
+            return self
+                .names
+                .iter()
+                .find(|n| **n == global.home)
+                .map(String::as_str);
+        }
+        let n = u64::try_from(self.names.len()).unwrap_or(1).max(1);
+        let i = digest::bucket_of(key.as_bytes(), n);
+        self.names.get(usize::try_from(i).ok()?).map(String::as_str)
+    }
+
+    /// Why a global rule of a check cannot run here, if it cannot: a home no region is, a
+    /// share the regions together exceed.
+    pub fn refusal(&self, rules: &[RuleSpec]) -> Option<String> {
+        rules.iter().find_map(|rule| {
+            let global = rule.global.as_ref()?;
+            if self.home_of(global, &rule.key).is_none() {
+                return Some(format!("no region {:?} (--region-redis)", global.home));
+            }
+            self.split(rule, global).err()
+        })
+    }
+
+    fn split(&self, rule: &RuleSpec, global: &Global) -> Result<Split, String> {
+        let regions = u64::try_from(self.names.len()).unwrap_or(u64::MAX);
+        ledger::split(rule, global.share_ppm, regions)
+    }
+
+    /// Runs `checks` on `store` (this region's Redis) with their global rules paid from
+    /// this bridge's leases: one outcome per check, in order, each all-or-nothing.
+    pub async fn check_all(self: &Arc<Self>, store: &Store, checks: &[Check]) -> Vec<CheckOutcome> {
+        let mut planned: Vec<Planned> = Vec::with_capacity(checks.len());
+        let mut cold = Vec::new();
+        for check in checks {
+            planned.push(self.plan(check, &mut cold));
+        }
+        if !cold.is_empty() {
+            self.await_grants(&cold).await;
+            for (p, check) in planned.iter_mut().zip(checks) {
+                self.retry_lacking(p, check);
+            }
+        }
+        let sent: Vec<Check> = (planned.iter())
+            .filter(|p| !p.denied && !p.rest.is_empty())
+            .map(|p| p.rest.clone())
+            .collect();
+        let mut answers = store.check_all(&sent).await.into_iter();
+        let mut outcomes = Vec::with_capacity(checks.len());
+        for (p, check) in planned.into_iter().zip(checks) {
+            let answer = match (p.denied, p.rest.is_empty()) {
+                (false, false) => answers.next().unwrap_or_else(|| Err("no answer".into())),
+                _ => Ok((wall_ms(), Vec::new())),
+            };
+            outcomes.push(self.conclude(p, check, answer));
+        }
+        outcomes
+    }
+
+    /// A check's global rules paid from the leases where they can be; the keys among them
+    /// that are cold and whose first grant is coming go to `cold`.
+    fn plan(self: &Arc<Self>, check: &Check, cold: &mut Vec<String>) -> Planned {
+        let mut p = Planned {
+            paid: Vec::with_capacity(check.len()),
+            rest: Vec::new(),
+            places: Vec::new(),
+            denied: false,
+        };
+        for (i, rule) in check.iter().enumerate() {
+            let Some(global) = &rule.global else {
+                p.paid.push(None);
+                p.rest.push(rule.clone());
+                p.places.push(i);
+                continue;
+            };
+            let now = self.now_ms();
+            let taken = self.holder().take(&rule.key, rule.cost, now);
+            let warm = self.holder().warm(&rule.key);
+            self.ask_ahead(rule, global);
+            match taken {
+                Some(taken) => p.paid.push(Some(Paid::Leased(taken))),
+                None => {
+                    if !warm && self.holder().asking(&rule.key).is_some() {
+                        cold.push(rule.key.clone());
+                    }
+                    p.paid.push(Some(self.lacking(
+                        rule,
+                        global,
+                        &mut p.rest,
+                        &mut p.places,
+                        i,
+                    )));
+                }
+            }
+        }
+        p.denied = p
+            .paid
+            .iter()
+            .zip(check)
+            .any(|(paid, rule)| matches!(paid, Some(Paid::Lacking { .. })) && !rule.shadow);
+        p
+    }
+
+    /// A global rule the leases cannot pay: its region's share, if the rule keeps one (a
+    /// plain bucket of the region's Redis, `rest`), else nothing.
+    fn lacking(
+        &self,
+        rule: &RuleSpec,
+        global: &Global,
+        rest: &mut Check,
+        places: &mut Vec<usize>,
+        i: usize,
+    ) -> Paid {
+        match self.split(rule, global) {
+            Ok(Split {
+                share: Some(share), ..
+            }) => {
+                rest.push(RuleSpec {
+                    burst: share.capacity,
+                    num: share.num,
+                    den: share.den,
+                    global: None,
+                    ..rule.clone()
+                });
+                places.push(i);
+                Paid::Shared
+            }
+            _ => Paid::Lacking {
+                wait_ms: global.ttl_ms / 2,
+            },
+        }
+    }
+
+    /// After the cold keys' first grants came (or did not in time): the global rules that
+    /// went unpaid take from the leases again.
+    fn retry_lacking(self: &Arc<Self>, p: &mut Planned, check: &Check) {
+        for (paid, rule) in p.paid.iter_mut().zip(check) {
+            if let Some(Paid::Lacking { .. }) = paid {
+                if let Some(taken) = self.holder().take(&rule.key, rule.cost, self.now_ms()) {
+                    *paid = Some(Paid::Leased(taken));
+                }
+            }
+        }
+        p.denied = p
+            .paid
+            .iter()
+            .zip(check)
+            .any(|(paid, rule)| matches!(paid, Some(Paid::Lacking { .. })) && !rule.shadow);
+    }
+
+    /// Waits until no ask of `keys` is out, or `wait` has passed.
+    async fn await_grants(&self, keys: &[String]) {
+        let deadline = Instant::now() + self.wait;
+        while Instant::now() < deadline {
+            let done = {
+                let holder = self.holder();
+                keys.iter().all(|k| holder.asking(k).is_none())
+            };
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A check's outcome from what its global rules took and Redis's `answer` for the
+    /// rest; a check denied anywhere gives back what the leases gave it. The rules of a
+    /// check denied before Redis ran none of it show as passed, nothing known.
+    fn conclude(&self, p: Planned, check: &Check, answer: CheckOutcome) -> CheckOutcome {
+        let (now_ms, rest) = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                self.refund(&p.paid, check);
+                return Err(e);
+            }
+        };
+        if p.denied || rest.iter().any(|r| !r.allowed) {
+            self.refund(&p.paid, check);
+        }
+        let now = self.now_ms();
+        let mut outcomes = Vec::with_capacity(check.len());
+        for (i, (paid, rule)) in p.paid.iter().zip(check).enumerate() {
+            outcomes.push(match paid {
+                None | Some(Paid::Shared) => {
+                    let at = p.places.iter().position(|&place| place == i);
+                    at.and_then(|at| rest.get(at).copied())
+                        .unwrap_or(RuleOutcome {
+                            allowed: true,
+                            ..RuleOutcome::default()
+                        })
+                }
+                Some(Paid::Leased(_)) => RuleOutcome {
+                    allowed: true,
+                    remaining: self.holder().live(&rule.key, now),
+                    ..RuleOutcome::default()
+                },
+                // A rule in shadow mode lacking its cost lets its check pass.
+                Some(Paid::Lacking { wait_ms }) => RuleOutcome {
+                    allowed: rule.shadow,
+                    wait_ms: (*wait_ms).max(1),
+                    ..RuleOutcome::default()
+                },
+            });
+        }
+        Ok((now_ms, outcomes))
+    }
+
+    /// Gives back to the leases what a denied check took from them.
+    fn refund(&self, paid: &[Option<Paid>], check: &Check) {
+        let now = self.now_ms();
+        let mut holder = self.holder();
+        for (paid, rule) in paid.iter().zip(check) {
+            if let Some(Paid::Leased(taken)) = paid {
+                holder.refund(&rule.key, taken, now);
+            }
+        }
+    }
+
+    /// Asks `rule`'s ledger for more of its tokens if its leases here run low (`Holder::ask`):
+    /// in the background, so that no request waits on it once its key is warm.
+    fn ask_ahead(self: &Arc<Self>, rule: &RuleSpec, global: &Global) {
+        let (Some(home), Ok(split)) = (self.home_of(global, &rule.key), self.split(rule, global))
+        else {
+            return;
+        };
+        let regions = u64::try_from(self.names.len()).unwrap_or(1).max(1);
+        let most = (split.ledger.capacity / regions).max(rule.cost);
+        let terms = || Terms {
+            home: home.to_string(),
+            shape: Some(split.ledger),
+            ttl_ms: global.ttl_ms,
+        };
+        let now = self.now_ms();
+        let asked = (self.holder()).ask(&rule.key, rule.cost, global.ttl_ms, most, now, terms);
+        let (Some(ask), Some(store)) = (asked, self.stores.get(home).cloned()) else {
+            return;
+        };
+        let this = Arc::clone(self);
+        let (key, ttl_ms, home) = (rule.key.clone(), global.ttl_ms, home.to_string());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let call = ledger::call(
+                &store,
+                &key,
+                Mode::Grant,
+                &this.holder_id,
+                ask.seq,
+                ask.tokens,
+                ttl_ms,
+                split.ledger,
+            );
+            let limit = this.wait.max(Duration::from_millis(ttl_ms / 2));
+            let reply = tokio::time::timeout(limit, call).await;
+            this.local
+                .metrics()
+                .global
+                .ledger_call(&home, started.elapsed());
+            let now = this.now_ms();
+            let mut holder = this.holder();
+            match reply {
+                Ok(Ok(reply)) if reply.tokens > 0 => {
+                    let event = match holder.granted(&key, ask.seq, reply.tokens, ttl_ms, now) {
+                        true => Event::Granted,
+                        false => Event::Stranded,
+                    };
+                    drop(holder);
+                    this.lease(event, reply.tokens);
+                }
+                Ok(Ok(reply)) => {
+                    holder.granted(&key, ask.seq, 0, ttl_ms, now);
+                    holder.quiet(&key, ask.seq, now + reply.wait_ms.clamp(QUIET_MS, ttl_ms));
+                    drop(holder);
+                    this.lease(Event::Refused, 0);
+                }
+                Ok(Err(e)) => {
+                    holder.quiet(&key, ask.seq, now + QUIET_MS);
+                    drop(holder);
+                    log::debug!("ledger of {key} on {home}: {e}");
+                    this.lease(Event::Failed, 0);
+                }
+                Err(_) => {
+                    // A grant whose answer is lost strands its tokens until the ledger's
+                    // lease ends; none is ever used twice.
+                    holder.quiet(&key, ask.seq, now + QUIET_MS);
+                    drop(holder);
+                    this.lease(Event::Failed, 0);
+                }
+            }
+        });
+    }
+
+    /// Leases over here: their unspent tokens go back to their ledgers (best effort: a
+    /// return that does not arrive leaves them stranded until the ledger's lease ends).
+    pub async fn tick(self: &Arc<Self>) {
+        let ended = self.holder().expire(self.now_ms(), IDLE_MS);
+        self.give_back(ended).await;
+    }
+
+    /// Gives every lease back: a bridge shutting down.
+    pub async fn drain(self: &Arc<Self>) {
+        let all = self.holder().drain();
+        self.give_back(all).await;
+    }
+
+    async fn give_back(&self, ended: Vec<holder::Ended<Terms>>) {
+        for end in ended {
+            self.lease(Event::Expired, end.left);
+            let (Some(store), Some(shape)) = (self.stores.get(&end.about.home), end.about.shape)
+            else {
+                continue;
+            };
+            let ttl_ms = end.about.ttl_ms;
+            let holder = &self.holder_id;
+            let sent = ledger::call(
+                store,
+                &end.key,
+                Mode::Return,
+                holder,
+                end.seq,
+                end.left,
+                ttl_ms,
+                shape,
+            );
+            match tokio::time::timeout(self.wait, sent).await {
+                Ok(Ok(reply)) => self.lease(Event::Returned, reply.tokens),
+                _ => self.lease(Event::Stranded, end.left),
+            }
+        }
+    }
+
+    /// Runs `tick` every 100 ms until `stop`, then gives every lease back.
+    pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = every.tick() => self.tick().await,
+                _ = stop.changed() => break,
+            }
+        }
+        self.drain().await;
+    }
+}
+
+/// The wall clock in ms, for a check that went to no Redis.
+fn wall_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,132 @@
+"""A TCP proxy that makes loopback behave like the network between two regions, for the
+tests of global rules (these machines have no `tc netem` and no toxiproxy): added latency
+(each byte delivered half the round trip later, each way, in order, without holding up the
+bytes behind it), a full partition (every byte dropped both ways, connections left hanging
+as a cut link leaves them, new ones accepted and starved), and replies dropped one way
+(what the client sends arrives, nothing comes back). Faults change while connections are
+open: `set(...)` takes effect for the next byte.
+
+One asyncio loop in a thread of its own serves every connection. `FaultProxy(target_port)`
+listens on a free port (`port`); `start()`/`stop()`, or `with FaultProxy(...) as proxy:`."""
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+from .stack import free_port
+
+CHUNK = 1 << 16
+
+
+@dataclass
+class Faults:
+    """The link now: `rtt_ms` added to every round trip; `cut`: nothing passes;
+    `drop_replies`: nothing passes from the target back to the client."""
+    rtt_ms: float = 0.0
+    cut: bool = False
+    drop_replies: bool = False
+
+
+class FaultProxy:
+    def __init__(self, target_port, port=None, host="127.0.0.1"):
+        self.target = (host, target_port)
+        self.port = port or free_port()
+        self.faults = Faults()
+        self.loop = None
+        self.thread = None
+        self.server = None
+        self.writers = set()
+        self.ready = threading.Event()
+        # Bytes each way that were delivered, for the tests' own checks.
+        self.forwarded = {"up": 0, "down": 0}
+
+    def set(self, rtt_ms=None, cut=None, drop_replies=None):
+        """Changes the faults (None: as they are)."""
+        f = self.faults
+        self.faults = Faults(f.rtt_ms if rtt_ms is None else rtt_ms,
+                             f.cut if cut is None else cut,
+                             f.drop_replies if drop_replies is None else drop_replies)
+        return self
+
+    def start(self):
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise RuntimeError(f"fault proxy on :{self.port} did not start")
+        return self
+
+    def stop(self):
+        if self.loop is None:
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *_):
+        self.stop()
+
+    def _run(self):
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024))
+        self.ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.server.close()
+            for writer in list(self.writers):
+                writer.transport.abort()
+            self.loop.run_until_complete(asyncio.sleep(0))
+            self.loop.close()
+
+    async def _serve(self, client_r, client_w):
+        self.writers.add(client_w)
+        try:
+            target_r, target_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_w.transport.abort()
+            self.writers.discard(client_w)
+            return
+        self.writers.add(target_w)
+        await asyncio.gather(self._pipe(client_r, target_w, "up"),
+                             self._pipe(target_r, client_w, "down"),
+                             return_exceptions=True)
+        for w in (client_w, target_w):
+            w.transport.abort()
+            self.writers.discard(w)
+
+    async def _pipe(self, reader, writer, way):
+        """Reads `way`'s bytes as they come and delivers each chunk half a round trip
+        later, in order, unless the faults drop it."""
+        queue = asyncio.Queue()
+
+        async def deliver():
+            while True:
+                due, data = await queue.get()
+                if data is None:
+                    return
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                f = self.faults
+                if f.cut or (way == "down" and f.drop_replies):
+                    continue
+                writer.write(data)
+                self.forwarded[way] += len(data)
+                await writer.drain()
+
+        delivering = asyncio.ensure_future(deliver())
+        try:
+            while data := await reader.read(CHUNK):
+                f = self.faults
+                if f.cut or (way == "down" and f.drop_replies):
+                    continue
+                queue.put_nowait((time.monotonic() + f.rtt_ms / 2000.0, data))
+        finally:
+            queue.put_nowait((0, None))
+            await asyncio.gather(delivering, return_exceptions=True)

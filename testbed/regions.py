@@ -1,0 +1,186 @@
+"""Several regions on one machine, for the tests of global rules (docs/regions.md): per
+region a Valkey, a bridge started with `--region` and a `--region-redis` for every region,
+and an Envoy gateway; every connection from one region's bridge to another region's Redis
+goes through a `FaultProxy` of its own (testbed/netem.py), so a test adds latency between
+two regions, cuts one off, or drops the replies one way, while each region's own path (its
+gateway, bridge and Redis) stays on plain loopback, as it would stay inside a region.
+
+`World(plugin, names)`: `world.regions[name]` is that region's `Stack` (one gateway),
+`world.link(a, b)` the proxy `a`'s bridge reaches `b`'s Redis through; `world.start()`,
+`world.close()`. `Demand` sends requests to the regions' gateways at chosen rates and logs
+every answer with its send and receive times against one clock; `excess` judges a log
+against the bound `burst + rate x t`."""
+
+import bisect
+import http.client
+import threading
+import time
+from dataclasses import dataclass
+
+from .netem import FaultProxy
+from .stack import Stack, free_port
+
+
+class World:
+    """Regions `names` running `plugin`, each a Stack of one gateway whose bridge knows
+    every region; `bridge_args` go to every bridge."""
+
+    def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None):
+        self.names = list(names)
+        ports = {n: free_port() for n in self.names}
+        # links[(a, b)]: the proxy a's bridge reaches b's Redis through.
+        self.links = {}
+        proxy_ports = {(a, b): free_port() for a in self.names for b in self.names if a != b}
+        self.regions = {}
+        for a in self.names:
+            flags = ["--region", a, "--region-redis", f"{a}=redis://127.0.0.1:{ports[a]}"]
+            for b in self.names:
+                if b != a:
+                    flags += ["--region-redis", f"{b}=redis://127.0.0.1:{proxy_ports[(a, b)]}"]
+            stack = Stack(plugin, gateways=1, bridge_args=[*flags, *bridge_args],
+                          upstream=upstream)
+            # The region's Valkey on the port its neighbours' proxies aim at.
+            stack.redis_port = ports[a]
+            stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])
+            bridge = stack.bridge.argv
+            bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{ports[a]}"
+            self.regions[a] = stack
+        for (a, b), port in proxy_ports.items():
+            self.links[(a, b)] = FaultProxy(ports[b], port=port)
+
+    def link(self, a, b):
+        return self.links[(a, b)]
+
+    def links_of(self, region):
+        """Every proxy in or out of `region`."""
+        return [p for (a, b), p in self.links.items() if region in (a, b)]
+
+    def set_latency(self, rtt_ms):
+        for proxy in self.links.values():
+            proxy.set(rtt_ms=rtt_ms)
+
+    def cut(self, region, cut=True):
+        """`region` cut off from every other region (both ways), or healed."""
+        for proxy in self.links_of(region):
+            proxy.set(cut=cut)
+
+    def start(self):
+        try:
+            for proxy in self.links.values():
+                proxy.start()
+            for stack in self.regions.values():
+                stack.start()
+        except Exception:
+            self.close()
+            raise
+        return self
+
+    def close(self):
+        for stack in self.regions.values():
+            stack.close()
+        for proxy in self.links.values():
+            proxy.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *_):
+        self.close()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request: when it was sent and answered (`time.monotonic`), by which region,
+    with what status."""
+    sent: float
+    done: float
+    region: str
+    status: int
+
+
+class Demand:
+    """Requests with `headers` to each region's gateway at `rates[region]` per second (open
+    loop, one keep-alive connection per worker, `workers` per region), until `stop()`;
+    `answers` logs every one against this process's clock."""
+
+    def __init__(self, world, rates, headers, path="/api/global", workers=4):
+        self.world, self.path, self.headers = world, path, headers
+        self.rates = dict(rates)
+        self.answers = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.worker, args=(region, w, workers),
+                                         daemon=True)
+                        for region in self.world.names for w in range(workers)]
+
+    def set_rates(self, rates):
+        self.rates = dict(rates)
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join(timeout=15)
+        return self.answers
+
+    def worker(self, region, index, workers):
+        port = self.world.regions[region].ports[0]
+        conn = None
+        next_at = time.monotonic() + index / max(self.rates.get(region, 0) or 1, 1) / workers
+        while not self.stopping.is_set():
+            rate = self.rates.get(region, 0)
+            if rate <= 0:
+                self.stopping.wait(0.05)
+                next_at = time.monotonic()
+                continue
+            next_at += workers / rate
+            wait = next_at - time.monotonic()
+            if wait > 0 and self.stopping.wait(wait):
+                break
+            next_at = max(next_at, time.monotonic() - 1.0)  # never burst to catch up
+            sent, status = time.monotonic(), 0
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", self.path, headers=self.headers)
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                if conn is not None:
+                    conn.close()
+                conn = None
+            with self.lock:
+                self.answers.append(Answer(sent, time.monotonic(), region, status))
+        if conn is not None:
+            conn.close()
+
+
+def admitted(answers):
+    return sorted((a for a in answers if a.status == 200), key=lambda a: a.sent)
+
+
+def excess(answers, burst, rate, window_s):
+    """The worst `n - (burst + rate x window_s)` over every window of `window_s` seconds,
+    `n` the admissions that surely happened in it (sent at or after its start, answered by
+    its end: an admission happened at Redis or a bridge between the two, so a window never
+    counts one it may not hold). Sound: a log it finds over the bound broke the bound."""
+    log = admitted(answers)
+    sends = [a.sent for a in log]
+    worst = -(burst + rate * window_s)
+    for i, first in enumerate(log):
+        end = first.sent + window_s
+        hi = bisect.bisect_right(sends, end, lo=i)
+        n = sum(1 for a in log[i:hi] if a.done <= end)
+        worst = max(worst, n - (burst + rate * window_s))
+    return worst
+
+
+def admitted_rate(answers, start, end):
+    """Admissions per second between `start` and `end` (send times)."""
+    n = sum(1 for a in answers if a.status == 200 and start <= a.sent < end)
+    return n / max(end - start, 1e-9)
