@@ -8,8 +8,10 @@
 -- cap of its own time. Grants and returns are idempotent by (holder, seq): a reply lost
 -- and the call sent again finds its lease, never a second one. A ledger that may have
 -- missed writes (its value written by another server: a promoted replica, a restart; or
--- missing on a server younger than a lease lifetime) grants nothing until every lease the
--- old one could have granted has expired ("learning"). Called by bridge/src/regions/.
+-- missing on a server younger than a lease lifetime) starts drained and grants nothing
+-- until every lease the old one could have granted has expired ("learning"): the grants it
+-- missed took from a level it would otherwise hand out again. Called by
+-- bridge/src/regions/.
 --
 -- KEYS[1]  the ledger's key
 -- ARGV     mode ('grant' | 'return' | 'read'), holder, seq, tokens (grant: wanted;
@@ -66,9 +68,11 @@ if raw then
     return redis.error_reply('ledger: ' .. KEYS[1] .. ' holds no ledger')
   end
   if state.w ~= server then
-    -- Written by another server: this one may have missed its last grants.
+    -- Written by another server: this one may have missed its last grants, which took
+    -- from the level and are still out. It starts drained, from now, and grants nothing
+    -- until every lease the other could have granted is over.
     state.u = math.max(state.u, now + math.max(state.x, ttl))
-    state.w = server
+    state.w, state.l, state.t = server, 0, now
   end
   if state.n ~= den then
     -- Another limit's units: the same tokens in this one's, rounded down.
@@ -78,9 +82,9 @@ if raw then
 else
   -- A ledger never written, or lost with a server younger than a lease lifetime, whose
   -- predecessor's leases may still be out.
-  local learning = 0
-  if uptime_ms < ttl then learning = now - uptime_ms + ttl end
-  state = { w = server, l = cap, t = now, n = den, u = learning, x = ttl, s = {} }
+  local learning, level = 0, cap
+  if uptime_ms < ttl then learning, level = now - uptime_ms + ttl, 0 end
+  state = { w = server, l = level, t = now, n = den, u = learning, x = ttl, s = {} }
 end
 
 -- The refill up to now, segment by segment between the leases' expiries.
@@ -151,12 +155,13 @@ elseif mode ~= 'read' then
 end
 
 state.l, state.t = level, now
--- Kept until every lease has expired and the refill has filled it, and a lease lifetime
--- more (a later ledger must know what this one granted); a missing ledger reads full.
+-- Kept a day after its last use (a few hundred bytes), or longer while leases are out and
+-- the refill has not filled it: a missing ledger reads full, and a replica promoted after
+-- missing its last writes must find the key that an older write left, to learn.
 local last = now
 for _, lease in ipairs(state.s) do if lease.e > last then last = lease.e end end
 local fill = floor((cap - level) / num) + 1
-local keep = last - now + fill + state.x + 1000
+local keep = math.max(last - now + fill + state.x + 1000, 86400000)
 if mode ~= 'read' then
   call('SET', KEYS[1], encode(state), 'PX', keep)
 end

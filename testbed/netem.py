@@ -1,10 +1,13 @@
 """A TCP proxy that makes loopback behave like the network between two regions, for the
 tests of global rules (these machines have no `tc netem` and no toxiproxy): added latency
 (each byte delivered half the round trip later, each way, in order, without holding up the
-bytes behind it), a full partition (every byte dropped both ways, connections left hanging
-as a cut link leaves them, new ones accepted and starved), and replies dropped one way
-(what the client sends arrives, nothing comes back). Faults change while connections are
-open: `set(...)` takes effect for the next byte.
+bytes behind it), a full partition (nothing passes either way; connections hang as over a
+cut link, new ones are accepted and starved), and replies lost one way (what the client
+sends arrives, nothing comes back). As over TCP, bytes are held, never lost: when a fault
+ends, what it held goes on, in order (a connection that gave up meanwhile is the client's
+to close), so the protocol on top never sees a reply without its request. `reset()` aborts
+every connection, as a timeout or a reset would. Faults change while connections are open:
+`set(...)` takes effect for the next byte.
 
 One asyncio loop in a thread of its own serves every connection. `FaultProxy(target_port)`
 listens on a free port (`port`); `start()`/`stop()`, or `with FaultProxy(...) as proxy:`."""
@@ -21,8 +24,8 @@ CHUNK = 1 << 16
 
 @dataclass
 class Faults:
-    """The link now: `rtt_ms` added to every round trip; `cut`: nothing passes;
-    `drop_replies`: nothing passes from the target back to the client."""
+    """The link now: `rtt_ms` added to every round trip; `cut`: nothing passes (held);
+    `drop_replies`: nothing passes from the target back to the client (held)."""
     rtt_ms: float = 0.0
     cut: bool = False
     drop_replies: bool = False
@@ -40,6 +43,23 @@ class FaultProxy:
         self.ready = threading.Event()
         # Bytes each way that were delivered, for the tests' own checks.
         self.forwarded = {"up": 0, "down": 0}
+
+    def retarget(self, port):
+        """New connections go to `port` from now (a failover moved the server)."""
+        self.target = (self.target[0], port)
+
+    def reset(self):
+        """Aborts every open connection."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._abort_all)
+
+    def _abort_all(self):
+        for writer in list(self.writers):
+            writer.transport.abort()
+
+    def blocked(self, way):
+        f = self.faults
+        return f.cut or (way == "down" and f.drop_replies)
 
     def set(self, rtt_ms=None, cut=None, drop_replies=None):
         """Changes the faults (None: as they are)."""
@@ -93,9 +113,13 @@ class FaultProxy:
             self.writers.discard(client_w)
             return
         self.writers.add(target_w)
-        await asyncio.gather(self._pipe(client_r, target_w, "up"),
-                             self._pipe(target_r, client_w, "down"),
-                             return_exceptions=True)
+        # Either side closing (a server that died, a client that gave up) closes both.
+        pipes = [asyncio.ensure_future(self._pipe(client_r, target_w, "up")),
+                 asyncio.ensure_future(self._pipe(target_r, client_w, "down"))]
+        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        for pipe in pipes:
+            pipe.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
         for w in (client_w, target_w):
             w.transport.abort()
             self.writers.discard(w)
@@ -113,9 +137,8 @@ class FaultProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                f = self.faults
-                if f.cut or (way == "down" and f.drop_replies):
-                    continue
+                while self.blocked(way):
+                    await asyncio.sleep(0.005)
                 writer.write(data)
                 self.forwarded[way] += len(data)
                 await writer.drain()
@@ -123,10 +146,7 @@ class FaultProxy:
         delivering = asyncio.ensure_future(deliver())
         try:
             while data := await reader.read(CHUNK):
-                f = self.faults
-                if f.cut or (way == "down" and f.drop_replies):
-                    continue
-                queue.put_nowait((time.monotonic() + f.rtt_ms / 2000.0, data))
+                queue.put_nowait((time.monotonic() + self.faults.rtt_ms / 2000.0, data))
         finally:
             queue.put_nowait((0, None))
             await asyncio.gather(delivering, return_exceptions=True)

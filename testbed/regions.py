@@ -18,22 +18,28 @@ import time
 from dataclasses import dataclass
 
 from .netem import FaultProxy
-from .stack import Stack, free_port
+from .stack import VALKEY, Process, Stack, free_port, redis_command, wait_for
 
 
 class World:
     """Regions `names` running `plugin`, each a Stack of one gateway whose bridge knows
-    every region; `bridge_args` go to every bridge."""
+    every region; `bridge_args` go to every bridge. With `replica_of` (a region), that
+    region's Valkey has a replica, which copies it through a proxy of its own
+    (`replication`), and every bridge reaches that region's Redis through a proxy, its own
+    bridge included (`link(r, r)`): `fail_over()` moves them all to the replica."""
 
-    def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None):
+    def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None,
+                 replica_of=None):
         self.names = list(names)
         ports = {n: free_port() for n in self.names}
         # links[(a, b)]: the proxy a's bridge reaches b's Redis through.
         self.links = {}
-        proxy_ports = {(a, b): free_port() for a in self.names for b in self.names if a != b}
+        proxy_ports = {(a, b): free_port() for a in self.names for b in self.names
+                       if a != b or a == replica_of}
         self.regions = {}
         for a in self.names:
-            flags = ["--region", a, "--region-redis", f"{a}=redis://127.0.0.1:{ports[a]}"]
+            own = proxy_ports.get((a, a), ports[a])
+            flags = ["--region", a, "--region-redis", f"{a}=redis://127.0.0.1:{own}"]
             for b in self.names:
                 if b != a:
                     flags += ["--region-redis", f"{b}=redis://127.0.0.1:{proxy_ports[(a, b)]}"]
@@ -43,10 +49,43 @@ class World:
             stack.redis_port = ports[a]
             stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])
             bridge = stack.bridge.argv
-            bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{ports[a]}"
+            bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{own}"
             self.regions[a] = stack
         for (a, b), port in proxy_ports.items():
             self.links[(a, b)] = FaultProxy(ports[b], port=port)
+        self.replica_of = replica_of
+        self.replica = self.replication = None
+        if replica_of is not None:
+            primary = self.regions[replica_of]
+            self.replication = FaultProxy(ports[replica_of])
+            self.replica_port = free_port()
+            self.replica = Process(f"valkey-{replica_of}-replica", [
+                VALKEY, "--port", str(self.replica_port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--replicaof", "127.0.0.1", str(self.replication.port)],
+                primary.workdir)
+
+    def replica_redis(self, *args):
+        return redis_command(self.replica_port, *args)
+
+    def replicated(self):
+        """Until the replica has everything its primary wrote (bounded wait)."""
+        primary = self.regions[self.replica_of]
+        wait_for("the replica to catch up", lambda: (
+            self.replica_redis("INFO", "replication").get("master_link_status") == "up"
+            and primary.redis("INFO", "replication").get("master_repl_offset")
+            == self.replica_redis("INFO", "replication").get("slave_repl_offset")))
+
+    def fail_over(self, promoted=lambda: None):
+        """The primary of `replica_of` dies (SIGKILL), its replica is promoted (`promoted()`
+        runs then, before any bridge reaches it), and every bridge's connection to it moves
+        there."""
+        self.regions[self.replica_of].valkey.kill()
+        self.replica_redis("REPLICAOF", "NO", "ONE")
+        promoted()
+        for (a, b), proxy in self.links.items():
+            if b == self.replica_of:
+                proxy.retarget(self.replica_port)
+                proxy.reset()
 
     def link(self, a, b):
         return self.links[(a, b)]
@@ -70,6 +109,10 @@ class World:
                 proxy.start()
             for stack in self.regions.values():
                 stack.start()
+            if self.replica is not None:
+                self.replication.start()
+                self.replica.start()
+                self.replicated()
         except Exception:
             self.close()
             raise
@@ -78,6 +121,9 @@ class World:
     def close(self):
         for stack in self.regions.values():
             stack.close()
+        if self.replica is not None:
+            self.replica.stop()
+            self.replication.stop()
         for proxy in self.links.values():
             proxy.stop()
 
@@ -128,20 +174,25 @@ class Demand:
         return self.answers
 
     def worker(self, region, index, workers):
+        """One of `region`'s workers: they take turns, together `rates[region]` a second;
+        a change of rate takes effect within 20 ms."""
         port = self.world.regions[region].ports[0]
         conn = None
-        next_at = time.monotonic() + index / max(self.rates.get(region, 0) or 1, 1) / workers
+        last = None
         while not self.stopping.is_set():
             rate = self.rates.get(region, 0)
             if rate <= 0:
-                self.stopping.wait(0.05)
-                next_at = time.monotonic()
+                last = None
+                self.stopping.wait(0.02)
                 continue
-            next_at += workers / rate
-            wait = next_at - time.monotonic()
-            if wait > 0 and self.stopping.wait(wait):
-                break
-            next_at = max(next_at, time.monotonic() - 1.0)  # never burst to catch up
+            if last is None:
+                last = time.monotonic() - workers / rate + index / rate
+            due = max(last + workers / rate, time.monotonic() - 1.0)  # never burst
+            wait = due - time.monotonic()
+            if wait > 0:
+                self.stopping.wait(min(wait, 0.02))
+                continue
+            last = due
             sent, status = time.monotonic(), 0
             try:
                 if conn is None:

@@ -27,6 +27,9 @@
 //! - `slot_map`: the slot map a store plans with, read again when a slot moved.
 //! - `store`: a batch run on a single Redis, a Sentinel group's master or a Cluster, every
 //!   check all-or-nothing.
+//! - `redis_memory`: the warning about a `maxmemory` policy that fails checks or evicts
+//!   overrides.
+//! - `health`: the background ping that reconnects to a Redis that is back.
 //! - `redis_args`: the flags that say where Redis is and how to reach it (`--redis`, TLS,
 //!   credentials), shared by the server, the commands and `--region-redis`.
 //! - `regions`: global rules: one budget across regions, a home ledger's tokens spent
@@ -38,9 +41,6 @@
 //!   write deadlines.
 //! - `access`: who may check (the gateways' token) and who may change limits.
 //! - `grpc`: the stream transport, one long-lived gRPC stream per gateway worker.
-//! - `redis_memory`: the warning about a `maxmemory` policy that fails checks or evicts
-//!   overrides.
-//! - `health`: the background ping that reconnects to a Redis that is back.
 //! - `registry`: overrides in Redis: set, clear, list, and the refresh every 250 ms.
 //! - `usage`: a client's bucket, read without spending or writing anything (`read`).
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).

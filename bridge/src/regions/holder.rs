@@ -63,13 +63,16 @@ struct Key<T> {
     asking: Option<Ask>,
     /// No ask before this (the ledger had nothing, or did not answer).
     quiet_until_ms: u64,
-    /// Tokens spent per second here, smoothed (what the next lease is sized on).
+    /// Tokens asked for per second here, smoothed, whether the leases had them or not:
+    /// what the next lease is sized on (sized on what was spent, a lease too small would
+    /// keep the next one as small).
     rate: f64,
-    /// When `rate` was last brought up to date, and what was spent since.
+    /// When `rate` was last brought up to date, and what was asked for since.
     rate_ms: u64,
-    spent: u64,
+    asked: u64,
     last_used_ms: u64,
-    /// The ledger granted this key at least once: a key whose leases ran out is warm.
+    /// An ask of this key was answered, or failed, at least once: a check no longer waits
+    /// for one (a cold key's first check does).
     warm: bool,
 }
 
@@ -97,6 +100,7 @@ impl<T: Clone + Default> Holder<T> {
     pub fn take(&mut self, key: &str, cost: u64, now_ms: u64) -> Option<Taken> {
         let k = self.keys.get_mut(key)?;
         k.last_used_ms = now_ms;
+        k.asked = k.asked.saturating_add(cost);
         let live: u64 = (k.leases.iter())
             .filter(|l| l.expires_ms > now_ms)
             .map(|l| l.left)
@@ -114,7 +118,6 @@ impl<T: Clone + Default> Holder<T> {
                 rest -= part;
             }
         }
-        k.spent = k.spent.saturating_add(cost);
         Some(taken)
     }
 
@@ -130,9 +133,6 @@ impl<T: Clone + Default> Holder<T> {
                 }
             }
         }
-        k.spent = k
-            .spent
-            .saturating_sub(taken.parts.iter().map(|(_, n)| n).sum());
     }
 
     /// Tokens of `key` spendable now.
@@ -145,14 +145,14 @@ impl<T: Clone + Default> Holder<T> {
         })
     }
 
-    /// Whether `key` was ever granted tokens here (a cold key waits for its first grant).
+    /// Whether an ask of `key` ever ended here (a cold key's check waits for the first).
     pub fn warm(&self, key: &str) -> bool {
         self.keys.get(key).is_some_and(|k| k.warm)
     }
 
     /// The ask `key` should send now, if any, for a check of `cost` (a fresh one is
     /// recorded as out; one out already is `None`): when its live tokens would not last
-    /// half a lease's life at the rate it spends, or its newest lease has less than half
+    /// half a lease's life at the rate it is asked for, or its newest lease has less than half
     /// its life left, and it holds fewer than `MAX_LIVE` leases. Sized to a lease's life of
     /// spending (at least `cost`), at most `most`. `about` is kept with the key.
     pub fn ask(
@@ -208,12 +208,12 @@ impl<T: Clone + Default> Holder<T> {
             return false;
         };
         k.asking = None;
+        k.warm = true;
         if granted == 0 {
             return false;
         }
         let life = ttl_ms - ttl_ms * drift_ppm / 1_000_000;
         let expires_ms = ask.sent_ms + life;
-        k.warm = true;
         if expires_ms <= now_ms {
             return false;
         }
@@ -232,9 +232,18 @@ impl<T: Clone + Default> Holder<T> {
         if let Some(k) = self.keys.get_mut(key) {
             if k.asking.is_some_and(|a| a.seq == seq) {
                 k.asking = None;
+                k.warm = true;
             }
             k.quiet_until_ms = k.quiet_until_ms.max(until_ms);
         }
+    }
+
+    /// How long before `key` could have tokens again, as far as this bridge knows: until
+    /// the ledger may be asked again, at least 1 ms (an ask out may land any moment). What
+    /// a denial says to wait, so that no gateway's deny cache refuses past a grant.
+    pub fn retry_ms(&self, key: &str, now_ms: u64) -> u64 {
+        let quiet = self.keys.get(key).map_or(0, |k| k.quiet_until_ms);
+        quiet.saturating_sub(now_ms).max(1)
     }
 
     /// The ask out for `key`, if any.
@@ -283,17 +292,17 @@ impl<T: Clone + Default> Holder<T> {
     }
 }
 
-/// Brings `k`'s spending rate up to `now_ms`: an exponential average over about a second.
+/// Brings `k`'s rate of asking up to `now_ms`: an exponential average over about a second.
 fn update_rate<T>(k: &mut Key<T>, now_ms: u64) {
     let elapsed = now_ms.saturating_sub(k.rate_ms);
     if elapsed == 0 {
         return;
     }
-    let instant = k.spent as f64 * 1000.0 / elapsed as f64;
+    let instant = k.asked as f64 * 1000.0 / elapsed as f64;
     let weight = (elapsed as f64 / 1000.0).min(1.0);
     k.rate += (instant - k.rate) * weight;
     k.rate_ms = now_ms;
-    k.spent = 0;
+    k.asked = 0;
 }
 
 #[cfg(test)]

@@ -96,11 +96,12 @@ fn asks_are_one_at_a_time_at_most_two_leases_and_sized_on_the_spending() {
 }
 
 #[test]
-fn a_refused_ask_keeps_quiet_until_told_and_a_key_is_warm_once_granted() {
+fn a_refused_ask_keeps_quiet_until_told_and_a_key_is_warm_once_answered() {
     let mut h: Holder<()> = Holder::new(0);
     let ask = h.ask("k", 1, TTL, 10, 0, || ()).unwrap();
     assert!(!h.warm("k"));
     assert!(!h.granted("k", ask.seq, 0, TTL, 10), "nothing granted");
+    assert!(h.warm("k"), "answered: the next check need not wait");
     h.quiet("k", ask.seq, 500);
     assert_eq!(h.ask("k", 1, TTL, 10, 499, || ()), None);
     let ask = h.ask("k", 1, TTL, 10, 500, || ()).unwrap();

@@ -17,6 +17,7 @@ pub mod ledger;
 
 use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
 use crate::global_metrics::Event;
+use crate::health;
 use crate::store::Store;
 use holder::{Holder, Taken};
 use ledger::{Mode, Shape, Split};
@@ -257,7 +258,7 @@ impl Regions {
                 Paid::Shared
             }
             _ => Paid::Lacking {
-                wait_ms: global.ttl_ms / 2,
+                wait_ms: self.holder().retry_ms(&rule.key, self.now_ms()),
             },
         }
     }
@@ -314,11 +315,15 @@ impl Regions {
             outcomes.push(match paid {
                 None | Some(Paid::Shared) => {
                     let at = p.places.iter().position(|&place| place == i);
-                    at.and_then(|at| rest.get(at).copied())
-                        .unwrap_or(RuleOutcome {
-                            allowed: true,
-                            ..RuleOutcome::default()
-                        })
+                    let mut o = (at.and_then(|at| rest.get(at).copied())).unwrap_or(RuleOutcome {
+                        allowed: true,
+                        ..RuleOutcome::default()
+                    });
+                    if paid.is_some() && o.wait_ms > 0 {
+                        // The share lacks it; a lease may come sooner.
+                        o.wait_ms = o.wait_ms.min(self.holder().retry_ms(&rule.key, now));
+                    }
+                    o
                 }
                 Some(Paid::Leased(_)) => RuleOutcome {
                     allowed: true,
@@ -459,14 +464,22 @@ impl Regions {
         }
     }
 
-    /// Runs `tick` every 100 ms until `stop`, then gives every lease back.
+    /// Runs `tick` every 100 ms until `stop`, then gives every lease back. Keeps every
+    /// region's connection remade as soon as its Redis answers again (`health::watch`: a
+    /// connection left alone after a partition would be remade only by the next ask).
     pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let watching: Vec<_> = (self.stores.values())
+            .map(|store| tokio::spawn(health::watch(store.clone())))
+            .collect();
         let mut every = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
                 _ = every.tick() => self.tick().await,
                 _ = stop.changed() => break,
             }
+        }
+        for task in watching {
+            task.abort();
         }
         self.drain().await;
     }

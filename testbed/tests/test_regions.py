@@ -1,0 +1,227 @@
+"""Global rules across three regions on one machine (testbed/regions.py: per region a Valkey,
+a bridge and an Envoy; every cross-region connection through a fault-injecting proxy), short
+forms of docs/regions.md's cases; the soak runs the long ones. Every answer is logged against
+one clock and `excess` judges the log against `burst + rate x t` for windows of 0.1, 1 and 5
+s: a sound count (an admission counts in a window only if it surely happened in it), so any
+excess above 0 is a broken bound. The negative controls run on the same rig and must be
+caught: three independent buckets, and regions exchanging their counts asynchronously."""
+
+import threading
+import time
+
+import pytest
+
+from testbed.plugins import plugin, rule
+from testbed.client import request
+from testbed.regions import Demand, World, admitted_rate, excess
+
+RATE = 20  # a second, and the burst
+TTL_MS = 500
+WINDOWS = (0.1, 1, 5)
+KEY = {"x-api-key": "tenant-1"}
+
+
+def config(share=None, home=None, global_=True, burst=RATE):
+    r = rule("tenant", ["api_key"], RATE, per="1s")
+    r["limit"]["burst"] = burst
+    if global_:
+        terms = {"lease_ttl": f"{TTL_MS}ms"}
+        if share:
+            terms["partition"] = {"share": share}
+        if home:
+            terms["home"] = home
+        r["global"] = terms
+    return plugin(r, identity={"api_key": {"header": "x-api-key"}}, timeout_ms=2000)
+
+
+@pytest.fixture
+def world_of():
+    made = []
+
+    def make(plugin_, **options):
+        world = World(plugin_, **options)
+        made.append(world)
+        world.start()
+        time.sleep(1.1)  # past the ledgers' learning on a fresh server
+        return world
+
+    yield make
+    for world in made:
+        world.close()
+
+
+def run(world, rates, seconds, script=(), headers=KEY):
+    """Demand at `rates` for `seconds`; `script`: (at seconds, action(world, demand)) done
+    on the way. Returns (answers, start)."""
+    demand = Demand(world, rates, headers).start()
+    start = time.monotonic()
+    for at, action in script:
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        action(world, demand)
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
+    return demand.stop(), start
+
+
+def within_bound(answers, burst=RATE):
+    worst = {w: excess(answers, burst, RATE, w) for w in WINDOWS}
+    assert all(e <= 0 for e in worst.values()), f"over the bound: {worst}"
+    return worst
+
+
+UNIFORM = {"a": RATE, "b": RATE, "c": RATE}
+NINETY_TEN = {"a": 2.7 * RATE, "b": 0.15 * RATE, "c": 0.15 * RATE}
+
+
+@pytest.mark.parametrize("rtt_ms,rates,moving", [
+    (0, UNIFORM, False), (40, NINETY_TEN, False), (150, UNIFORM, False), (150, NINETY_TEN, True)])
+def test_three_times_the_rate_in_three_regions_keeps_one_budget(world_of, rtt_ms, rates, moving):
+    world = world_of(config())
+    world.set_latency(rtt_ms)
+    script = []
+    if moving:
+        # The hotspot moves every 2 s.
+        for at, hot in ((2, "b"), (4, "c")):
+            shifted = {r: (2.7 if r == hot else 0.15) * RATE for r in world.names}
+            script.append((at, lambda _w, d, s=shifted: d.set_rates(s)))
+    answers, start = run(world, rates, 6, script)
+    within_bound(answers)
+    # After a second of warm-up: nearly the whole rate, and no request waits on another
+    # region (a call to another region's ledger costs its round trip; 150 ms stand out of
+    # this machine's jitter).
+    assert admitted_rate(answers, start + 1, start + 6) >= 0.85 * RATE
+    if rtt_ms >= 150:
+        slowest = max(a.done - a.sent for a in answers if a.sent > start + 1)
+        assert slowest < rtt_ms / 1000, f"a request took {slowest * 1000:.0f} ms"
+
+
+def test_a_cold_key_hit_in_every_region_at_once_keeps_its_budget(world_of):
+    world = world_of(config())
+    world.set_latency(40)
+    answers, _ = run(world, {r: 10 * RATE / 3 for r in "abc"}, 3,
+                     headers={"x-api-key": "cold-tenant"})
+    within_bound(answers)
+    assert sum(a.status == 200 for a in answers) >= RATE
+
+
+@pytest.mark.parametrize("share", [None, 0.1])
+def test_a_region_cut_off_spends_what_it_holds_then_refuses_or_its_share(world_of, share):
+    world = world_of(config(share=share, home="a"))
+    cut_at, heal_at = 2.0, 4.0
+    script = [(cut_at, lambda w, _d: w.cut("c")), (heal_at, lambda w, _d: w.cut("c", False))]
+    answers, start = run(world, UNIFORM, 6, script)
+    within_bound(answers)
+    f = share or 0
+    cut = [a for a in answers if start + cut_at + TTL_MS / 1000 <= a.sent < start + heal_at]
+    others = sum(a.status == 200 for a in cut if a.region != "c")
+    span = heal_at - cut_at - TTL_MS / 1000
+    assert others <= (1 - f) * (RATE + RATE * span) + 1, others
+    own = sum(a.status == 200 for a in cut if a.region == "c")
+    if share:
+        assert own > 0, "a region cut off spends its share"
+        assert own <= f * (RATE + RATE * span) + 1, own
+    else:
+        assert own == 0, "a region cut off, its lease over, refuses"
+
+
+def test_replies_dropped_one_way_mint_no_tokens(world_of):
+    world = world_of(config(home="a"))
+    script = [(1.5, lambda w, _d: w.link("b", "a").set(drop_replies=True)),
+              (4.0, lambda w, _d: w.link("b", "a").set(drop_replies=False))]
+    answers, _ = run(world, UNIFORM, 5.5, script)
+    within_bound(answers)
+
+
+def test_a_dead_region_leaves_the_survivors_the_rate(world_of):
+    world = world_of(config(home="a"))
+    killed = {}
+
+    def kill(w, demand):
+        w.regions["c"].bridge.kill()
+        demand.set_rates({"a": 1.5 * RATE, "b": 1.5 * RATE, "c": 0})
+        killed["at"] = time.monotonic()
+
+    answers, _ = run(world, UNIFORM, 5, [(2.0, kill)])
+    within_bound(answers)
+    back = killed["at"] + TTL_MS / 1000 + 0.3
+    assert admitted_rate(answers, back, back + 2) >= 0.85 * RATE
+
+
+def test_negative_control_three_independent_buckets_are_caught(world_of):
+    world = world_of(config(global_=False))
+    answers, _ = run(world, UNIFORM, 3)
+    assert excess(answers, RATE, RATE, 1) > RATE / 2, "three budgets, not one"
+
+
+def test_negative_control_regions_syncing_counts_asynchronously_are_caught(world_of):
+    # What Unkey and others do: each region its own bucket, and every second each region's
+    # bucket is charged what the others admitted since the last exchange (a settlement
+    # line, which takes tokens even below 0).
+    world = world_of(config(global_=False))
+    demand = Demand(world, UNIFORM, KEY).start()
+    stop = threading.Event()
+
+    def gossip():
+        counted = {r: 0 for r in world.names}
+        for n in range(1000):
+            if stop.wait(1.0):
+                return
+            with demand.lock:
+                now = {r: sum(a.status == 200 and a.region == r for a in demand.answers)
+                       for r in world.names}
+            for r in world.names:
+                others = sum(now[o] - counted[o] for o in world.names if o != r)
+                if others:
+                    line = f"= sync-{n}-{r} rl:tenant:tenant-1,{RATE},1,50,{others},1000\n"
+                    status, _, body = request(world.regions[r].bridge_port, "/v1/check",
+                                              method="POST", body=line.encode())
+                    assert status == 200 and " s," in body, body
+            counted = now
+
+    syncing = threading.Thread(target=gossip, daemon=True)
+    syncing.start()
+    time.sleep(4)
+    stop.set()
+    syncing.join()
+    answers = demand.stop()
+    # However the counts meet, between two exchanges every region spends a burst of its own.
+    assert excess(answers, RATE, RATE, 1) > RATE / 2
+
+
+# A burst five times the rate: a replica that hands it out a second time stands out.
+FAILOVER_BURST = 5 * RATE
+
+
+def failover_run(world, forge):
+    """The home's Redis fails over to a replica that missed the last grants: the key's
+    ledger copied while full, the copying cut, the burst and two seconds of demand taken
+    from the primary, then the primary killed and its replica promoted. With `forge`,
+    the ledger on the replica is made to look written by it (a ledger without learning)."""
+    run(world, {r: 1 for r in world.names}, 0.6)  # the key's ledger written
+    world.replicated()
+    world.replication.set(cut=True)
+    time.sleep(1.2)  # the ledger full again, on both
+
+    def forge_writer():
+        own = world.replica_redis("INFO", "server")["run_id"]
+        key = "rl:tenant:tenant-1{rl:tenant:tenant-1}#ledger"
+        value = world.replica_redis("GET", key)
+        world.replica_redis("SET", key, own + value[40:], "PX", 60_000)
+
+    def fail_over(w, _demand):
+        w.fail_over(promoted=forge_writer if forge else lambda: None)
+
+    answers, _ = run(world, {r: 3.5 * RATE for r in world.names}, 5, [(2.0, fail_over)])
+    return answers
+
+
+def test_a_home_failing_over_to_a_replica_that_missed_grants_learns_and_mints_nothing(world_of):
+    world = world_of(config(home="a", burst=FAILOVER_BURST), replica_of="a")
+    answers = failover_run(world, forge=False)
+    within_bound(answers, FAILOVER_BURST)
+
+
+def test_negative_control_a_failover_without_learning_is_caught(world_of):
+    world = world_of(config(home="a", burst=FAILOVER_BURST), replica_of="a")
+    answers = failover_run(world, forge=True)
+    worst = max(excess(answers, FAILOVER_BURST, RATE, w) for w in WINDOWS)
+    assert worst >= FAILOVER_BURST / 2, f"the replica's stale burst went unnoticed: {worst}"
