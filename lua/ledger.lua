@@ -19,7 +19,8 @@
 --          ms, den units a token)
 -- Returns  { now_ms, tokens (granted or taken back), expires_ms (a grant's, by this
 --          server's clock), level (whole tokens), outstanding (tokens out on leases),
---          learning_until_ms (0: not learning), wait_ms (until one token is there) }
+--          learning_until_ms (0: not learning), wait_ms (until one token is there),
+--          leases (how many are out) }
 
 local call, floor = redis.call, math.floor
 local mode, holder, seq = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -168,4 +169,4 @@ end
 local wait = 0
 if level < den then wait = floor((den - level + num - 1) / num) end
 if learning_until > 0 and learning_until - now > wait then wait = learning_until - now end
-return { now, moved, expires, floor(level / den), floor(out / den), learning_until, wait }
+return { now, moved, expires, floor(level / den), floor(out / den), learning_until, wait, #state.s }

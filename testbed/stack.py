@@ -119,12 +119,15 @@ class Process:
         self.name, self.argv = name, argv
         self.log = str(Path(workdir) / f"{name}.log")
         self.proc = None
+        # Variables added to the environment it starts with.
+        self.env = {}
 
     def start(self):
+        env = {**os.environ, **self.env} if self.env else None
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         return self
 
     def stop(self):

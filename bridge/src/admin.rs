@@ -8,6 +8,7 @@
 
 use crate::access::Access;
 use crate::overrides::{parse_spec, Override, Target};
+use crate::regions::Regions;
 use crate::registry;
 use crate::store::Store;
 use crate::unblock::unblock;
@@ -30,6 +31,8 @@ pub struct Admin<'a> {
     pub access: &'a Access,
     /// The plugin configuration, for usage (`--config`).
     pub plugin: Option<&'a Config>,
+    /// The regions, for a global rule's ledger in usage (`--region`).
+    pub regions: Option<&'a Regions>,
 }
 
 impl Admin<'_> {
@@ -146,7 +149,7 @@ impl Admin<'_> {
             tier: params.one("tier").map(str::to_string),
         };
         let (rule, spec) = usage::bucket(plugin, &query).map_err(Failure::Bad)?;
-        usage::read(self.store, &plugin.key_prefix, &rule, spec)
+        usage::read(self.store, self.regions, &plugin.key_prefix, &rule, spec)
             .await
             .map_err(Failure::Redis)
     }

@@ -6,6 +6,7 @@
 
 use crate::overrides::{parse_spec, Override, Target};
 pub use crate::redis_args::RedisArgs;
+use crate::regions::flags::RegionArgs;
 use crate::registry;
 use crate::store::StoreOptions;
 use crate::unblock::unblock;
@@ -119,6 +120,9 @@ pub struct ClearArgs {
 pub struct UsageArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
+    /// A global rule's ledger is read at its home region's Redis (the server's flags).
+    #[command(flatten)]
+    pub regions: RegionArgs,
     /// The plugin configuration (JSON) the gateways load: its key prefix, rules and
     /// identities name the bucket.
     #[arg(long, value_name = "PLUGIN.json")]
@@ -168,13 +172,14 @@ pub async fn run(command: Command) -> Result<String, String> {
         Command::Usage(args) => {
             let config = usage::load_plugin(&args.config).map_err(|e| format!("--config {e}"))?;
             let store = args.redis.store(OPTIONS)?;
+            let regions = args.regions.regions(&args.redis, &store, OPTIONS)?;
             let query = Query {
                 rule: args.which.rule,
                 values: args.which.values,
                 tier: args.tier,
             };
             let (rule, spec) = usage::bucket(&config, &query)?;
-            usage::read(&store, &config.key_prefix, &rule, spec).await?
+            usage::read(&store, regions.as_ref(), &config.key_prefix, &rule, spec).await?
         }
     };
     Ok(value.to_string())

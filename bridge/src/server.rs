@@ -262,6 +262,7 @@ impl Served {
             store: &self.store,
             access: &self.config.admin,
             plugin: self.config.plugin.as_deref(),
+            regions: self.config.regions.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();
         let (status, body) = admin

@@ -8,6 +8,7 @@
 //! a metered rule's debt, when the bucket is full again, and a block in force.
 
 use crate::overrides::{overridden, Table, Target};
+use crate::regions::Regions;
 use crate::registry;
 use crate::store::Store;
 use ratelimit_config::config::Config;
@@ -91,6 +92,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
 /// Redis does.
 pub async fn read(
     store: &Store,
+    regions: Option<&Regions>,
     prefix: &str,
     rule: &str,
     mut spec: RuleSpec,
@@ -104,8 +106,15 @@ pub async fn read(
     let Some(outcome) = outcomes.first() else {
         return Err("redis: the script gave no answer for the bucket".into());
     };
+    // A global rule's budget is its ledger's, at its home region (null: not a global rule,
+    // or a bridge without --region, which checks it as a plain one).
+    let global = match regions {
+        Some(regions) => regions.ledger_of(&spec).await.transpose()?,
+        None => None,
+    };
     // A blocked client has nothing left whatever its bucket holds: what a gateway says.
     Ok(json!({
+        "global": global,
         "rule": rule,
         "key": spec.key,
         "limit": spec.overridden.map_or(spec.burst, |o| o.burst),

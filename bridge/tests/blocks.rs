@@ -167,7 +167,7 @@ async fn usage_shows_a_block_in_force_and_reading_it_moves_nothing() {
         cost: 0,
         ..login.clone()
     };
-    let usage = usage::read(&store, "rl", "login", looking.clone())
+    let usage = usage::read(&store, None, "rl", "login", looking.clone())
         .await
         .unwrap();
     assert_eq!(usage["remaining"], 0, "{usage}");
@@ -176,7 +176,7 @@ async fn usage_shows_a_block_in_force_and_reading_it_moves_nothing() {
     assert!((now_s + 59..=now_s + 61).contains(&until), "{usage}");
     // Looked at again and again: the block ends when it did, and nothing was written.
     for _ in 0..5 {
-        let again = usage::read(&store, "rl", "login", looking.clone())
+        let again = usage::read(&store, None, "rl", "login", looking.clone())
             .await
             .unwrap();
         assert_eq!(again["blocked"], usage["blocked"], "{again}");

@@ -48,7 +48,9 @@ async fn remaining(store: &Store, user: &str) -> u64 {
         cost: 0,
         ..per_user(user)
     };
-    let usage = usage::read(store, "rl", "per-user", spec).await.unwrap();
+    let usage = usage::read(store, None, "rl", "per-user", spec)
+        .await
+        .unwrap();
     usage["remaining"].as_u64().unwrap()
 }
 
@@ -167,7 +169,9 @@ async fn usage_reads_an_unused_override_as_a_check_would_start_it(
             cost: 0,
             ..spec.clone()
         };
-        let usage = usage::read(store, "rl", "per-user", zero).await.unwrap();
+        let usage = usage::read(store, None, "rl", "per-user", zero)
+            .await
+            .unwrap();
         assert_eq!(usage["limit"], 1000, "{usage}");
         assert_eq!(usage["remaining"], 910, "{usage}");
         assert_eq!(usage["owed"], 0, "{usage}");

@@ -162,7 +162,7 @@ fn snapshot(server: &Valkey) -> Vec<(String, Vec<u8>, i64)> {
 
 /// `usage`'s numbers for `spec`: limit, remaining, owed, and whether a block shows.
 async fn usage_of(store: &Store, spec: RuleSpec) -> (u64, u64, u64, bool) {
-    let usage = usage::read(store, "rl", "t", spec).await.unwrap();
+    let usage = usage::read(store, None, "rl", "t", spec).await.unwrap();
     let number = |field: &str| usage[field].as_u64().unwrap();
     let numbers = (number("limit"), number("remaining"), number("owed"));
     (numbers.0, numbers.1, numbers.2, !usage["blocked"].is_null())
@@ -176,7 +176,7 @@ async fn usage_shows_a_bucket_in_debt_as_tokens_owed() {
     // at a token a minute.
     settle(&store, vec![settling("rl:t:o", 130, 50, "o1")]).await;
     let now_s = redis_now_ms(&valkey) / 1000;
-    let usage = usage::read(&store, "rl", "t", tokens("rl:t:o", 0))
+    let usage = usage::read(&store, None, "rl", "t", tokens("rl:t:o", 0))
         .await
         .unwrap();
     assert_eq!(usage["remaining"], 0, "{usage}");

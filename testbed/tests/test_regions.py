@@ -6,6 +6,8 @@ s: a sound count (an admission counts in a window only if it surely happened in 
 excess above 0 is a broken bound. The negative controls run on the same rig and must be
 caught: three independent buckets, and regions exchanging their counts asynchronously."""
 
+import json
+import subprocess
 import threading
 import time
 
@@ -14,6 +16,7 @@ import pytest
 from testbed.plugins import plugin, rule
 from testbed.client import request
 from testbed.regions import Demand, World, admitted_rate, excess
+from testbed.stack import BRIDGE
 
 RATE = 20  # a second, and the burst
 TTL_MS = 500
@@ -225,3 +228,27 @@ def test_negative_control_a_failover_without_learning_is_caught(world_of):
     answers = failover_run(world, forge=True)
     worst = max(excess(answers, FAILOVER_BURST, RATE, w) for w in WINDOWS)
     assert worst >= FAILOVER_BURST / 2, f"the replica's stale burst went unnoticed: {worst}"
+
+
+def test_usage_and_check_config_know_a_global_rule(world_of, tmp_path):
+    world = world_of(config(share=0.1, home="b"))
+    answers, _ = run(world, UNIFORM, 1)
+    assert sum(a.status == 200 for a in answers) > 0
+    plugin_file = tmp_path / "plugin.json"
+    plugin_file.write_text(json.dumps(world.regions["a"].plugin))
+    flags = world.regions["a"].bridge.argv
+    regions = [f for i, f in enumerate(flags) if f.startswith("--region")
+               or flags[i - 1].startswith("--region")]
+    redis = flags[flags.index("--redis") + 1]
+    usage = subprocess.run([BRIDGE, "usage", "--redis", redis, *regions, "--config",
+                            str(plugin_file), "--rule", "tenant", "--value", "tenant-1"],
+                           capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 0, usage.stderr
+    seen = json.loads(usage.stdout)["global"]
+    assert seen["home"] == "b" and seen["share"] == 2, seen
+    ledger = seen["ledger"]
+    assert ledger["capacity"] == 14 and ledger["leases"] >= 1, seen
+    assert ledger["tokens"] + ledger["leased"] <= ledger["capacity"], seen
+    checked = subprocess.run([BRIDGE, "check-config", str(plugin_file)],
+                             capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr

@@ -105,6 +105,8 @@ pub struct Reply {
     pub learning_until_ms: u64,
     /// Until one token is there (or learning ends).
     pub wait_ms: u64,
+    /// Leases out.
+    pub leases: u64,
 }
 
 /// What a call asks.
@@ -142,8 +144,8 @@ pub async fn call(
     args.extend(numbers.iter().map(String::as_str));
     let reply: Vec<i64> = home.eval(&script, &[&ledger_key(key)], &args).await?;
     let n = |i: usize| reply.get(i).map_or(0, |&v| u64::try_from(v).unwrap_or(0));
-    if reply.len() != 7 {
-        return Err(format!("ledger: a reply of {} numbers, not 7", reply.len()));
+    if reply.len() != 8 {
+        return Err(format!("ledger: a reply of {} numbers, not 8", reply.len()));
     }
     Ok(Reply {
         now_ms: n(0),
@@ -153,6 +155,7 @@ pub async fn call(
         outstanding: n(4),
         learning_until_ms: n(5),
         wait_ms: n(6),
+        leases: n(7),
     })
 }
 

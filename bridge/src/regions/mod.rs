@@ -464,6 +464,38 @@ impl Regions {
         }
     }
 
+    /// The ledger of `rule` (a global one) as it stands at its home, for `usage`: the home,
+    /// whole tokens held and out on leases, how many leases, and learning's end (Unix
+    /// seconds, or null); `None` for a rule that is not global.
+    pub async fn ledger_of(&self, rule: &RuleSpec) -> Option<Result<serde_json::Value, String>> {
+        let global = rule.global.as_ref()?;
+        let home = self.home_of(global, &rule.key)?;
+        let (Some(store), Ok(split)) = (self.stores.get(home), self.split(rule, global)) else {
+            return None;
+        };
+        let read = ledger::call(
+            store,
+            &rule.key,
+            Mode::Read,
+            "",
+            0,
+            0,
+            global.ttl_ms,
+            split.ledger,
+        );
+        Some(read.await.map(|r| {
+            let now_s = wall_ms() / 1000;
+            serde_json::json!({
+                "home": home,
+                "ledger": {"tokens": r.level, "leased": r.outstanding, "leases": r.leases,
+                           "capacity": split.ledger.capacity},
+                "learning_until": (r.learning_until_ms > 0)
+                    .then(|| now_s + (r.learning_until_ms.saturating_sub(r.now_ms)).div_ceil(1000)),
+                "share": split.share.map(|s| s.capacity),
+            })
+        }))
+    }
+
     /// Runs `tick` every 100 ms until `stop`, then gives every lease back. Keeps every
     /// region's connection remade as soon as its Redis answers again (`health::watch`: a
     /// connection left alone after a partition would be remade only by the next ask).
