@@ -112,10 +112,11 @@ mod tests {
             "eu,0,60001",
             "eu,0x1,2000",
             "eu,,2000",
-            "a-very-long-region-name-of-33-ch,0,2000",
         ] {
             assert!(parse_global(bad).is_err(), "{bad:?}");
         }
+        let too_long = format!("{},0,2000", "a".repeat(MAX_REGION_LEN + 1));
+        assert!(parse_global(&too_long).is_err(), "{too_long}");
     }
 
     #[test]
