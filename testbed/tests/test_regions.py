@@ -106,6 +106,17 @@ def test_a_cold_key_hit_in_every_region_at_once_keeps_its_budget(world_of):
     assert sum(a.status == 200 for a in answers) >= RATE
 
 
+def test_a_burst_under_the_limit_far_from_home_is_admitted(world_of):
+    """A lease is sized on the spending seen so far: a key's first lease in c holds one
+    token, and the requests that outrun it wait for the next grant (home still has tokens)
+    instead of being refused for a lease that was small."""
+    world = world_of(config(home="a"))
+    world.set_latency(150)
+    port = world.regions["c"].ports[0]
+    statuses = [request(port, "/api/burst", KEY)[0] for _ in range(RATE // 2)]
+    assert statuses == [200] * (RATE // 2)
+
+
 @pytest.mark.parametrize("share", [None, 0.1])
 def test_a_region_cut_off_spends_what_it_holds_then_refuses_or_its_share(world_of, share):
     world = world_of(config(share=share, home="a"))

@@ -32,8 +32,9 @@ pub struct RegionArgs {
         value_parser = clap::value_parser!(u64).range(0..500_000)
     )]
     pub region_drift_ppm: u64,
-    /// How long a check of a key this bridge holds no lease of waits for its first grant,
-    /// in milliseconds (a cross-region round trip, outside the key's home).
+    /// How long a check its leases cannot pay waits for a grant (a cold key's first, or
+    /// one its spending outran while the ledger had tokens), in milliseconds: a
+    /// cross-region round trip, outside the key's home.
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_REGION_WAIT_MS",

@@ -71,9 +71,11 @@ struct Key<T> {
     rate_ms: u64,
     asked: u64,
     last_used_ms: u64,
-    /// An ask of this key was answered, or failed, at least once: a check no longer waits
-    /// for one (a cold key's first check does).
-    warm: bool,
+    /// The ledger's last answer left it nothing (or it refused, or did not answer): a
+    /// check that finds no tokens here is denied at once, not made to wait for the ask out.
+    /// Until then (a cold key, or one whose spending outgrew its lease while its home
+    /// still had tokens) it waits: a denial is for a budget spent, not for a lease small.
+    dry: bool,
 }
 
 /// Every key's leases; one per bridge. `T` is what the caller keeps of a key, handed back
@@ -145,9 +147,12 @@ impl<T: Clone + Default> Holder<T> {
         })
     }
 
-    /// Whether an ask of `key` ever ended here (a cold key's check waits for the first).
-    pub fn warm(&self, key: &str) -> bool {
-        self.keys.get(key).is_some_and(|k| k.warm)
+    /// Whether a check of `key` that its leases cannot pay should wait for the ask out:
+    /// one is, and the ledger has not said it is dry.
+    pub fn worth_waiting(&self, key: &str) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|k| k.asking.is_some() && !k.dry)
     }
 
     /// The ask `key` should send now, if any, for a check of `cost` (a fresh one is
@@ -197,9 +202,18 @@ impl<T: Clone + Default> Holder<T> {
     }
 
     /// The ledger's answer to `key`'s ask: `granted` tokens (0: none, and no ask again
-    /// before `quiet_until_ms`), living `ttl_ms` from the ask's sending, less the drift.
-    /// Whether a lease was added (a grant that is already over here is not).
-    pub fn granted(&mut self, key: &str, seq: u64, granted: u64, ttl_ms: u64, now_ms: u64) -> bool {
+    /// before `quiet_until_ms`), living `ttl_ms` from the ask's sending, less the drift,
+    /// and `left` tokens still at home. Whether a lease was added (a grant that is already
+    /// over here is not).
+    pub fn granted(
+        &mut self,
+        key: &str,
+        seq: u64,
+        granted: u64,
+        left: u64,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> bool {
         let drift_ppm = self.drift_ppm;
         let Some(k) = self.keys.get_mut(key) else {
             return false;
@@ -208,7 +222,7 @@ impl<T: Clone + Default> Holder<T> {
             return false;
         };
         k.asking = None;
-        k.warm = true;
+        k.dry = granted == 0 || left == 0;
         if granted == 0 {
             return false;
         }
@@ -232,8 +246,8 @@ impl<T: Clone + Default> Holder<T> {
         if let Some(k) = self.keys.get_mut(key) {
             if k.asking.is_some_and(|a| a.seq == seq) {
                 k.asking = None;
-                k.warm = true;
             }
+            k.dry = true;
             k.quiet_until_ms = k.quiet_until_ms.max(until_ms);
         }
     }

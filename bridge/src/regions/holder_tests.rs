@@ -7,7 +7,7 @@ const TTL: u64 = 2_000;
 fn holding(tokens: u64, at_ms: u64) -> (Holder<()>, u64) {
     let mut h = Holder::new(10_000);
     let ask = h.ask("k", 1, TTL, 1_000, at_ms, || ()).unwrap();
-    assert!(h.granted("k", ask.seq, tokens, TTL, at_ms + 50));
+    assert!(h.granted("k", ask.seq, tokens, 100, TTL, at_ms + 50));
     (h, ask.seq)
 }
 
@@ -30,7 +30,7 @@ fn a_lease_lives_its_life_less_the_drift_counted_from_its_ask() {
     );
     // A grant whose life is over by the time it comes is no lease.
     let ask = h.ask("k", 1, TTL, 1_000, 3_000, || ()).unwrap();
-    assert!(!h.granted("k", ask.seq, 5, TTL, 5_000));
+    assert!(!h.granted("k", ask.seq, 5, 100, TTL, 5_000));
     assert_eq!(h.live("k", 5_000), 0);
 }
 
@@ -44,7 +44,7 @@ fn takes_are_all_or_nothing_from_the_lease_that_expires_first_and_go_back_if_den
     );
     // Half the first lease's life gone: one more is asked ahead.
     let ask = h.ask("k", 1, TTL, 1_000, 1_500, || ()).unwrap();
-    assert!(h.granted("k", ask.seq, 4, TTL, 1_600));
+    assert!(h.granted("k", ask.seq, 4, 100, TTL, 1_600));
     let taken = h.take("k", 5, 1_700).unwrap();
     assert_eq!(taken.parts, vec![(first, 3), (ask.seq, 2)]);
     assert!(h.take("k", 3, 1_700).is_none(), "2 left, all or nothing");
@@ -66,19 +66,19 @@ fn asks_are_one_at_a_time_at_most_two_leases_and_sized_on_the_spending() {
         None,
         "one ask out at a time"
     );
-    assert!(h.granted("k", ask.seq, 3, TTL, 20));
+    assert!(h.granted("k", ask.seq, 3, 100, TTL, 20));
     // 100 tokens a second for 2 s: leases sized on that, at most `most`.
     let mut now = 20;
     for _ in 0..100 {
         now += 10;
         if h.take("k", 1, now).is_none() {
             let ask = h.ask("k", 1, TTL, 1_000, now, || ()).unwrap();
-            assert!(h.granted("k", ask.seq, ask.tokens, TTL, now));
+            assert!(h.granted("k", ask.seq, ask.tokens, 100, TTL, now));
             assert!(h.take("k", 1, now).is_some());
         }
         if let Some(ask) = h.ask("k", 1, TTL, 1_000, now, || ()) {
             assert!(ask.tokens > 1 && ask.tokens <= 1_000, "{ask:?}");
-            assert!(h.granted("k", ask.seq, ask.tokens, TTL, now));
+            assert!(h.granted("k", ask.seq, ask.tokens, 100, TTL, now));
         }
         let live = h.keys["k"]
             .leases
@@ -89,26 +89,42 @@ fn asks_are_one_at_a_time_at_most_two_leases_and_sized_on_the_spending() {
     // Spending fast: the next lease is sized on it, at most `most`.
     let mut fast: Holder<()> = Holder::new(0);
     let ask = fast.ask("k", 1, TTL, 150, 0, || ()).unwrap();
-    assert!(fast.granted("k", ask.seq, 1_000, TTL, 0));
+    assert!(fast.granted("k", ask.seq, 1_000, 100, TTL, 0));
     assert!(fast.take("k", 900, 100).is_some());
     let ask = fast.ask("k", 1, TTL, 150, 200, || ()).unwrap();
     assert_eq!(ask.tokens, 150, "at most `most`");
 }
 
 #[test]
-fn a_refused_ask_keeps_quiet_until_told_and_a_key_is_warm_once_answered() {
+fn a_refused_ask_keeps_quiet_until_told_and_a_check_waits_only_while_home_has_tokens() {
     let mut h: Holder<()> = Holder::new(0);
     let ask = h.ask("k", 1, TTL, 10, 0, || ()).unwrap();
-    assert!(!h.warm("k"));
-    assert!(!h.granted("k", ask.seq, 0, TTL, 10), "nothing granted");
-    assert!(h.warm("k"), "answered: the next check need not wait");
+    assert!(
+        h.worth_waiting("k"),
+        "cold: the first grant is worth waiting for"
+    );
+    assert!(!h.granted("k", ask.seq, 0, 0, TTL, 10), "nothing granted");
     h.quiet("k", ask.seq, 500);
+    assert!(!h.worth_waiting("k"), "no ask out");
     assert_eq!(h.ask("k", 1, TTL, 10, 499, || ()), None);
     let ask = h.ask("k", 1, TTL, 10, 500, || ()).unwrap();
-    assert!(h.granted("k", ask.seq, 1, TTL, 510));
-    assert!(h.warm("k"));
+    assert!(
+        !h.worth_waiting("k"),
+        "the ledger said it was dry: deny at once"
+    );
+    assert!(h.granted("k", ask.seq, 1, 7, TTL, 510));
     // A late answer to an ask that is not the one out changes nothing.
-    assert!(!h.granted("k", ask.seq, 1, TTL, 520));
+    assert!(!h.granted("k", ask.seq, 1, 7, TTL, 520));
+    h.take("k", 1, 530).unwrap();
+    let ask = h.ask("k", 1, TTL, 10, 540, || ()).unwrap();
+    assert!(
+        h.worth_waiting("k"),
+        "home had 7 left: the lease was small, not the budget"
+    );
+    assert!(h.granted("k", ask.seq, 1, 0, TTL, 550));
+    h.take("k", 1, 560).unwrap();
+    h.ask("k", 1, TTL, 10, 570, || ()).unwrap();
+    assert!(!h.worth_waiting("k"), "home had none left");
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! Several regions, one limit (docs/regions.md): a global rule's budget is kept by a
 //! ledger in one region's Redis, its *home* (`ledger`), and every region's bridges spend
 //! it only through leases of its tokens that they hold in memory (`holder`), asked for
-//! ahead of need, so that no request waits on another region once its key is warm. A
+//! ahead of need, so that no request waits on another region once its key is warm and its
+//! leases keep up with its spending. A
 //! region cut off from the home spends what it holds, then its own share of the limit if
 //! the rule keeps one (a plain bucket in its own Redis), then refuses.
 //!
 //! `check_all` is where a check meets this: its global rules take from this bridge's
-//! leases (a cold key waits for its first grant), the rest of the check (its other rules,
+//! leases (a cold key waits for its first grant, and so does a key whose spending outran
+//! its lease while its home had tokens left), the rest of the check (its other rules,
 //! and the shares of global rules the leases could not pay) goes to Redis as before, and a
 //! check denied anywhere gives back what it took from the leases: all-or-nothing still.
 //! `tick` returns what leases left unspent when they end here.
@@ -54,7 +56,7 @@ pub struct Regions {
     holder_id: String,
     holder: Mutex<Holder<Terms>>,
     started: Instant,
-    /// How long a cold key's check waits for its first grant.
+    /// How long a check waits for a grant (a cold key's first, or one its spending outran).
     wait: Duration,
 }
 
@@ -79,8 +81,8 @@ struct Planned {
 
 impl Regions {
     /// Regions named `stores` (this bridge's own, `own`, among them; `local` is the store
-    /// its checks run on), leases given up for `drift_ppm` millionths of their life, a cold
-    /// key waiting `wait` at most.
+    /// its checks run on), leases given up for `drift_ppm` millionths of their life, a check
+    /// waiting `wait` at most for a grant.
     pub fn new(
         own: &str,
         stores: Vec<(String, Store)>,
@@ -163,12 +165,12 @@ impl Regions {
     /// this bridge's leases: one outcome per check, in order, each all-or-nothing.
     pub async fn check_all(self: &Arc<Self>, store: &Store, checks: &[Check]) -> Vec<CheckOutcome> {
         let mut planned: Vec<Planned> = Vec::with_capacity(checks.len());
-        let mut cold = Vec::new();
+        let mut waiting = Vec::new();
         for check in checks {
-            planned.push(self.plan(check, &mut cold));
+            planned.push(self.plan(check, &mut waiting));
         }
-        if !cold.is_empty() {
-            self.await_grants(&cold).await;
+        if !waiting.is_empty() {
+            self.await_grants(&waiting).await;
             for (p, check) in planned.iter_mut().zip(checks) {
                 self.retry_lacking(p, check);
             }
@@ -190,8 +192,8 @@ impl Regions {
     }
 
     /// A check's global rules paid from the leases where they can be; the keys among them
-    /// that are cold and whose first grant is coming go to `cold`.
-    fn plan(self: &Arc<Self>, check: &Check, cold: &mut Vec<String>) -> Planned {
+    /// that the leases cannot pay and whose grant is worth waiting for go to `waiting`.
+    fn plan(self: &Arc<Self>, check: &Check, waiting: &mut Vec<String>) -> Planned {
         let mut p = Planned {
             paid: Vec::with_capacity(check.len()),
             rest: Vec::new(),
@@ -207,13 +209,12 @@ impl Regions {
             };
             let now = self.now_ms();
             let taken = self.holder().take(&rule.key, rule.cost, now);
-            let warm = self.holder().warm(&rule.key);
             self.ask_ahead(rule, global);
             match taken {
                 Some(taken) => p.paid.push(Some(Paid::Leased(taken))),
                 None => {
-                    if !warm && self.holder().asking(&rule.key).is_some() {
-                        cold.push(rule.key.clone());
+                    if self.holder().worth_waiting(&rule.key) {
+                        waiting.push(rule.key.clone());
                     }
                     p.paid.push(Some(self.lacking(
                         rule,
@@ -263,7 +264,7 @@ impl Regions {
         }
     }
 
-    /// After the cold keys' first grants came (or did not in time): the global rules that
+    /// After the grants waited for came (or did not in time): the global rules that
     /// went unpaid take from the leases again.
     fn retry_lacking(self: &Arc<Self>, p: &mut Planned, check: &Check) {
         for (paid, rule) in p.paid.iter_mut().zip(check) {
@@ -395,15 +396,17 @@ impl Regions {
             let mut holder = this.holder();
             match reply {
                 Ok(Ok(reply)) if reply.tokens > 0 => {
-                    let event = match holder.granted(&key, ask.seq, reply.tokens, ttl_ms, now) {
-                        true => Event::Granted,
-                        false => Event::Stranded,
-                    };
+                    let event =
+                        match holder.granted(&key, ask.seq, reply.tokens, reply.level, ttl_ms, now)
+                        {
+                            true => Event::Granted,
+                            false => Event::Stranded,
+                        };
                     drop(holder);
                     this.lease(event, reply.tokens);
                 }
                 Ok(Ok(reply)) => {
-                    holder.granted(&key, ask.seq, 0, ttl_ms, now);
+                    holder.granted(&key, ask.seq, 0, reply.level, ttl_ms, now);
                     holder.quiet(&key, ask.seq, now + reply.wait_ms.clamp(QUIET_MS, ttl_ms));
                     drop(holder);
                     this.lease(Event::Refused, 0);
