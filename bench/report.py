@@ -2,11 +2,11 @@
 order, the tables of the Envoy configurations, the acceptance verdicts of the throughput
 and hot keys issues, and how to read them. The backend's own tables (Redis, bridge,
 Cluster) are in backend_tables.py, the fleet section in fleet.py, the streams section in
-streams.py."""
+streams.py, the regions section in regions.py."""
 
 from pathlib import Path
 
-from . import fleet, plot, streams
+from . import fleet, plot, regions, streams
 from .backend_tables import bridge_table, cluster_table, redis_table
 from .cells import ms, num, statuses, table
 from .diagnostics import BATCH_BUCKETS
@@ -363,6 +363,8 @@ two cores with everything else.
 
 {fleet.section(results['fleet']) if 'fleet' in results else ''}
 {streams.section(results['streams']) if 'streams' in results else ''}
+
+{regions.section(results['regions']) if 'regions' in results else ''}
 ## Accuracy: one client at 2x its limit through two gateways
 
 {accuracy_table(results['accuracy'])}

@@ -5,8 +5,9 @@ Starts Valkey and the bridge through testbed/stack.py, one Envoy (`--concurrency
 configuration, drives each with bench's `loadgen` at 16 and 64 requests in flight, reads
 the filter's counters and Valkey around every run, measures Redis, the bridge, the
 accuracy of the limit, a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
-and bridges of its own) and metering's cost on streamed responses (bench/streams.py),
-then writes REPORT.md, results.json and latency.svg to --out.
+and bridges of its own), metering's cost on streamed responses (bench/streams.py) and
+global rules across three regions (bench/regions.py), then writes REPORT.md, results.json
+and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
 stack.Process, stopped in `finally` on success, failure, Ctrl-C or SIGTERM.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from testbed import stack
 
-from . import envoys, fleet, measure, report, smoke, streams
+from . import envoys, fleet, measure, regions, report, smoke, streams
 
 
 def settings(args):
@@ -32,11 +33,11 @@ def settings(args):
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
                     hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True),
-                    **streams.settings(short=True))
+                    **streams.settings(short=True), **regions.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
                 hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False),
-                **streams.settings(short=False))
+                **streams.settings(short=False), **regions.settings(short=False))
 
 
 def main():
@@ -74,6 +75,8 @@ def main():
         results["fleet"] = fleet.measure(workdir, conf)
         print("metering on streamed responses", flush=True)
         results["streams"] = streams.measure(bench_stack, workdir, conf)
+        print("several regions, one limit", flush=True)
+        results["regions"] = regions.measure(workdir, conf)
         results["bench_seconds"] = time.monotonic() - started
         results["machine"]["load"] = [load_before, os.getloadavg()[0]]
         results["settings"] = conf

@@ -119,6 +119,22 @@ def check_streams(streams, expect=None):
         raise AssertionError("streams smoke run failed:\n  " + "\n  ".join(problems))
 
 
+def check_regions(regions, expect):
+    """The regions section (bench/regions.py): every case kept the bound and admitted, a
+    cold key outside its home waited a round trip and a warm one did not, and the hot
+    path of a global rule spent no more of its region's Redis than the regional rule."""
+    for case in regions["cases"]:
+        at = f"regions {case['key']}"
+        expect(case["admitted_over_bound"] <= 1.0, f"{at}: {case['admitted_over_bound']} of the bound")
+        expect(case["rate_share"] > 0.3, f"{at}: {case['rate_share']} of the rate")
+    cold = regions["cold"]
+    expect(cold["cold_p50_ms"] >= 140 > cold["warm_p50_ms"], f"regions cold keys: {cold}")
+    hot = regions["hot_path"]
+    expect(all(v["rps"] > 0 for v in hot.values()), f"regions hot path: {hot}")
+    expect(hot["global"]["local_redis_us"] < hot["regional"]["local_redis_us"],
+           f"regions hot path: {hot}")
+
+
 def check(results, out):
     problems = []
 
@@ -183,6 +199,9 @@ def check(results, out):
     expect("streams" in results, "no streams section")
     if "streams" in results:
         check_streams(results["streams"], expect)
+    expect("regions" in results, "no regions section")
+    if "regions" in results:
+        check_regions(results["regions"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
