@@ -7,6 +7,7 @@ excess above 0 is a broken bound. The negative controls run on the same rig and 
 caught: three independent buckets, and regions exchanging their counts asynchronously."""
 
 import json
+import random
 import subprocess
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from testbed.plugins import plugin, rule
 from testbed.client import request
-from testbed.regions import Demand, World, admitted_rate, excess
+from testbed.regions import Answer, Demand, World, admitted, admitted_rate, excess
 from testbed.stack import BRIDGE
 
 RATE = 20  # a second, and the burst
@@ -24,17 +25,36 @@ WINDOWS = (0.1, 1, 5)
 KEY = {"x-api-key": "tenant-1"}
 
 
-def config(share=None, home=None, global_=True, burst=RATE):
+def config(share=None, home=None, global_=True, burst=RATE, ttl_ms=TTL_MS):
     r = rule("tenant", ["api_key"], RATE, per="1s")
     r["limit"]["burst"] = burst
     if global_:
-        terms = {"lease_ttl": f"{TTL_MS}ms"}
+        terms = {"lease_ttl": f"{ttl_ms}ms"} if ttl_ms else {}
         if share:
             terms["partition"] = {"share": share}
         if home:
             terms["home"] = home
         r["global"] = terms
     return plugin(r, identity={"api_key": {"header": "x-api-key"}}, timeout_ms=2000)
+
+
+def test_the_checker_counts_what_the_definition_counts():
+    """`excess` counts in O(log n) per window; on random logs (ties, answers slower than
+    the window, denials) it finds what counting every window by the definition finds."""
+    def by_definition(answers, burst, rate, w):
+        log = admitted(answers)
+        return max([sum(1 for a in log[i:] if a.done <= f.sent + w) - (burst + rate * w)
+                    for i, f in enumerate(log)], default=-(burst + rate * w))
+
+    rng = random.Random(39)
+    for _ in range(200):
+        answers = []
+        for _ in range(rng.randint(0, 120)):
+            sent = round(rng.uniform(0, 10), 2)
+            took = rng.choice([0.001, 0.2, 1.5, rng.uniform(0, 3)])
+            answers.append(Answer(sent, sent + took, "a", rng.choice([200, 200, 429])))
+        for w in (0.1, 1, 5):
+            assert excess(answers, 5, 3, w) == pytest.approx(by_definition(answers, 5, 3, w))
 
 
 @pytest.fixture
@@ -95,6 +115,16 @@ def test_three_times_the_rate_in_three_regions_keeps_one_budget(world_of, rtt_ms
     if rtt_ms >= 150:
         slowest = max(a.done - a.sent for a in answers if a.sent > start + 1)
         assert slowest < rtt_ms / 1000, f"a request took {slowest * 1000:.0f} ms"
+
+
+def test_leases_outliving_the_burst_still_admit_the_rate(world_of):
+    """lease_ttl's default (2 s) outlives the burst (a second of the rate): a lease spent
+    goes back to its ledger at once, or its tokens would hold the ledger's refill back to
+    `capacity / lease_ttl` a second, half the rate."""
+    world = world_of(config(ttl_ms=None))
+    answers, start = run(world, UNIFORM, 7)
+    within_bound(answers)
+    assert admitted_rate(answers, start + 2, start + 7) >= 0.85 * RATE
 
 
 def test_a_cold_key_hit_in_every_region_at_once_keeps_its_budget(world_of):

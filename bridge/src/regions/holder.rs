@@ -265,14 +265,18 @@ impl<T: Clone + Default> Holder<T> {
         self.keys.get(key).and_then(|k| k.asking)
     }
 
-    /// Drops the leases over by `now_ms`, and keys idle past `idle_ms` with none left:
-    /// the leases that ended with tokens unspent, to return.
+    /// Drops the leases over by `now_ms` and those spent, and keys idle past `idle_ms` with
+    /// none left: the leases to return, those that ended with tokens unspent and those
+    /// spent while they live. A lease's tokens count against its ledger's capacity until
+    /// it ends there, spent or not: one spent and not returned would hold the ledger's
+    /// refill back for the rest of its life (a key would get `capacity / lease_ttl` a
+    /// second at most). What a denied check gives back to a lease returned is lost.
     pub fn expire(&mut self, now_ms: u64, idle_ms: u64) -> Vec<Ended<T>> {
         let mut ended = Vec::new();
         self.keys.retain(|key, k| {
             k.leases.retain(|l| {
-                let over = l.expires_ms <= now_ms;
-                if over && l.left > 0 {
+                let over = l.expires_ms <= now_ms || l.left == 0;
+                if over && (l.left > 0 || l.expires_ms > now_ms) {
                     ended.push(Ended {
                         key: key.clone(),
                         seq: l.seq,

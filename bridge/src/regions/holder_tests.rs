@@ -150,3 +150,38 @@ fn idle_keys_go_and_a_drain_gives_every_lease_back() {
     );
     assert!(h.keys.is_empty(), "idle and empty: forgotten");
 }
+
+#[test]
+fn a_spent_lease_goes_back_at_once_and_a_refund_to_it_is_lost() {
+    let (mut h, seq) = holding(2, 0);
+    h.take("k", 2, 10).unwrap();
+    let ended = h.expire(20, 1_000);
+    assert_eq!(
+        ended,
+        vec![Ended {
+            key: "k".into(),
+            seq,
+            left: 0,
+            about: ()
+        }],
+        "spent while it lives: returned, so the ledger refills again"
+    );
+    h.refund(
+        "k",
+        &Taken {
+            parts: vec![(seq, 1)],
+        },
+        30,
+    );
+    assert_eq!(
+        h.live("k", 30),
+        0,
+        "a refund to a lease returned mints nothing"
+    );
+    let (mut h, _) = holding(2, 0);
+    h.take("k", 2, 10).unwrap();
+    assert!(
+        h.expire(TTL, 1_000_000).is_empty(),
+        "spent and over here before a tick saw it: the ledger ends it as soon"
+    );
+}

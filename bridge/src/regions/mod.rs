@@ -428,11 +428,16 @@ impl Regions {
         });
     }
 
-    /// Leases over here: their unspent tokens go back to their ledgers (best effort: a
-    /// return that does not arrive leaves them stranded until the ledger's lease ends).
-    pub async fn tick(self: &Arc<Self>) {
+    /// Leases over here, or spent: they go back to their ledgers with their unspent tokens
+    /// (best effort: a return that does not arrive leaves them stranded until the
+    /// ledger's lease ends).
+    pub fn tick(self: &Arc<Self>) {
         let ended = self.holder().expire(self.now_ms(), IDLE_MS);
-        self.give_back(ended).await;
+        if !ended.is_empty() {
+            // In the background: the next tick must not wait a round trip to the homes.
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.give_back(ended).await });
+        }
     }
 
     /// Gives every lease back: a bridge shutting down.
@@ -441,30 +446,33 @@ impl Regions {
         self.give_back(all).await;
     }
 
+    /// Returns `ended` to their ledgers, all at once (one lost return must not hold up the
+    /// others for `wait`).
     async fn give_back(&self, ended: Vec<holder::Ended<Terms>>) {
-        for end in ended {
-            self.lease(Event::Expired, end.left);
+        let returns = ended.into_iter().map(|end| async move {
+            if end.left > 0 {
+                self.lease(Event::Expired, end.left);
+            }
             let (Some(store), Some(shape)) = (self.stores.get(&end.about.home), end.about.shape)
             else {
-                continue;
+                return;
             };
-            let ttl_ms = end.about.ttl_ms;
-            let holder = &self.holder_id;
             let sent = ledger::call(
                 store,
                 &end.key,
                 Mode::Return,
-                holder,
+                &self.holder_id,
                 end.seq,
                 end.left,
-                ttl_ms,
+                end.about.ttl_ms,
                 shape,
             );
             match tokio::time::timeout(self.wait, sent).await {
                 Ok(Ok(reply)) => self.lease(Event::Returned, reply.tokens),
                 _ => self.lease(Event::Stranded, end.left),
             }
-        }
+        });
+        futures_util::future::join_all(returns).await;
     }
 
     /// The ledger of `rule` (a global one) as it stands at its home, for `usage`: the home,
@@ -509,7 +517,7 @@ impl Regions {
         let mut every = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
-                _ = every.tick() => self.tick().await,
+                _ = every.tick() => self.tick(),
                 _ = stop.changed() => break,
             }
         }
