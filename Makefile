@@ -35,7 +35,7 @@ export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
 export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
 .PHONY: all help build quick-build package setup test test-unit test-wasm test-e2e test-package test-rules lint demo \
-	testbed soak clean bench bench-smoke bench-build
+	testbed soak soak-regions clean bench bench-smoke bench-build
 
 all: build
 
@@ -168,6 +168,12 @@ testbed: $(STAMP) quick-build
 SOAK_MINUTES ?= 10
 soak: setup build
 	$(PY) -m testbed.soak --minutes $(SOAK_MINUTES)
+
+## soak-regions: global rules on three regions under a random fault schedule (latency, cuts
+## of 2, 30 and 300 s, a killed bridge, the home failing over); checks the bound, the rate
+## and the shares, writes testbed/SOAK-REGIONS.md (SOAK_MINUTES; not part of `test`)
+soak-regions: setup build
+	$(PY) -m testbed.soak.regions --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf dist target $(VENV) .rust-target

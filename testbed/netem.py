@@ -101,7 +101,11 @@ class FaultProxy:
             self.server.close()
             for writer in list(self.writers):
                 writer.transport.abort()
-            self.loop.run_until_complete(asyncio.sleep(0))
+            # Every connection's tasks end here, not destroyed pending with the loop.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
     async def _serve(self, client_r, client_w):
