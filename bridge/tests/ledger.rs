@@ -22,40 +22,21 @@ const SHAPE: Shape = Shape {
 };
 const TTL: u64 = 400;
 
+/// One call of `mode` on the test's key, which must answer.
+async fn ledger(store: &Store, mode: Mode, holder: &str, seq: u64, tokens: u64) -> Reply {
+    (call(store, "rl:g:k", mode, holder, seq, tokens, TTL, SHAPE).await).unwrap()
+}
+
 async fn grant(store: &Store, holder: &str, seq: u64, tokens: u64) -> Reply {
-    call(
-        store,
-        "rl:g:k",
-        Mode::Grant,
-        holder,
-        seq,
-        tokens,
-        TTL,
-        SHAPE,
-    )
-    .await
-    .unwrap()
+    ledger(store, Mode::Grant, holder, seq, tokens).await
 }
 
 async fn give_back(store: &Store, holder: &str, seq: u64, tokens: u64) -> Reply {
-    call(
-        store,
-        "rl:g:k",
-        Mode::Return,
-        holder,
-        seq,
-        tokens,
-        TTL,
-        SHAPE,
-    )
-    .await
-    .unwrap()
+    ledger(store, Mode::Return, holder, seq, tokens).await
 }
 
 async fn read(store: &Store) -> Reply {
-    call(store, "rl:g:k", Mode::Read, "", 0, 0, TTL, SHAPE)
-        .await
-        .unwrap()
+    ledger(store, Mode::Read, "", 0, 0).await
 }
 
 /// A Valkey past the learning a fresh server starts in (uptime above a lease's life).
