@@ -291,7 +291,10 @@ fn measure(meter: &MeterPolicy, r: &mut Reserved, ended: bool) -> Measure {
         return Measure::Unread { shown: 0 };
     };
     reader.finish();
-    let exact = (ended && reader.trusted())
+    // Usage counts only grow over a stream (every API's are cumulative): one that went
+    // down came from an event a strict reader would not read.
+    let steady = reader.values() == reader.largest();
+    let exact = (ended && reader.trusted() && steady)
         .then(|| meter.cost_of(reader.values()))
         .flatten();
     match exact {

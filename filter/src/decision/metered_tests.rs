@@ -162,6 +162,13 @@ fn a_success_the_meter_cannot_read_in_full_is_charged_the_max() {
             b"data: {\"usage\": {\"prompt_tokens\": 5, \"compl\n\ndata: [DONE]\n\n",
             true,
         ),
+        // A count that goes down (every API's grow): the later event is one a strict
+        // reader would not read (the fuzz target settle's find: invalid UTF-8 in it).
+        (
+            "text/event-stream",
+            b"data: {\"usage\": {\"prompt_tokens\": 58}}\n\ndata: {\"usage\": {\"prompt_tokens\": 29}}\n\n",
+            true,
+        ),
     ] {
         let s = settled("200", content_type, &[body], ended);
         assert_eq!(
