@@ -291,10 +291,7 @@ fn measure(meter: &MeterPolicy, r: &mut Reserved, ended: bool) -> Measure {
         return Measure::Unread { shown: 0 };
     };
     reader.finish();
-    // Usage counts only grow over a stream (every API's are cumulative): one that went
-    // down came from an event a strict reader would not read.
-    let steady = reader.values() == reader.largest();
-    let exact = (ended && reader.trusted() && steady)
+    let exact = (ended && reader.trusted())
         .then(|| meter.cost_of(reader.values()))
         .flatten();
     match exact {

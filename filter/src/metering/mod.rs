@@ -133,15 +133,17 @@ impl UsageReader {
     /// Whether `values` can be trusted to be all the body said, as far as it was read: a
     /// JSON body read to its well-formed end (one cut short or malformed may have lost
     /// fields that followed); an event stream whose every event that opened an object
-    /// closed it; in either, no path poisoned and no key on a path repeated in one object.
-    /// (Whether the body itself ended is the caller's to know.)
+    /// closed it; in either, no path poisoned, no key on a path repeated in one object, and
+    /// no count that went down (usage counts only grow over a stream: a smaller one came
+    /// from an event a strict reader would not read). (Whether the body itself ended is the
+    /// caller's to know.)
     pub fn trusted(&self) -> bool {
         let found = self.json.found();
         let whole = match self.events {
             Some(_) => !found.broken(),
             None => self.json.closed(),
         };
-        whole && !found.poisoned() && !found.repeated()
+        whole && !found.poisoned() && !found.repeated() && found.values() == found.largest()
     }
 
     /// The bytes fed so far, saturating.
