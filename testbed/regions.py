@@ -7,15 +7,18 @@ gateway, bridge and Redis) stays on plain loopback, as it would stay inside a re
 
 `World(plugin, names)`: `world.regions[name]` is that region's `Stack` (one gateway),
 `world.link(a, b)` the proxy `a`'s bridge reaches `b`'s Redis through; `world.start()`,
-`world.close()`. `Demand` sends requests to the regions' gateways at chosen rates and logs
+`world.close()`; `clocks` runs a region's bridge on a clock fast or slow (libfaketime). `Demand` sends requests to the regions' gateways at chosen rates and logs
 every answer with its send and receive times against one clock; `excess` judges a log
 against the bound `burst + rate x t`."""
 
 import bisect
 import http.client
+import os
 import threading
 import time
 from dataclasses import dataclass
+
+import libfaketime
 
 from .netem import FaultProxy
 from .stack import VALKEY, Process, Stack, free_port, redis_command, wait_for
@@ -26,10 +29,12 @@ class World:
     every region; `bridge_args` go to every bridge. With `replica_of` (a region), that
     region's Valkey has a replica, which copies it through a proxy of its own
     (`replication`), and every bridge reaches that region's Redis through a proxy, its own
-    bridge included (`link(r, r)`): `fail_over()` moves them all to the replica."""
+    bridge included (`link(r, r)`): `fail_over()` moves them all to the replica.
+    `clocks[region]`: the rate that region's bridge's clocks run at (1.0: true time), its
+    monotonic clock included, which its leases' lives are measured on."""
 
     def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None,
-                 replica_of=None):
+                 replica_of=None, clocks=None):
         self.names = list(names)
         ports = {n: free_port() for n in self.names}
         # links[(a, b)]: the proxy a's bridge reaches b's Redis through.
@@ -50,6 +55,8 @@ class World:
             stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])
             bridge = stack.bridge.argv
             bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{own}"
+            if (clocks or {}).get(a, 1.0) != 1.0:
+                stack.bridge.env.update(clock_running_at(clocks[a]))
             self.regions[a] = stack
         for (a, b), port in proxy_ports.items():
             self.links[(a, b)] = FaultProxy(ports[b], port=port)
@@ -132,6 +139,14 @@ class World:
 
     def __exit__(self, *_):
         self.close()
+
+
+def clock_running_at(rate):
+    """The environment that makes a process's clocks, monotonic ones too, run at `rate`
+    times true time from its start (libfaketime preloaded; no offset)."""
+    _, found = libfaketime.get_reload_information()
+    return {"LD_PRELOAD": os.path.join(found["LD_LIBRARY_PATH"], found["LD_PRELOAD"]),
+            "FAKETIME": f"+0 x{rate}"}
 
 
 @dataclass(frozen=True)

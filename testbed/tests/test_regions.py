@@ -271,6 +271,48 @@ def test_negative_control_a_failover_without_learning_is_caught(world_of):
     assert worst >= FAILOVER_BURST / 2, f"the replica's stale burst went unnoticed: {worst}"
 
 
+# Clocks: a drift of 20 % (the flag's, on every bridge), so that what a clock three times
+# as far off does shows within one lease; leases of 5 s; a burst of two seconds' rate, for
+# leases large enough to stand out.
+DRIFT = 0.2
+CLOCK_TTL_MS = 5000
+CLOCK_BURST = 2 * RATE
+
+
+def clock_run(world_of, clocks):
+    """c, whose bridge's clock runs at `clocks["c"]` times true time, spends a little of the
+    key and stops, holding leases with tokens left; every region is quiet until the ledger
+    has taken them back and refilled; then 1.5x the rate in every region. A bridge whose
+    clock runs so slow that its leases outlive the ledger's spends their tokens a second
+    time, over a full ledger: the checker's excess."""
+    world = world_of(config(home="a", ttl_ms=CLOCK_TTL_MS, burst=CLOCK_BURST), clocks=clocks,
+                     bridge_args=["--region-drift-ppm", str(int(DRIFT * 1_000_000))])
+    ttl = CLOCK_TTL_MS / 1000
+    # A ledger on a server younger than a lease's life grants nothing (learning).
+    home = world.regions["a"]
+    while int(home.redis("INFO", "server")["uptime_in_seconds"]) <= ttl:
+        time.sleep(0.2)
+    spent, quiet = 1.5, 1.5 + ttl + 1.5
+    script = [(spent, lambda _w, d: d.set_rates({})),
+              (quiet, lambda _w, d: d.set_rates({r: 1.5 * RATE for r in world.names}))]
+    answers, start = run(world, {"c": RATE / 2}, quiet + 1.5, script)
+    assert sum(a.status == 200 and a.sent < start + spent for a in answers) >= RATE / 2
+    return answers
+
+
+def test_bridges_whose_clocks_run_fast_or_slow_within_the_drift_keep_the_bound(world_of):
+    """c's clock 18 % slow, b's 20 % fast, against the home's true one: within a drift of
+    20 % (docs/regions.md: a bridge's clock runs at least `1 - drift` times as fast as its
+    home Redis's), so c stops spending each lease before the ledger takes it back."""
+    answers = clock_run(world_of, {"b": 1 + DRIFT, "c": 1 - 0.9 * DRIFT})
+    within_bound(answers, CLOCK_BURST)
+
+
+def test_negative_control_a_clock_three_times_the_drift_slow_is_caught(world_of):
+    answers = clock_run(world_of, {"c": 1 - 3 * DRIFT})
+    worst = max(excess(answers, CLOCK_BURST, RATE, w) for w in WINDOWS)
+    assert worst > 0, f"c spent leases its ledger had taken back, unnoticed: {worst}"
+
 def test_usage_and_check_config_know_a_global_rule(world_of, tmp_path):
     world = world_of(config(share=0.1, home="b"))
     answers, _ = run(world, UNIFORM, 1)

@@ -23,8 +23,9 @@ pub struct RegionArgs {
     #[arg(long = "region-redis", value_name = "NAME=URL")]
     pub region_redis: Vec<String>,
     /// The share of a lease's life this bridge gives up so that clocks running at
-    /// different rates never let it spend a lease its ledger has taken back, in millionths
-    /// (10000: 1 %, for clocks whose rates differ by less than 0.5 %).
+    /// different rates never let it spend a lease its ledger has taken back, in millionths:
+    /// enough while this bridge's clock runs at least `1 - drift` times as fast as a home
+    /// Redis's (10000: 1 %, for two clocks each within 0.5 % of true time).
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_REGION_DRIFT_PPM",
