@@ -29,6 +29,7 @@ mod key;
 mod number;
 mod paths;
 mod skip;
+mod utf8;
 
 pub use number::MAX_COUNT;
 pub use paths::{MAX_KEY_LEN, MAX_PATHS, MAX_SEGMENTS};
@@ -63,7 +64,8 @@ pub enum BodyFormat {
 /// - What cannot be trusted to be the whole story is said (`trusted`): a JSON body that
 ///   did not end well formed, an event that opened an object and did not close it, a
 ///   poisoned path, a key on a path that came twice in one object (`{"max_tokens": 1,
-///   "max_tokens": 900}`: parsers disagree on which one counts). The largest count seen
+///   "max_tokens": 900}`: parsers disagree on which one counts), bytes that are not
+///   UTF-8 (parsers disagree on those too). The largest count seen
 ///   at each path is kept too (`largest`), for a caller that must charge at least what the
 ///   body showed.
 #[derive(Debug)]
@@ -71,6 +73,7 @@ pub struct UsageReader {
     json: json::Scanner,
     /// The framing, for `BodyFormat::EventStream`.
     events: Option<events::Framer>,
+    text: utf8::Utf8,
     bytes: u64,
     finished: bool,
 }
@@ -86,6 +89,7 @@ impl UsageReader {
                 BodyFormat::Json => None,
                 BodyFormat::EventStream => Some(events::Framer::new()),
             },
+            text: utf8::Utf8::default(),
             bytes: 0,
             finished: false,
         }
@@ -99,6 +103,7 @@ impl UsageReader {
         if self.finished {
             return;
         }
+        self.text.feed(chunk);
         match &mut self.events {
             Some(framer) => framer.feed(chunk, &mut self.json),
             None => self.json.feed(chunk),
@@ -133,17 +138,22 @@ impl UsageReader {
     /// Whether `values` can be trusted to be all the body said, as far as it was read: a
     /// JSON body read to its well-formed end (one cut short or malformed may have lost
     /// fields that followed); an event stream whose every event that opened an object
-    /// closed it; in either, no path poisoned, no key on a path repeated in one object, and
-    /// no count that went down (usage counts only grow over a stream: a smaller one came
-    /// from an event a strict reader would not read). (Whether the body itself ended is the
-    /// caller's to know.)
+    /// closed it; in either, no path poisoned, no key on a path repeated in one object, no
+    /// count that went down (usage counts only grow over a stream: a smaller one came
+    /// from an event a strict reader would not read), and UTF-8 throughout (readers differ
+    /// on a broken character: a strict one refuses its event, a browser's replaces it).
+    /// (Whether the body itself ended is the caller's to know.)
     pub fn trusted(&self) -> bool {
         let found = self.json.found();
         let whole = match self.events {
             Some(_) => !found.broken(),
             None => self.json.closed(),
         };
-        whole && !found.poisoned() && !found.repeated() && found.values() == found.largest()
+        whole
+            && self.text.whole()
+            && !found.poisoned()
+            && !found.repeated()
+            && found.values() == found.largest()
     }
 
     /// The bytes fed so far, saturating.

@@ -336,10 +336,11 @@ fn deep_nesting_allocates_nothing_and_the_values_after_it_are_read() {
 
 #[test]
 fn the_reader_is_a_small_fixed_size() {
-    // 272 bytes on 64 bits, and two counts a path on the heap: what a metered response
-    // costs whatever its size (it was 256 before the reader said what it cannot trust).
+    // 280 bytes on 64 bits, and two counts a path on the heap: what a metered response
+    // costs whatever its size (it was 256 before the reader said what it cannot trust, 272
+    // before it checked UTF-8).
     let size = std::mem::size_of::<UsageReader>();
-    assert!(size <= 272, "{size}");
+    assert!(size <= 280, "{size}");
 }
 
 #[test]
@@ -444,4 +445,29 @@ fn a_key_on_a_path_twice_in_one_object_is_distrusted_and_the_largest_is_kept() {
     assert_eq!((values[0], largest[0]), (Some(4), Some(9)));
     let growing = b"data: {\"max_tokens\": 4}\n\ndata: {\"max_tokens\": 9}\n\n";
     assert!(read(BodyFormat::EventStream, growing).0);
+}
+
+#[test]
+fn a_body_that_is_not_utf8_throughout_is_distrusted() {
+    // Found by the fuzz target `settle` (the Gemini format): a strict parser refuses the
+    // second event for a broken character in a key on no path, the reader took its cached
+    // count, which discounts.
+    let list = &["m.prompt", "m.cached"];
+    let broken = b"data: {\"m\":{\"prompt\":8}}\n\ndata: {\"m\":{\"prompt\":9,\"cached\":3,\"x\xee\":1}}\n\n";
+    assert!(!streamed(broken, list).0);
+    let fine =
+        "data: {\"m\":{\"prompt\":8}}\n\ndata: {\"m\":{\"prompt\":9,\"cached\":3,\"x✓\":1}}\n\n";
+    assert_eq!(
+        streamed(fine.as_bytes(), list),
+        (true, vec![Some(9), Some(3)])
+    );
+    let mut r = UsageReader::new(BodyFormat::Json, paths(&["usage.n"]));
+    r.feed(b"{\"usage\": {\"n\": 5}, \"t\": \"\xe2\x9c");
+    r.feed(b"\x93\"}");
+    r.finish();
+    assert!(r.trusted(), "a character split between chunks");
+    let mut r = UsageReader::new(BodyFormat::Json, paths(&["usage.n"]));
+    r.feed(b"{\"usage\": {\"n\": 5}, \"t\": \"\xe2\x9c\"}");
+    r.finish();
+    assert!(!r.trusted(), "a character cut short");
 }

@@ -1,0 +1,100 @@
+//! Whether a body is UTF-8 throughout, checked chunk by chunk as it passes: JSON and
+//! server-sent events are UTF-8, and a reader that would take an event with a broken
+//! character (a browser's, replacing it) and one that would refuse it (a strict JSON
+//! parser) disagree on what the body said, so the meter cannot trust what it read there.
+
+/// The check so far: a character cut by a chunk's end waits in `pending` for the next.
+#[derive(Debug, Default)]
+pub(super) struct Utf8 {
+    pending: [u8; 4],
+    held: u8,
+    broken: bool,
+}
+
+impl Utf8 {
+    /// The next chunk of the body.
+    pub(super) fn feed(&mut self, mut chunk: &[u8]) {
+        if self.broken {
+            return;
+        }
+        if self.held > 0 {
+            // Complete the character cut at the last chunk's end, a byte at a time.
+            let mut held = usize::from(self.held);
+            while held < 4 {
+                let Some((&b, rest)) = chunk.split_first() else {
+                    self.held = held as u8;
+                    return;
+                };
+                self.pending[held] = b;
+                held += 1;
+                chunk = rest;
+                match std::str::from_utf8(&self.pending[..held]) {
+                    Ok(_) => break,
+                    Err(e) if e.error_len().is_some() => return self.broke(),
+                    Err(_) => {}
+                }
+            }
+            self.held = 0;
+        }
+        if let Err(e) = std::str::from_utf8(chunk) {
+            let tail = chunk.get(e.valid_up_to()..).unwrap_or_default();
+            match e.error_len() {
+                // A character cut by the chunk's end (at most 3 bytes): the next completes it.
+                None if tail.len() < 4 => {
+                    self.pending[..tail.len()].copy_from_slice(tail);
+                    self.held = tail.len() as u8;
+                }
+                _ => self.broke(),
+            }
+        }
+    }
+
+    fn broke(&mut self) {
+        self.broken = true;
+        self.held = 0;
+    }
+
+    /// Whether everything fed so far is UTF-8, a character still cut short at the end
+    /// counting as broken.
+    pub(super) fn whole(&self) -> bool {
+        !self.broken && self.held == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Utf8;
+
+    fn checked(chunks: &[&[u8]]) -> bool {
+        let mut u = Utf8::default();
+        for c in chunks {
+            u.feed(c);
+        }
+        u.whole()
+    }
+
+    #[test]
+    fn utf8_split_anywhere_is_whole_and_a_broken_or_cut_character_is_not() {
+        let text = "data: {\"t\":\"héllo ✓ 𝄞\"}\n\n".as_bytes();
+        for a in 0..=text.len() {
+            for b in a..=text.len() {
+                assert!(checked(&[&text[..a], &text[a..b], &text[b..]]), "{a} {b}");
+            }
+        }
+        for bad in [
+            &b"\xff"[..],
+            b"a\xc3",
+            b"\xc3(",
+            b"\xed\xa0\x80",
+            b"\xf0\x9d\x84",
+        ] {
+            for at in 0..=bad.len() {
+                assert!(!checked(&[&bad[..at], &bad[at..]]), "{bad:?} split at {at}");
+            }
+        }
+        assert!(
+            !checked(&[b"\xe2\x9c", b"", b"x"]),
+            "a character cut, then ASCII"
+        );
+    }
+}
