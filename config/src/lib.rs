@@ -24,6 +24,7 @@
 //! - `scope`: Higress's `matchRules` (`_rules_`): what each entry matches.
 //! - `block`: a rule's `block`, blocking repeat offenders.
 //! - `lease`: a rule's `lease` of a hot bucket's tokens.
+//! - `usage`: the usage formats by name: where each LLM API reports its tokens, by class.
 //! - `meter`: a rule's `meter`: a cost read from the response, reserved, then settled.
 //! - `global`: a rule's `global`: one budget across regions, leased from a home ledger.
 //! - `options`: the plugin-wide options: shadow mode, the failure mode, headers, the
@@ -51,3 +52,4 @@ pub mod path;
 pub mod rule;
 pub mod scope;
 pub mod source;
+pub mod usage;

@@ -5,7 +5,8 @@
 //!
 //! ```json
 //! "meter": {
-//!   "body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4},
+//!   "usage": "openai-chat", "weights": {"input": 1, "output": 4, "cached_input": 0},
+//!   "body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4},  (or, for any API)
 //!   "header": "x-usage-tokens",
 //!   "reserve": {"header": "x-max-tokens", "body": ["max_tokens", "max_completion_tokens"],
 //!               "default": 500, "max": 4000},
@@ -16,6 +17,8 @@
 use crate::error::{err, ConfigError};
 use crate::limit::{Limit, MAX_EXACT};
 use crate::source::validate_header_name;
+use crate::usage;
+pub use crate::usage::{MeteredField, MAX_WEIGHT};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -25,8 +28,6 @@ pub const MAX_FIELDS: usize = 16;
 pub const MAX_SEGMENTS: usize = 8;
 /// Longest segment of a field's path, in bytes.
 pub const MAX_SEGMENT_LEN: usize = 64;
-/// Largest weight of a field, either way.
-pub const MAX_WEIGHT: i64 = 1_000;
 /// Most fields of the request body a reservation reads.
 pub const MAX_RESERVE_FIELDS: usize = 4;
 
@@ -35,6 +36,8 @@ pub const MAX_RESERVE_FIELDS: usize = 4;
 pub(crate) struct RawMeter {
     #[serde(default)]
     body: BTreeMap<String, i64>,
+    usage: Option<String>,
+    weights: Option<BTreeMap<String, i64>>,
     header: Option<String>,
     reserve: RawReserve,
     debt: Option<u64>,
@@ -60,18 +63,11 @@ struct RawReserveAsked {
     max: Option<u64>,
 }
 
-/// One field of the response body a meter counts: its path from the JSON value's root and
-/// the tokens one unit of it costs (below 0: it discounts, as cached prompt tokens may).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MeteredField {
-    pub path: Vec<String>,
-    pub weight: i64,
-}
-
 /// A validated meter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeterPolicy {
-    /// Fields of a JSON body, or of a server-sent event's JSON (`text/event-stream`).
+    /// Fields of a JSON body, or of a server-sent event's JSON (`text/event-stream`): the
+    /// `body` paths, or those of a `usage` format.
     pub body: Vec<MeteredField>,
     /// A response header holding the cost in tokens; when the response has it, it decides.
     pub header: Option<String>,
@@ -97,27 +93,62 @@ pub fn deepest_debt(limit: &Limit) -> u64 {
 }
 
 impl MeterPolicy {
-    /// The cost a response measured from its fields' values (`None`: never seen), at least
-    /// 0; `None` if no field was seen at all.
-    pub fn cost_of(&self, values: &[Option<u64>]) -> Option<u64> {
-        let mut seen = false;
-        let mut total: i128 = 0;
-        for (field, value) in self.body.iter().zip(values) {
-            if let Some(v) = value {
-                seen = true;
-                total += i128::from(field.weight) * i128::from(*v);
-            }
-        }
-        seen.then(|| u64::try_from(total.max(0)).unwrap_or(u64::MAX))
+    /// Every path the fields read, field by field: what a reader of the body looks for,
+    /// its values in this order.
+    pub fn paths(&self) -> Vec<Vec<String>> {
+        (self.body.iter())
+            .flat_map(|f| f.paths.iter().cloned())
+            .collect()
     }
 
-    /// What fields' `values` prove a response cost at least, when they cannot be trusted
-    /// to be all it said: the fields of positive weight only (a discount it may not have
-    /// earned is not given), 0 if none was seen.
+    /// Each field's count out of the values at `paths()` (the largest of its paths').
+    fn counts(&self, values: &[Option<u64>]) -> Vec<Option<u64>> {
+        let mut at = 0;
+        (self.body.iter())
+            .map(|f| {
+                let of = values.get(at..at + f.paths.len()).unwrap_or_default();
+                at += f.paths.len();
+                of.iter().flatten().copied().max()
+            })
+            .collect()
+    }
+
+    /// The cost a response measured from the values at `paths()` (`None`: never seen), at
+    /// least 0; `None` if no field was seen at all, or a field is more than the one it is
+    /// some of (counts that contradict each other are no measure).
+    pub fn cost_of(&self, values: &[Option<u64>]) -> Option<u64> {
+        let counts = self.counts(values);
+        let mut total: i128 = 0;
+        for (field, count) in self.body.iter().zip(&counts) {
+            let n = i128::from(count.unwrap_or(0));
+            total += i128::from(field.weight) * n;
+            if let Some(of) = field.within {
+                let whole = counts.get(of).copied().flatten().unwrap_or(0);
+                if n > i128::from(whole) {
+                    return None;
+                }
+                let replaced = self.body.get(of).map_or(0, |f| f.weight);
+                total -= i128::from(replaced) * n;
+            }
+        }
+        counts
+            .iter()
+            .any(Option::is_some)
+            .then(|| u64::try_from(total.max(0)).unwrap_or(u64::MAX))
+    }
+
+    /// What the values at `paths()` prove a response cost at least, when they cannot be
+    /// trusted to be all it said: each field that is not some of another at its largest,
+    /// at the highest positive weight of it and of those within it (a discount it may not
+    /// have earned is not given), 0 if none was seen.
     pub fn at_least(&self, values: &[Option<u64>]) -> u64 {
-        let total: u128 = (self.body.iter().zip(values))
-            .filter_map(|(field, value)| {
-                Some(u128::try_from(field.weight).ok()? * u128::from((*value)?))
+        let counts = self.counts(values);
+        let total: u128 = (self.body.iter().enumerate().zip(&counts))
+            .filter(|((_, field), _)| field.within.is_none())
+            .filter_map(|((i, field), count)| {
+                let inner = self.body.iter().filter(|f| f.within == Some(i));
+                let weight = inner.map(|f| f.weight).fold(field.weight, i64::max);
+                Some(u128::try_from(weight).ok()? * u128::from((*count)?))
             })
             .sum();
         u64::try_from(total).unwrap_or(u64::MAX)
@@ -133,8 +164,23 @@ impl RawMeter {
         limit: &Limit,
         tiers: impl IntoIterator<Item = &'a Limit>,
     ) -> Result<MeterPolicy, ConfigError> {
-        if self.body.is_empty() && self.header.is_none() {
-            return err(field, "names nothing to read: give body fields or a header");
+        if self.body.is_empty() && self.usage.is_none() && self.header.is_none() {
+            return err(
+                field,
+                "names nothing to read: give a usage format, body fields or a header",
+            );
+        }
+        if self.usage.is_some() && !self.body.is_empty() {
+            return err(
+                format!("{field}.body"),
+                "a usage format or body fields, not both",
+            );
+        }
+        if self.usage.is_none() && self.weights.is_some() {
+            return err(
+                format!("{field}.weights"),
+                "weighs a usage format's classes: give usage",
+            );
         }
         if self.body.len() > MAX_FIELDS {
             return err(
@@ -153,12 +199,16 @@ impl RawMeter {
                 );
             }
             body.push(MeteredField {
-                path: segments,
+                paths: vec![segments],
                 weight,
+                within: None,
             });
         }
         if !body.is_empty() && body.iter().all(|f| f.weight < 0) {
             return err(format!("{field}.body"), "needs a field of positive weight");
+        }
+        if let Some(name) = &self.usage {
+            body = usage::fields(field, name, &self.weights.unwrap_or_default())?;
         }
         let header = match self.header {
             Some(name) => Some(validate_header_name(&format!("{field}.header"), &name)?),

@@ -32,7 +32,7 @@ fn a_meter_reads_weighted_body_fields_or_a_header_and_reserves_by_default_or_on_
         (50, 400, (((1 << 53) - 1) / 60) - 1000)
     );
     assert!(u128::from(1000 + meter.debt) * 60 < 1 << 53);
-    let paths: Vec<String> = meter.body.iter().map(|f| f.path.join("/")).collect();
+    let paths: Vec<String> = meter.paths().iter().map(|p| p.join("/")).collect();
     assert_eq!(
         paths,
         [

@@ -1,14 +1,16 @@
 //! Holds a metered response's charge (`Metering`, the filter's decision once the response
 //! ends) to a strict reading of the same bytes (`serde_json`, events framed by the WHATWG
 //! rules written out here): whatever the bytes, however they are cut into pieces, ended
-//! or cut short, plain or under a content coding, a client is charged at least what a
-//! strict parser reads as its usage, or the rule's max; a response cut short or compressed
-//! is charged at least the max; and nothing panics.
+//! or cut short, plain or under a content coding, for a meter of dotted paths or of any
+//! usage format, a client is charged at least what a strict parser reads as its usage, or
+//! the rule's max; a response cut short or compressed is charged at least the max; and
+//! nothing panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
 use ratelimit_config::loading::{load, Build};
+use ratelimit_config::meter::MeterPolicy;
 use ratelimit_filter::decision::metered::Metering;
 use ratelimit_filter::host::SharedData;
 use ratelimit_filter::metering::MAX_COUNT;
@@ -18,23 +20,45 @@ use serde_json::Value;
 use std::sync::OnceLock;
 
 const MAX: u64 = 1_000;
-/// Prompt tokens x1, completion tokens x4.
-const FIELDS: [(&str, u64); 2] = [("prompt_tokens", 1), ("completion_tokens", 4)];
+/// The meters, chosen by the input's third byte: dotted paths (prompt tokens x1,
+/// completion tokens x4), then each usage format, its parts weighed apart.
+const METERS: [&str; 6] = [
+    r#""body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4}"#,
+    r#""usage": "openai-chat", "weights": {"output": 4, "cached_input": 0, "reasoning": 9}"#,
+    r#""usage": "openai-responses", "weights": {"output": 4, "cached_input": 0}"#,
+    r#""usage": "anthropic", "weights": {"output": 5, "cached_input": 0, "cache_write": 2}"#,
+    r#""usage": "gemini", "weights": {"output": 4, "cached_input": 0, "reasoning": 7}"#,
+    r#""usage": "bedrock-converse", "weights": {"output": 5, "cache_write": 3}"#,
+];
 
-fn config() -> &'static Config {
-    static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| {
-        let json = r#"{"backend": {"cluster": "b"},
-            "identity": {"key": {"header": "x-api-key"}},
-            "rules": [{"name": "tokens", "key": ["key"],
-                       "limit": {"requests": 1000000, "per": "1h"},
-                       "meter": {"body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 4},
-                                 "reserve": {"body": ["max_tokens"], "default": 100, "max": 1000}}}]}"#;
-        match load(json.as_bytes(), Build::Bridge) {
-            Ok(config) => config,
-            Err(e) => panic!("the target's configuration: {e}"),
-        }
-    })
+fn config(meter: usize) -> &'static Config {
+    static CONFIGS: OnceLock<Vec<Config>> = OnceLock::new();
+    let configs = CONFIGS.get_or_init(|| {
+        (METERS.iter())
+            .map(|meter| {
+                let json = format!(
+                    r#"{{"backend": {{"cluster": "b"}},
+                    "identity": {{"key": {{"header": "x-api-key"}}}},
+                    "rules": [{{"name": "tokens", "key": ["key"],
+                       "limit": {{"requests": 1000000, "per": "1h"}},
+                       "meter": {{{meter}, "reserve": {{"body": ["max_tokens"], "default": 100,
+                                  "max": 1000}}}}}}]}}"#
+                );
+                match load(json.as_bytes(), Build::Bridge) {
+                    Ok(config) => config,
+                    Err(e) => panic!("the target's configuration {meter}: {e}"),
+                }
+            })
+            .collect()
+    });
+    &configs[meter % configs.len()]
+}
+
+fn meter_of(config: &Config) -> &MeterPolicy {
+    match config.rules[0].meter.as_ref() {
+        Some(meter) => meter,
+        None => panic!("the target's rule is metered"),
+    }
 }
 
 /// No local buckets are ever touched: the check was the bridge's.
@@ -50,8 +74,12 @@ impl SharedData for Untouched {
 }
 
 /// What the settlement charges in all, for a reservation of `reserved`.
-fn charged(stream: bool, gzip: bool, ended: bool, pieces: &[&[u8]], reserved: u64) -> u64 {
-    let config = config();
+fn charged(
+    config: &Config,
+    (stream, gzip, ended): (bool, bool, bool),
+    pieces: &[&[u8]],
+    reserved: u64,
+) -> u64 {
     let plan = [PlannedRule {
         rule: 0,
         key: "rl:tokens:k".into(),
@@ -99,13 +127,14 @@ fn charged(stream: bool, gzip: bool, ended: bool, pieces: &[&[u8]], reserved: u6
     }
 }
 
-/// A usage object's cost as a strict reader reads it: counts below `MAX_COUNT` only.
-fn cost_of(value: &Value, last: &mut [Option<u64>; 2]) {
-    let Some(usage) = value.get("usage").and_then(Value::as_object) else {
-        return;
-    };
-    for (slot, (field, _)) in last.iter_mut().zip(FIELDS) {
-        if let Some(n) = usage.get(field).and_then(Value::as_u64) {
+/// The counts at `paths` in a JSON value, as a strict reader reads them (counts below
+/// `MAX_COUNT` only), over those of earlier values.
+fn counts_in(value: &Value, paths: &[Vec<String>], last: &mut [Option<u64>]) {
+    for (slot, path) in last.iter_mut().zip(paths) {
+        let pointer: String = (path.iter())
+            .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        if let Some(n) = value.pointer(&pointer).and_then(Value::as_u64) {
             if n < MAX_COUNT {
                 *slot = Some(n);
             }
@@ -154,51 +183,49 @@ fn events(body: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
-/// The cost a strict reader reads in `body` (the last count of each field, over every
-/// event of a stream), if it reads one.
-fn reference(stream: bool, body: &[u8]) -> Option<u64> {
-    let mut last = [None, None];
+/// The cost a strict reader reads in `body` for `meter` (the last count at each path,
+/// over every event of a stream, costed as the meter costs counts), if it reads one.
+fn reference(meter: &MeterPolicy, stream: bool, body: &[u8]) -> Option<u64> {
+    let paths = meter.paths();
+    let mut last = vec![None; paths.len()];
     if stream {
         for data in events(body) {
             if let Ok(value) = serde_json::from_slice::<Value>(&data) {
-                cost_of(&value, &mut last);
+                counts_in(&value, &paths, &mut last);
             }
         }
     } else {
-        cost_of(&serde_json::from_slice::<Value>(body).ok()?, &mut last);
+        counts_in(
+            &serde_json::from_slice::<Value>(body).ok()?,
+            &paths,
+            &mut last,
+        );
     }
-    if last.iter().all(Option::is_none) {
-        return None;
-    }
-    Some(
-        FIELDS
-            .iter()
-            .zip(last)
-            .map(|((_, w), n)| w * n.unwrap_or(0))
-            .sum(),
-    )
+    meter.cost_of(&last)
 }
 
 // The first byte: the format (bit 0), ended (bit 1), a gzip coding (bit 2), the pieces'
-// size (the rest); the second, the reservation's share of the max.
+// size (the rest); the second, the reservation's share of the max; the third, the meter.
 fuzz_target!(|data: &[u8]| {
-    let [control, share, body @ ..] = data else {
+    let [control, share, meter, body @ ..] = data else {
         return;
     };
+    let config = config(usize::from(*meter));
     let (stream, ended, gzip) = (control & 1 == 1, control & 2 == 2, control & 4 == 4);
     let reserved = (u64::from(*share) * MAX / 255).max(1);
     let size = usize::from(control >> 3) + 1;
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    let charge = charged(stream, gzip, ended, &pieces, reserved);
+    let how = (stream, gzip, ended);
+    let charge = charged(config, how, &pieces, reserved);
     assert_eq!(
         charge,
-        charged(stream, gzip, ended, &[body], reserved),
+        charged(config, how, &[body], reserved),
         "in pieces of {size} as whole"
     );
     if !ended || gzip {
         assert!(charge >= MAX, "cut short or compressed: {charge}");
     }
-    if let Some(cost) = reference(stream, body) {
+    if let Some(cost) = reference(meter_of(config), stream, body) {
         assert!(
             charge >= cost.min(MAX),
             "charged {charge} where a strict reader reads {cost}"

@@ -141,10 +141,7 @@ impl Metering {
                 .and_then(&header)
                 .and_then(|v| count(&v));
             if r.from_header.is_none() && !meter.body.is_empty() {
-                r.reader = format.map(|format| {
-                    let paths = meter.body.iter().map(|f| f.path.clone()).collect();
-                    UsageReader::new(format, paths)
-                });
+                r.reader = format.map(|format| UsageReader::new(format, meter.paths()));
             }
         }
         self.rules.iter().any(|r| r.reader.is_some())
@@ -341,3 +338,7 @@ mod tests;
 #[cfg(test)]
 #[path = "metered_props_tests.rs"]
 mod props;
+
+#[cfg(test)]
+#[path = "metered_formats_tests.rs"]
+mod formats;
