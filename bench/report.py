@@ -254,7 +254,10 @@ def metering_fuel(f):
             f"| unmetered rule | {plain:,} | {plain / chunks:,.0f} |\n"
             f"| metered rule (usage read from every chunk, settled at the end) | {metered:,} "
             f"| {metered / chunks:,.0f} |\n"
-            f"| the metering's cost | {metered - plain:,} | {(metered - plain) / chunks:,.0f} |")
+            f"| the metering's cost | {metered - plain:,} | {(metered - plain) / chunks:,.0f} |"
+            + (f"\n| metered by its usage format (`openai-chat`: 4 counts, not 2 paths) | "
+               f"{f['stream_metered_format']:,} | {f['stream_metered_format'] / chunks:,.0f} |"
+               if "stream_metered_format" in f else ""))
 
 
 def write(out, results, smoke=False):

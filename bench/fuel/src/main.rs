@@ -48,6 +48,13 @@ const METERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "tim
   "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
              "meter": {"body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 1},
                        "reserve": 100}}]}"#;
+/// The same metered by its usage format (`openai-chat`: four counts where the paths above
+/// are two), for what a format costs against dotted paths.
+const FORMAT_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "deny_cache_entries": 0,
+  "identity": {"user": {"header": "x-user-id"}},
+  "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
+             "meter": {"usage": "openai-chat", "reserve": 100}}]}"#;
 const UNMETERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
   "deny_cache_entries": 0,
   "identity": {"user": {"header": "x-user-id"}},
@@ -116,8 +123,9 @@ fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     let noop = median(&noop, "", None, false)?;
     let unmetered = streamed(&filter, UNMETERED_CONFIG)?;
     let metered = streamed(&filter, METERED_CONFIG)?;
+    let format = streamed(&filter, FORMAT_CONFIG)?;
     Ok(format!(
-        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}}}"#
+        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}, "stream_metered_format": {format}}}"#
     ))
 }
 
