@@ -91,6 +91,32 @@ def test_tokens_debited_equal_the_usage_served_across_two_gateways(stack_of, ups
     assert metered_tokens == served
 
 
+
+def test_a_usage_format_prices_each_class_exactly_across_two_gateways(stack_of, upstream):
+    """`"usage": "openai-chat"` with cached prompt tokens free and reasoning tokens dearer
+    than the rest of the completion: the bucket loses each response's classes at their
+    weights, exactly, streamed or not."""
+    burst = 1_000_000
+    spec = {"usage": "openai-chat", "weights": {"output": 4, "cached_input": 0, "reasoning": 8},
+            "reserve": 500}
+    stack = stack_of(plugin(rule("tokens", ["api_key"], burst, per="30d", meter=spec)),
+                     gateways=2, upstream=upstream.port)
+    asked = [(20 + i % 7, 5 + i % 11, i % 20, i % 5) for i in range(40)]
+
+    def one(i):
+        prompt, completion, cached, reasoning = asked[i]
+        return ask(stack, i % 2, "fmt", (prompt, completion), streamed=i % 2 == 0,
+                   **{"x-test-cached-tokens": str(cached),
+                      "x-test-reasoning-tokens": str(reasoning)})
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(len(asked))))
+    assert [r.status for r in got] == [200] * len(asked)
+    wait_settled(stack, len(asked))
+    cost = sum((p - c) + 4 * (o - r) + 8 * r for p, o, c, r in asked)
+    assert abs(spent(stack, "fmt", burst) - cost) < 1, (spent(stack, "fmt", burst), cost)
+    assert sum(stack.stats(g).get("unmeasured", 0) for g in range(2)) == 0
+
 def test_a_budget_is_exceeded_by_at_most_one_requests_overshoot(stack_of, upstream):
     burst, reserve = 1000, 100
     stack = stack_of(metered(burst, reserve=reserve, debt=1000), gateways=1,
