@@ -51,6 +51,19 @@ def test_the_draft_fields_parse_as_structured_lists_on_every_kind_of_reply(stack
     assert stack.stats(0)["denied_cached"] == 1
 
 
+def test_a_metered_rule_says_its_quota_counts_tokens(stack_of):
+    """The draft registers no unit for an API's tokens: a metered rule's policy says so in
+    a parameter of its own; a plain rule's says nothing (requests); X-RateLimit-* stay."""
+    llm = rule("llm", ["user"], 5000, per="1m", meter={"header": "x-usage-tokens", "reserve": 10})
+    config = plugin(llm, rule("per-user", ["user"], 3), headers={"ietf_draft": True})
+    status, headers, _ = stack_of(config).get(0, "/api/x", {"x-user-id": "carol"})
+    assert status == 200
+    policies = dict(sf_list(headers["ratelimit-policy"]))
+    assert policies["llm"] == {"q": 5000, "w": 60, "ratelimit-unit": "tokens"}, policies
+    assert policies["per-user"] == {"q": 3, "w": 3600}, policies
+    assert "x-ratelimit-limit" in headers
+
+
 def test_a_blocked_client_gets_the_abnormal_usage_problem(stack_of):
     block = {"after": 1, "within": "1m", "for": "1m", "status": 403}
     config = plugin(rule("login", ["user"], 1, block=block), headers={"ietf_draft": True})

@@ -11,7 +11,9 @@ use ratelimit_protocol::push_u64;
 /// `"per-user";q=100;w=60, "global";q=5000;w=1;burst=10000`. `q` and `w` are the
 /// configured `requests` and `per`; `w` is left out when `per` is not whole seconds (the
 /// draft has no sub-second windows), and `burst` is added when it differs from `q`, since
-/// a client may then see `r` above `q`.
+/// a client may then see `r` above `q`. A metered rule counts an API's tokens, a unit the
+/// draft's quota units (`qu`) do not register: it says so in a parameter of its own, as the
+/// draft asks of one (prefixed), `ratelimit-unit="tokens"`.
 pub fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
     let enforced = shown.all.iter().filter(|p| !p.shadow);
     let mut listed: Vec<usize> = Vec::new();
@@ -36,9 +38,19 @@ pub fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
             field.push_str(";burst=");
             push_u64(&mut field, limit.burst);
         }
+        if config
+            .rules
+            .get(planned.rule)
+            .is_some_and(|r| r.meter.is_some())
+        {
+            field.push_str(TOKENS_UNIT);
+        }
     }
     field
 }
+
+/// The parameter that says a policy counts tokens.
+const TOKENS_UNIT: &str = ";ratelimit-unit=\"tokens\"";
 
 /// `RateLimit` (draft-11, section 4): the shown rule's service limit, `r` tokens left
 /// within `t` seconds, e.g. `"per-user";r=7;t=2`.
