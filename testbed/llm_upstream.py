@@ -1,7 +1,9 @@
 """An OpenAI-compatible upstream on loopback, for the tests of metered limits (a rule's cost
 read from the upstream's response: an LLM API's tokens). It answers any method on any path
-as `POST /v1/chat/completions`, and records the usage it served, so a test can hold the
-tokens a gateway debited against the tokens the upstream reported.
+as `POST /v1/chat/completions`, but the paths of Anthropic's Messages, OpenAI's Responses,
+Gemini and Bedrock's Converse, which it answers in those APIs' shapes
+(testbed/llm_apis.py), and records the usage it served, so a test can hold the tokens a
+gateway debited against the tokens the upstream reported.
 
 It reads a request as OpenAI's API does, where what a gateway meters depends on it: the
 body with Python's `json` (which takes `NaN` and `-Infinity`, the last of a repeated key, a
@@ -58,6 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pydantic
 
+from . import llm_apis
 from .llm_answers import KINDS, Tokens, huge_json_answer, json_answer, stream_events
 from .stack import free_port
 
@@ -308,11 +311,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         request = read_request(body)
-        streamed = request.stream is True
+        api = llm_apis.api_of(self.path)
+        streamed = llm_apis.streams(api, self.path, request.stream is True) if api \
+            else request.stream is True
         h = {k.lower(): v for k, v in self.headers.items()}
         kind = h.get("x-test-body")
         if kind is not None and kind not in KINDS:
             return self.refuse(400, f"x-test-body {kind!r} is none of {sorted(KINDS)}")
+        if api and (kind is not None or "x-test-encoding" in h):
+            return self.refuse(400, "x-test-body and x-test-encoding are Chat Completions'")
         completion = _number(h, "x-test-completion-tokens", 20)
         if request.max_tokens is not None:
             completion = max(0, min(completion, request.max_tokens))
@@ -343,11 +350,17 @@ class _Handler(BaseHTTPRequestHandler):
             headers["x-usage-tokens"] = str(tokens.total) \
                 if flag.lower() in ("1", "true", "total") else flag
         try:
-            if streamed:
-                usage = bool(request.stream_options and request.stream_options.include_usage)
-                events = stream_events(kind, tokens, _number(h, "x-test-chunks", 5, 100_000), size,
-                                       usage)
+            chunks = _number(h, "x-test-chunks", 5, 100_000)
+            if streamed and api:
+                events = llm_apis.events(api, tokens, chunks)
                 self.send_stream(headers, events, h.get("x-test-hold"), h.get("x-test-lockstep"))
+            elif streamed:
+                usage = bool(request.stream_options and request.stream_options.include_usage)
+                events = ((b"data: " + data + b"\n\n", what)
+                          for data, what in stream_events(kind, tokens, chunks, size, usage))
+                self.send_stream(headers, events, h.get("x-test-hold"), h.get("x-test-lockstep"))
+            elif api:
+                self.send_json(headers, self.encoded(llm_apis.body(api, tokens), True))
             elif kind == "gigabyte":
                 self.send_pieces(headers, huge_json_answer(tokens, size))
             else:
@@ -422,6 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def send_stream(self, headers, events, hold, lockstep):
+        """`events`: (each event whole, as bytes ending in its blank line; what it is)."""
         self.head(headers)
         upstream = self.server.upstream
         held = hold is None
@@ -435,7 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
             if what != "content" and not held:
                 held = True
                 upstream._wait(hold)
-            self.chunk(self.encoded(b"data: " + data + b"\n\n", what == "done"))
+            self.chunk(self.encoded(data, what == "done"))
             self.events += 1
             if what == "usage":
                 self.usage_sent = self.plan["body"] in (None, "gigabyte")

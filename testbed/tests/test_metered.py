@@ -117,6 +117,47 @@ def test_a_usage_format_prices_each_class_exactly_across_two_gateways(stack_of, 
     assert abs(spent(stack, "fmt", burst) - cost) < 1, (spent(stack, "fmt", burst), cost)
     assert sum(stack.stats(g).get("unmeasured", 0) for g in range(2)) == 0
 
+
+# Each API's path (testbed/llm_apis.py), its request (streamed, not), and whether it
+# reports reasoning apart from output.
+APIS = {
+    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 1000, "stream": True},
+                  {"model": "m", "max_tokens": 1000}, False),
+    "openai-responses": ("/v1/responses", {"model": "m", "input": "hi", "stream": True},
+                         {"model": "m", "input": "hi"}, True),
+    "gemini": ("/v1beta/models/m:streamGenerateContent?alt=sse", {"contents": []},
+               {"contents": []}, True),
+    "bedrock-converse": ("/model/m/converse", None, {"messages": []}, False),
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_each_api_s_usage_format_settles_exactly_streamed_and_not(stack_of, upstream, api):
+    """The API's own shapes, a stream's usage split or repeated across its events as that
+    API does: the bucket loses the usage at the classes' weights, exactly, on two gateways."""
+    path, stream, body, reasoning_apart = APIS[api]
+    weights = {"output": 3, "cached_input": 0, **({"reasoning": 5} if reasoning_apart else {})}
+    burst = 1_000_000
+    spec = {"usage": api, "weights": weights, "reserve": 500}
+    stack = stack_of(plugin(rule("tokens", ["api_key"], burst, per="30d", meter=spec)),
+                     gateways=2, upstream=upstream.port)
+    asked = [(30 + i % 7, 6 + i % 11, i % 25, i % 5) for i in range(16)]
+    cost = 0
+    for i, (prompt, completion, cached, reasoning) in enumerate(asked):
+        streamed = stream is not None and i % 2 == 0
+        p = path if streamed or api != "gemini" else path.replace(
+            ":streamGenerateContent?alt=sse", ":generateContent")
+        got = stack.stream(i % 2, p, body=stream if streamed else body, headers={
+            "x-api-key": "apis", "x-test-prompt-tokens": str(prompt),
+            "x-test-completion-tokens": str(completion), "x-test-cached-tokens": str(cached),
+            "x-test-reasoning-tokens": str(reasoning), "x-test-chunks": "4"})
+        assert got.status == 200 and got.complete, (p, got.status)
+        r = reasoning if reasoning_apart else 0
+        cost += (prompt - cached) + 3 * (completion - r) + 5 * r
+    wait_settled(stack, len(asked))
+    assert sum(stack.stats(g).get("unmeasured", 0) for g in range(2)) == 0
+    assert abs(spent(stack, "apis", burst) - cost) < 1, (spent(stack, "apis", burst), cost)
+
 def test_a_budget_is_exceeded_by_at_most_one_requests_overshoot(stack_of, upstream):
     burst, reserve = 1000, 100
     stack = stack_of(metered(burst, reserve=reserve, debt=1000), gateways=1,
