@@ -13,13 +13,17 @@ completion), for the tests of the meter's usage formats (docs/configuration.md#u
 - `...:generateContent`, `...:streamGenerateContent` (`?alt=sse`): Gemini. `usageMetadata`
   in the body, and in every chunk of a stream, the candidates' count growing; thoughts are
   counted apart from candidates, the cached part within the prompt.
-- `/model/.../converse`: Bedrock's Converse (a body only): `usage`, input excluding cache
-  reads.
+- `/model/.../converse`, `/model/.../converse-stream`: Bedrock's Converse: a body's
+  `usage`, input excluding cache reads; a stream in AWS's binary event stream
+  (`application/vnd.amazon.eventstream`, CRCs and all), its usage in the `metadata` event.
 
-Each stream event comes whole, `event:` line and all, as bytes ending in a blank line,
-with what it is: "content", "usage" (the event with the final usage) or "done"."""
+Each stream event comes whole (server-sent events: `event:` line and all, ending in a blank
+line; AWS's: one message), as bytes, with what it is: "content", "usage" (the event with the
+final usage) or "done"."""
 
 import json
+import struct
+import zlib
 
 MODEL = "test-model"
 
@@ -33,17 +37,42 @@ def api_of(path):
         return "openai-responses"
     if route.endswith(":generateContent") or route.endswith(":streamGenerateContent"):
         return "gemini"
-    if route.startswith("/model/") and route.endswith("/converse"):
+    if route.startswith("/model/") and route.endswith(("/converse", "/converse-stream")):
         return "bedrock-converse"
     return None
 
 
 def streams(api, path, asked_stream):
-    """Whether the request asks for a stream: Gemini's by its path, the others' by the
-    body's `"stream": true`; Converse is a body only here."""
+    """Whether the request asks for a stream: Gemini's and Converse's by the path, the
+    others' by the body's `"stream": true`."""
+    route = path.split("?", 1)[0]
     if api == "gemini":
-        return path.split("?", 1)[0].endswith(":streamGenerateContent")
-    return api != "bedrock-converse" and asked_stream
+        return route.endswith(":streamGenerateContent")
+    if api == "bedrock-converse":
+        return route.endswith("/converse-stream")
+    return asked_stream
+
+
+def content_type(api, streamed):
+    if not streamed:
+        return "application/json"
+    return "application/vnd.amazon.eventstream" if api == "bedrock-converse" \
+        else "text/event-stream"
+
+
+def aws_message(event, payload):
+    """One message of AWS's event stream: the event's headers (each a name, type 7, a
+    string), the payload's JSON, and both CRC-32s."""
+    headers = b""
+    for name, value in ((":event-type", event), (":content-type", "application/json"),
+                        (":message-type", "event")):
+        headers += bytes([len(name)]) + name.encode() + b"\x07" \
+            + struct.pack(">H", len(value)) + value.encode()
+    data = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(headers) + len(data) + 4, len(headers))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    message = prelude + headers + data
+    return message + struct.pack(">I", zlib.crc32(message))
 
 
 def _event(name, data):
@@ -126,6 +155,18 @@ def events(api, t, chunks):
                 "content_index": 0, "delta": f"tok{i} "}), "content"
         yield _event("response.completed", {"type": "response.completed", "response": {
             **response, "status": "completed", "usage": responses_usage(t)}}), "usage"
+    elif api == "bedrock-converse":
+        yield aws_message("messageStart", {"role": "assistant"}), "content"
+        for i in range(chunks):
+            yield aws_message("contentBlockDelta", {"contentBlockIndex": 0,
+                                                    "delta": {"text": f"tok{i} "}}), "content"
+        yield aws_message("contentBlockStop", {"contentBlockIndex": 0}), "content"
+        yield aws_message("messageStop", {"stopReason": "end_turn"}), "content"
+        yield aws_message("metadata", {
+            "usage": {"inputTokens": t.prompt - t.cached, "outputTokens": t.completion,
+                      "totalTokens": t.total, "cacheReadInputTokens": t.cached,
+                      "cacheWriteInputTokens": 0},
+            "metrics": {"latencyMs": 1}}), "usage"
     else:
         candidates = t.completion - t.reasoning
         for i in range(chunks):

@@ -342,7 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
         # gzip's framing (wbits 31); each event flushed whole (Z_SYNC_FLUSH).
         self.compressor = zlib.compressobj(wbits=31) if gzipped else None
         size = _number(h, "x-test-bytes", (1 << 30) if kind == "gigabyte" else 4096)
-        headers = {"content-type": "text/event-stream" if streamed else "application/json"}
+        headers = {"content-type": llm_apis.content_type(api, streamed)}
         if gzipped:
             headers["content-encoding"] = "gzip"
         flag = h.get("x-test-usage-header")

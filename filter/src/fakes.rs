@@ -324,3 +324,29 @@ pub fn check<S: proptest::strategy::Strategy>(
         panic!("{failure}");
     }
 }
+
+/// One message of AWS's event stream (Bedrock's `ConverseStream`): an `:event-type`, a
+/// `:content-type` and a `:message-type` header (strings), `payload`, and both CRC-32s.
+pub fn aws_message(event: &str, payload: &str) -> Vec<u8> {
+    let mut headers = Vec::new();
+    for (name, value) in [
+        (":event-type", event),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ] {
+        headers.push(name.len() as u8);
+        headers.extend_from_slice(name.as_bytes());
+        headers.push(7);
+        headers.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        headers.extend_from_slice(value.as_bytes());
+    }
+    let total = 12 + headers.len() + payload.len() + 4;
+    let mut m = Vec::new();
+    m.extend_from_slice(&(total as u32).to_be_bytes());
+    m.extend_from_slice(&(headers.len() as u32).to_be_bytes());
+    m.extend_from_slice(&crc32fast::hash(&m).to_be_bytes());
+    m.extend_from_slice(&headers);
+    m.extend_from_slice(payload.as_bytes());
+    m.extend_from_slice(&crc32fast::hash(&m).to_be_bytes());
+    m
+}

@@ -1,10 +1,10 @@
 //! Holds a metered response's charge (`Metering`, the filter's decision once the response
 //! ends) to a strict reading of the same bytes (`serde_json`, events framed by the WHATWG
-//! rules written out here): whatever the bytes, however they are cut into pieces, ended
-//! or cut short, plain or under a content coding, for a meter of dotted paths or of any
-//! usage format, a client is charged at least what a strict parser reads as its usage, or
-//! the rule's max; a response cut short or compressed is charged at least the max; and
-//! nothing panics.
+//! rules or AWS's event stream, both written out here): whatever the bytes, however they
+//! are cut into pieces, ended or cut short, plain or under a content coding, for a meter
+//! of dotted paths or of any usage format, a client is charged at least what a strict
+//! parser reads as its usage, or the rule's max; a response cut short or compressed is
+//! charged at least the max; and nothing panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -73,10 +73,18 @@ impl SharedData for Untouched {
     }
 }
 
+/// How a response carries its JSON.
+#[derive(Clone, Copy, PartialEq)]
+enum Body {
+    Json,
+    Events,
+    Aws,
+}
+
 /// What the settlement charges in all, for a reservation of `reserved`.
 fn charged(
     config: &Config,
-    (stream, gzip, ended): (bool, bool, bool),
+    (body, gzip, ended): (Body, bool, bool),
     pieces: &[&[u8]],
     reserved: u64,
 ) -> u64 {
@@ -96,10 +104,10 @@ fn charged(
     let Some(mut m) = Metering::reserved(config, &plan, &[took]) else {
         panic!("a metered rule reserves");
     };
-    let content_type: &[u8] = if stream {
-        b"text/event-stream"
-    } else {
-        b"application/json"
+    let content_type: &[u8] = match body {
+        Body::Json => b"application/json",
+        Body::Events => b"text/event-stream",
+        Body::Aws => b"application/vnd.amazon.eventstream",
     };
     m.response_headers(config, |name| match name {
         ":status" => Some(b"200".to_vec()),
@@ -183,39 +191,67 @@ fn events(body: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
+/// The payloads of AWS's event stream, as an SDK reads them: each message's prelude CRC
+/// and message CRC checked, reading stopped at the first that fails or does not fit.
+fn aws_payloads(mut body: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    while body.len() >= 16 {
+        let (total, headers) = (be(&body[..4]) as usize, be(&body[4..8]) as usize);
+        if crc32fast::hash(&body[..8]) != be(&body[8..12])
+            || total < 16
+            || total > body.len()
+            || headers > total - 16
+            || crc32fast::hash(&body[..total - 4]) != be(&body[total - 4..total])
+        {
+            break;
+        }
+        out.push(body[12 + headers..total - 4].to_vec());
+        body = &body[total..];
+    }
+    out
+}
+
 /// The cost a strict reader reads in `body` for `meter` (the last count at each path,
-/// over every event of a stream, costed as the meter costs counts), if it reads one.
-fn reference(meter: &MeterPolicy, stream: bool, body: &[u8]) -> Option<u64> {
+/// over every event or message of a stream, costed as the meter costs counts), if it reads
+/// one.
+fn reference(meter: &MeterPolicy, format: Body, body: &[u8]) -> Option<u64> {
     let paths = meter.paths();
     let mut last = vec![None; paths.len()];
-    if stream {
-        for data in events(body) {
-            if let Ok(value) = serde_json::from_slice::<Value>(&data) {
-                counts_in(&value, &paths, &mut last);
-            }
+    let values = match format {
+        Body::Json => {
+            serde_json::from_slice::<Value>(body).ok()?;
+            vec![body.to_vec()]
         }
-    } else {
-        counts_in(
-            &serde_json::from_slice::<Value>(body).ok()?,
-            &paths,
-            &mut last,
-        );
+        Body::Events => events(body),
+        Body::Aws => aws_payloads(body),
+    };
+    for data in values {
+        if let Ok(value) = serde_json::from_slice::<Value>(&data) {
+            counts_in(&value, &paths, &mut last);
+        }
     }
     meter.cost_of(&last)
 }
 
-// The first byte: the format (bit 0), ended (bit 1), a gzip coding (bit 2), the pieces'
-// size (the rest); the second, the reservation's share of the max; the third, the meter.
+// The first byte: a stream (bit 0), ended (bit 1), a gzip coding (bit 2), the pieces'
+// size (the rest); the second, the reservation's share of the max; the third, the meter
+// (its high bit: a stream in AWS's framing, not server-sent events).
 fuzz_target!(|data: &[u8]| {
     let [control, share, meter, body @ ..] = data else {
         return;
     };
-    let config = config(usize::from(*meter));
+    let config = config(usize::from(meter & 0x7f));
     let (stream, ended, gzip) = (control & 1 == 1, control & 2 == 2, control & 4 == 4);
+    let format = match (stream, meter & 0x80 != 0) {
+        (false, _) => Body::Json,
+        (true, false) => Body::Events,
+        (true, true) => Body::Aws,
+    };
     let reserved = (u64::from(*share) * MAX / 255).max(1);
     let size = usize::from(control >> 3) + 1;
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    let how = (stream, gzip, ended);
+    let how = (format, gzip, ended);
     let charge = charged(config, how, &pieces, reserved);
     assert_eq!(
         charge,
@@ -225,7 +261,7 @@ fuzz_target!(|data: &[u8]| {
     if !ended || gzip {
         assert!(charge >= MAX, "cut short or compressed: {charge}");
     }
-    if let Some(cost) = reference(meter_of(config), stream, body) {
+    if let Some(cost) = reference(meter_of(config), format, body) {
         assert!(
             charge >= cost.min(MAX),
             "charged {charge} where a strict reader reads {cost}"

@@ -127,7 +127,7 @@ APIS = {
                          {"model": "m", "input": "hi"}, True),
     "gemini": ("/v1beta/models/m:streamGenerateContent?alt=sse", {"contents": []},
                {"contents": []}, True),
-    "bedrock-converse": ("/model/m/converse", None, {"messages": []}, False),
+    "bedrock-converse": ("/model/m/converse-stream", {"messages": []}, {"messages": []}, False),
 }
 
 
@@ -145,8 +145,9 @@ def test_each_api_s_usage_format_settles_exactly_streamed_and_not(stack_of, upst
     cost = 0
     for i, (prompt, completion, cached, reasoning) in enumerate(asked):
         streamed = stream is not None and i % 2 == 0
-        p = path if streamed or api != "gemini" else path.replace(
-            ":streamGenerateContent?alt=sse", ":generateContent")
+        p = path if streamed else path.replace(
+            ":streamGenerateContent?alt=sse", ":generateContent").replace(
+            "/converse-stream", "/converse")
         got = stack.stream(i % 2, p, body=stream if streamed else body, headers={
             "x-api-key": "apis", "x-test-prompt-tokens": str(prompt),
             "x-test-completion-tokens": str(completion), "x-test-cached-tokens": str(cached),

@@ -311,6 +311,8 @@ fn body_format(content_type: &[u8]) -> Option<BodyFormat> {
     let essence = content_type.split(|&b| b == b';').next()?.trim_ascii();
     if essence.eq_ignore_ascii_case(b"text/event-stream") {
         Some(BodyFormat::EventStream)
+    } else if essence.eq_ignore_ascii_case(b"application/vnd.amazon.eventstream") {
+        Some(BodyFormat::AwsEventStream)
     } else if essence.eq_ignore_ascii_case(b"application/json")
         || (essence.get(essence.len().saturating_sub(5)..))
             .is_some_and(|end| end.eq_ignore_ascii_case(b"+json"))

@@ -1,7 +1,7 @@
 //! The usage formats on responses shaped as each API sends them (a body, and a stream
 //! split at every byte): what is measured.
 use super::*;
-use crate::fakes::{self, FakeShared};
+use crate::fakes::{self, aws_message, FakeShared};
 use ratelimit_config::loading::{load, Build};
 
 fn config(usage: &str, weights: &str) -> Config {
@@ -47,6 +47,7 @@ fn assert_measures(config: &Config, content_type: &str, body: &str, cost: u64) {
 
 const SSE: &str = "text/event-stream";
 const JSON: &str = "application/json";
+const AWS: &str = "application/vnd.amazon.eventstream";
 
 #[test]
 fn openai_chat_a_body_and_a_stream_that_asked_for_its_usage() {
@@ -149,12 +150,26 @@ fn gemini_a_body_and_chunks_each_with_the_usage_so_far() {
 }
 
 #[test]
-fn bedrock_converse_a_body() {
+fn bedrock_converse_a_body_and_a_converse_stream() {
     let config = config("bedrock-converse", r#"{"output": 5}"#);
     let body = r#"{"output":{"message":{"role":"assistant","content":[{"text":"Hi"}]}},
         "stopReason":"end_turn","usage":{"inputTokens":30,"outputTokens":628,"totalTokens":658,
         "cacheReadInputTokens":100,"cacheWriteInputTokens":7},"metrics":{"latencyMs":1275}}"#;
     assert_measures(&config, JSON, body, 30 + 5 * 628 + 100 + 7);
+    let stream = [
+        aws_message("messageStart", r#"{"role":"assistant"}"#),
+        aws_message("contentBlockDelta", r#"{"delta":{"text":"Hi"}}"#),
+        aws_message("messageStop", r#"{"stopReason":"end_turn"}"#),
+        aws_message(
+            "metadata",
+            r#"{"usage":{"inputTokens":30,"outputTokens":628,"cacheReadInputTokens":100,"cacheWriteInputTokens":7},"metrics":{"latencyMs":9}}"#,
+        ),
+    ]
+    .concat();
+    for split in 0..=stream.len() {
+        let got = measured(&config, AWS, &stream, split);
+        assert_eq!(got, (30 + 5 * 628 + 100 + 7, 0), "split at {split}");
+    }
 }
 
 #[test]

@@ -19,9 +19,12 @@
 //! eight at a time), `number` (a number's grammar and count), `key` (a string's escapes,
 //! and the key kept of it), `json` (the scanner that follows one JSON value and records
 //! what it finds at the paths), `events` (server-sent events framing, each event's data a
-//! value of its own), and here `UsageReader`, the one thing the rest of the filter uses.
+//! value of its own), `eventstream` (AWS's binary framing, each message's payload a value
+//! of its own), `utf8` (whether the text is), and here `UsageReader`, the one thing the
+//! rest of the filter uses.
 
 mod events;
+mod eventstream;
 mod find;
 mod found;
 mod json;
@@ -41,6 +44,17 @@ pub enum BodyFormat {
     Json,
     /// Server-sent events (`text/event-stream`), each event's data one JSON value.
     EventStream,
+    /// AWS's event stream (`application/vnd.amazon.eventstream`, Bedrock's
+    /// `ConverseStream`), each message's payload one JSON value.
+    AwsEventStream,
+}
+
+/// How the body carries its JSON values, and where in that framing the reader is.
+#[derive(Debug)]
+enum Framing {
+    Json,
+    Events(events::Framer),
+    Frames(eventstream::Frames),
 }
 
 /// Reads the counts at a few field paths out of a response body, chunk by chunk.
@@ -71,8 +85,7 @@ pub enum BodyFormat {
 #[derive(Debug)]
 pub struct UsageReader {
     json: json::Scanner,
-    /// The framing, for `BodyFormat::EventStream`.
-    events: Option<events::Framer>,
+    framing: Framing,
     text: utf8::Utf8,
     bytes: u64,
     finished: bool,
@@ -85,9 +98,10 @@ impl UsageReader {
     pub fn new(format: BodyFormat, paths: Vec<Vec<String>>) -> UsageReader {
         UsageReader {
             json: json::Scanner::new(paths::Paths::new(paths)),
-            events: match format {
-                BodyFormat::Json => None,
-                BodyFormat::EventStream => Some(events::Framer::new()),
+            framing: match format {
+                BodyFormat::Json => Framing::Json,
+                BodyFormat::EventStream => Framing::Events(events::Framer::new()),
+                BodyFormat::AwsEventStream => Framing::Frames(eventstream::Frames::new()),
             },
             text: utf8::Utf8::default(),
             bytes: 0,
@@ -103,10 +117,17 @@ impl UsageReader {
         if self.finished {
             return;
         }
-        self.text.feed(chunk);
-        match &mut self.events {
-            Some(framer) => framer.feed(chunk, &mut self.json),
-            None => self.json.feed(chunk),
+        match &mut self.framing {
+            Framing::Json => {
+                self.text.feed(chunk);
+                self.json.feed(chunk);
+            }
+            Framing::Events(framer) => {
+                self.text.feed(chunk);
+                framer.feed(chunk, &mut self.json);
+            }
+            // Binary: only its payloads are text.
+            Framing::Frames(frames) => frames.feed(chunk, &mut self.json, &mut self.text),
         }
     }
 
@@ -138,16 +159,18 @@ impl UsageReader {
     /// Whether `values` can be trusted to be all the body said, as far as it was read: a
     /// JSON body read to its well-formed end (one cut short or malformed may have lost
     /// fields that followed); an event stream whose every event that opened an object
-    /// closed it; in either, no path poisoned, no key on a path repeated in one object, no
+    /// closed it; an AWS event stream, the same, framed well and ended between messages;
+    /// in each, no path poisoned, no key on a path repeated in one object, no
     /// count that went down (usage counts only grow over a stream: a smaller one came
     /// from an event a strict reader would not read), and UTF-8 throughout (readers differ
     /// on a broken character: a strict one refuses its event, a browser's replaces it).
     /// (Whether the body itself ended is the caller's to know.)
     pub fn trusted(&self) -> bool {
         let found = self.json.found();
-        let whole = match self.events {
-            Some(_) => !found.broken(),
-            None => self.json.closed(),
+        let whole = match &self.framing {
+            Framing::Json => self.json.closed(),
+            Framing::Events(_) => !found.broken(),
+            Framing::Frames(frames) => !found.broken() && frames.whole(),
         };
         whole
             && self.text.whole()

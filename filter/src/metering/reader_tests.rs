@@ -336,11 +336,11 @@ fn deep_nesting_allocates_nothing_and_the_values_after_it_are_read() {
 
 #[test]
 fn the_reader_is_a_small_fixed_size() {
-    // 280 bytes on 64 bits, and two counts a path on the heap: what a metered response
+    // 296 bytes on 64 bits, and two counts a path on the heap: what a metered response
     // costs whatever its size (it was 256 before the reader said what it cannot trust, 272
-    // before it checked UTF-8).
+    // before it checked UTF-8, 280 before it read AWS's framing and its CRCs).
     let size = std::mem::size_of::<UsageReader>();
-    assert!(size <= 280, "{size}");
+    assert!(size <= 296, "{size}");
 }
 
 #[test]

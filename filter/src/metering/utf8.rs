@@ -64,6 +64,13 @@ impl Utf8 {
         }
     }
 
+    /// A unit of text (a message's payload) ends: a character cut there is broken.
+    pub(super) fn end(&mut self) {
+        if self.held > 0 {
+            self.broke();
+        }
+    }
+
     fn broke(&mut self) {
         self.broken = true;
         self.held = 0;
