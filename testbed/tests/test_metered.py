@@ -42,12 +42,12 @@ def upstream():
         yield up
 
 
-def spent(stack, key, burst):
-    """Tokens taken from bucket `key` of a `burst` that refills a month (units to tokens:
-    den is the month in ms over the burst, reduced; below 0 the bucket owes)."""
-    if stack.redis("EXISTS", f"rl:tokens:{key}") == 0:
+def spent(stack, key, burst, rule="tokens"):
+    """Tokens taken from rule `rule`'s bucket `key` of a `burst` that refills a month (units
+    to tokens: den is the month in ms over the burst, reduced; below 0 the bucket owes)."""
+    if stack.redis("EXISTS", f"rl:{rule}:{key}") == 0:
         return 0
-    units = bucket_units(stack.redis_port, f"rl:tokens:{key}")
+    units = bucket_units(stack.redis_port, f"rl:{rule}:{key}")
     den = MONTH_MS // gcd(burst, MONTH_MS)
     return burst - units / den
 

@@ -1,0 +1,113 @@
+"""The official `openai` and `anthropic` Python SDKs through real Envoy with the filter, as
+an LLM platform's users call it: each API's usage format (docs/configuration.md#usage-formats)
+settles exactly the usage the SDK itself reports, streamed and not, on Chat Completions,
+Responses and Messages; over the limit, each SDK raises its rate-limit error and reads
+`Retry-After`. The upstream is testbed/llm_upstream.py, in each API's shapes."""
+
+import anthropic
+import openai
+import pytest
+
+from testbed.llm_upstream import LlmUpstream
+from testbed.plugins import plugin, rule
+from testbed.tests.test_metered import spent, wait_settled
+
+BURST = 1_000_000
+TENANT = {"x-tenant": "t1"}
+USAGE = {"x-test-prompt-tokens": "40", "x-test-completion-tokens": "17",
+         "x-test-cached-tokens": "15", "x-test-reasoning-tokens": "6"}
+HI = [{"role": "user", "content": "hi"}]
+
+
+def metered(name, prefix, usage, weights, requests=BURST):
+    return rule(name, ["tenant"], requests, per="30d", match={"path_prefix": prefix},
+                meter={"usage": usage, "weights": weights, "reserve": 100})
+
+
+def config(requests=BURST):
+    return plugin(
+        metered("chat", "/v1/chat/", "openai-chat", {"output": 4, "cached_input": 0},
+                requests),
+        metered("responses", "/v1/responses", "openai-responses",
+                {"output": 4, "reasoning": 8, "cached_input": 0}, requests),
+        metered("messages", "/v1/messages", "anthropic", {"output": 5, "cached_input": 0},
+                requests),
+        identity={"tenant": {"header": "x-tenant"}})
+
+
+@pytest.fixture
+def clients(stack_of):
+    """(stack, an OpenAI client, an Anthropic client), both through gateway 0, retries off."""
+    def make(plugin_):
+        upstream = LlmUpstream().start()
+        made.append(upstream)
+        stack = stack_of(plugin_, gateways=1, upstream=upstream.port)
+        base = f"http://127.0.0.1:{stack.ports[0]}"
+        return (stack, openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0),
+                anthropic.Anthropic(base_url=base, api_key="k", max_retries=0))
+
+    made = []
+    yield make
+    for upstream in made:
+        upstream.stop()
+
+
+def chat_cost(u):
+    return (u.prompt_tokens - u.prompt_tokens_details.cached_tokens) + 4 * u.completion_tokens
+
+
+def responses_cost(u):
+    reasoning = u.output_tokens_details.reasoning_tokens
+    return (u.input_tokens - u.input_tokens_details.cached_tokens
+            + 4 * (u.output_tokens - reasoning) + 8 * reasoning)
+
+
+def messages_cost(u):
+    return u.input_tokens + u.cache_creation_input_tokens + 5 * u.output_tokens
+
+
+def test_each_sdk_is_charged_exactly_the_usage_it_reports(clients):
+    stack, oa, an = clients(config())
+    headers = {**TENANT, **USAGE}
+    costs = {"chat": 0, "responses": 0, "messages": 0}
+
+    r = oa.chat.completions.create(model="m", messages=HI, extra_headers=headers)
+    costs["chat"] += chat_cost(r.usage)
+    chunks = oa.chat.completions.create(model="m", messages=HI, stream=True,
+                                        stream_options={"include_usage": True},
+                                        extra_headers=headers)
+    (usage,) = [c.usage for c in chunks if c.usage]
+    costs["chat"] += chat_cost(usage)
+
+    r = oa.responses.create(model="m", input="hi", extra_headers=headers)
+    costs["responses"] += responses_cost(r.usage)
+    events = oa.responses.create(model="m", input="hi", stream=True, extra_headers=headers)
+    (usage,) = [e.response.usage for e in events if e.type == "response.completed"]
+    costs["responses"] += responses_cost(usage)
+
+    m = an.messages.create(model="m", max_tokens=100, messages=HI, extra_headers=headers)
+    costs["messages"] += messages_cost(m.usage)
+    with an.messages.stream(model="m", max_tokens=100, messages=HI,
+                            extra_headers=headers) as stream:
+        costs["messages"] += messages_cost(stream.get_final_message().usage)
+
+    wait_settled(stack, 6)
+    for name, cost in costs.items():
+        assert cost > 0
+        got = spent(stack, "t1", BURST, rule=name)
+        assert abs(got - cost) < 1, (name, got, cost)
+    assert stack.stats(0).get("unmeasured", 0) == 0
+
+
+def test_over_the_limit_each_sdk_raises_its_rate_limit_error_with_retry_after(clients):
+    # A reservation of 100 of 150: the second request in a month finds too few tokens.
+    stack, oa, an = clients(config(requests=150))
+    headers = {**TENANT, **USAGE}
+    oa.chat.completions.create(model="m", messages=HI, extra_headers=headers)
+    with pytest.raises(openai.RateLimitError) as refused:
+        oa.chat.completions.create(model="m", messages=HI, extra_headers=headers)
+    assert int(refused.value.response.headers["retry-after"]) > 0
+    an.messages.create(model="m", max_tokens=100, messages=HI, extra_headers=headers)
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        an.messages.create(model="m", max_tokens=100, messages=HI, extra_headers=headers)
+    assert int(refused.value.response.headers["retry-after"]) > 0
