@@ -28,112 +28,80 @@ fn values(meter: &MeterPolicy, found: &[(&str, u64)]) -> Vec<Option<u64>> {
         .collect()
 }
 
+/// What format `usage` under `weights` makes of a body whose counts are `found`.
+fn cost(usage: &str, weights: &str, found: &[(&str, u64)]) -> Option<u64> {
+    let m = meter(usage, weights);
+    m.cost_of(&values(&m, found))
+}
+
+const OPENAI: [(&str, u64); 4] = [
+    ("usage.prompt_tokens", 100),
+    ("usage.prompt_tokens_details.cached_tokens", 40),
+    ("usage.completion_tokens", 30),
+    ("usage.completion_tokens_details.reasoning_tokens", 20),
+];
+
 #[test]
 fn by_default_a_response_costs_every_token_its_api_counted() {
-    let openai = meter("openai-chat", "{}");
-    let body = values(
-        &openai,
-        &[
-            ("usage.prompt_tokens", 100),
-            ("usage.prompt_tokens_details.cached_tokens", 40),
-            ("usage.completion_tokens", 30),
-            ("usage.completion_tokens_details.reasoning_tokens", 20),
-        ],
-    );
-    assert_eq!(
-        openai.cost_of(&body),
-        Some(130),
-        "cached and reasoning are within"
-    );
-    let anthropic = meter("anthropic", "{}");
-    let body = values(
-        &anthropic,
-        &[
-            ("usage.input_tokens", 10),
-            ("usage.cache_read_input_tokens", 200),
-            ("usage.cache_creation_input_tokens", 50),
-            ("usage.output_tokens", 7),
-        ],
-    );
-    assert_eq!(
-        anthropic.cost_of(&body),
-        Some(267),
-        "cache reads and writes are apart"
-    );
-    let gemini = meter("gemini", "{}");
-    let body = values(
-        &gemini,
-        &[
-            ("usageMetadata.promptTokenCount", 100),
-            ("usageMetadata.cachedContentTokenCount", 60),
-            ("usageMetadata.toolUsePromptTokenCount", 5),
-            ("usageMetadata.candidatesTokenCount", 40),
-            ("usageMetadata.thoughtsTokenCount", 25),
-        ],
-    );
-    assert_eq!(gemini.cost_of(&body), Some(170));
+    let anthropic = [
+        ("usage.input_tokens", 10),
+        ("usage.cache_read_input_tokens", 200),
+        ("usage.cache_creation_input_tokens", 50),
+        ("usage.output_tokens", 7),
+    ];
+    let gemini = [
+        ("usageMetadata.promptTokenCount", 100),
+        ("usageMetadata.cachedContentTokenCount", 60),
+        ("usageMetadata.toolUsePromptTokenCount", 5),
+        ("usageMetadata.candidatesTokenCount", 40),
+        ("usageMetadata.thoughtsTokenCount", 25),
+    ];
+    // Cached and reasoning tokens are within OpenAI's counts; Anthropic's cache reads and
+    // writes apart from its input; Gemini's thoughts apart from its candidates.
+    for (usage, found, expected) in [
+        ("openai-chat", &OPENAI[..], 130),
+        ("anthropic", &anthropic[..], 267),
+        ("gemini", &gemini[..], 170),
+    ] {
+        assert_eq!(cost(usage, "{}", found), Some(expected), "{usage}");
+    }
 }
 
 #[test]
 fn weights_price_each_class_and_a_count_within_another_replaces_its_units() {
-    let openai = meter(
-        "openai-chat",
-        r#"{"input": 2, "cached_input": 1, "output": 8, "reasoning": 0}"#,
-    );
-    let body = values(
-        &openai,
-        &[
-            ("usage.prompt_tokens", 100),
-            ("usage.prompt_tokens_details.cached_tokens", 40),
-            ("usage.completion_tokens", 30),
-            ("usage.completion_tokens_details.reasoning_tokens", 20),
-        ],
-    );
+    let weights = r#"{"input": 2, "cached_input": 1, "output": 8, "reasoning": 0}"#;
     // 60 x 2 + 40 x 1 + 10 x 8 + 20 x 0.
-    assert_eq!(openai.cost_of(&body), Some(240));
+    assert_eq!(cost("openai-chat", weights, &OPENAI), Some(240));
     // Unread: the largest counts at the highest weight of each whole and its parts.
-    assert_eq!(openai.at_least(&body), 100 * 2 + 30 * 8);
-    let bedrock = meter("bedrock-converse", r#"{"output": 5, "cache_write": 0}"#);
-    let body = values(
-        &bedrock,
-        &[
-            ("usage.inputTokens", 11),
-            ("usage.outputTokens", 3),
-            ("usage.cacheReadInputTokens", 100),
-            ("usage.cacheWriteInputTokens", 9),
-        ],
-    );
-    assert_eq!(
-        bedrock.cost_of(&body),
-        Some(11 + 15 + 100),
-        "cached input is input's"
-    );
+    let openai = meter("openai-chat", weights);
+    assert_eq!(openai.at_least(&values(&openai, &OPENAI)), 100 * 2 + 30 * 8);
+    let bedrock = [
+        ("usage.inputTokens", 11),
+        ("usage.outputTokens", 3),
+        ("usage.cacheReadInputTokens", 100),
+        ("usage.cacheWriteInputTokens", 9),
+    ];
+    let weights = r#"{"output": 5, "cache_write": 0}"#;
+    let priced = cost("bedrock-converse", weights, &bedrock);
+    assert_eq!(priced, Some(11 + 15 + 100), "cached input is input's");
 }
 
 #[test]
 fn one_count_written_in_two_places_counts_once_at_its_largest() {
     // An Anthropic stream: input in message_start, repeated by message_delta; output 1 at
     // the start, 15 at the end.
-    let anthropic = meter("anthropic", "{}");
-    let stream = values(
-        &anthropic,
-        &[
-            ("message.usage.input_tokens", 12),
-            ("message.usage.output_tokens", 1),
-            ("usage.input_tokens", 12),
-            ("usage.output_tokens", 15),
-        ],
-    );
-    assert_eq!(anthropic.cost_of(&stream), Some(27));
-    let responses = meter("openai-responses", "{}");
-    let stream = values(
-        &responses,
-        &[
-            ("response.usage.input_tokens", 9),
-            ("response.usage.output_tokens", 4),
-        ],
-    );
-    assert_eq!(responses.cost_of(&stream), Some(13));
+    let anthropic = [
+        ("message.usage.input_tokens", 12),
+        ("message.usage.output_tokens", 1),
+        ("usage.input_tokens", 12),
+        ("usage.output_tokens", 15),
+    ];
+    assert_eq!(cost("anthropic", "{}", &anthropic), Some(27));
+    let responses = [
+        ("response.usage.input_tokens", 9),
+        ("response.usage.output_tokens", 4),
+    ];
+    assert_eq!(cost("openai-responses", "{}", &responses), Some(13));
 }
 
 #[test]
