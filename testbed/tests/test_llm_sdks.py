@@ -1,12 +1,15 @@
-"""The official `openai` and `anthropic` Python SDKs through real Envoy with the filter, as
-an LLM platform's users call it: each API's usage format (docs/configuration.md#usage-formats)
-settles exactly the usage the SDK itself reports, streamed and not, on Chat Completions,
-Responses and Messages; over the limit, each SDK raises its rate-limit error and reads
-`Retry-After`. The upstream is testbed/llm_upstream.py, in each API's shapes."""
+"""The official `openai`, `anthropic` and `google-genai` Python SDKs through real Envoy
+with the filter, as an LLM platform's users call it: each API's usage format
+(docs/configuration.md#usage-formats) settles exactly the usage the SDK itself reports,
+streamed and not, on Chat Completions, Responses, Messages and Gemini's generateContent;
+over the limit, each SDK raises its rate-limit error and reads `Retry-After`. The upstream
+is testbed/llm_upstream.py, in each API's shapes."""
 
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 from testbed.llm_upstream import LlmUpstream
 from testbed.plugins import plugin, rule
@@ -32,19 +35,25 @@ def config(requests=BURST):
                 {"output": 4, "reasoning": 8, "cached_input": 0}, requests),
         metered("messages", "/v1/messages", "anthropic", {"output": 5, "cached_input": 0},
                 requests),
+        metered("gemini", "/v1beta/models/", "gemini",
+                {"output": 4, "reasoning": 8, "cached_input": 0}, requests),
         identity={"tenant": {"header": "x-tenant"}})
 
 
 @pytest.fixture
 def clients(stack_of):
-    """(stack, an OpenAI client, an Anthropic client), both through gateway 0, retries off."""
+    """(stack, an OpenAI client, an Anthropic client, a Gemini client), through gateway 0,
+    retries off."""
     def make(plugin_):
         upstream = LlmUpstream().start()
         made.append(upstream)
         stack = stack_of(plugin_, gateways=1, upstream=upstream.port)
         base = f"http://127.0.0.1:{stack.ports[0]}"
+        gemini = genai.Client(api_key="k", http_options=types.HttpOptions(
+            base_url=base, api_version="v1beta", headers={**TENANT, **USAGE},
+            retry_options=types.HttpRetryOptions(attempts=1)))
         return (stack, openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0),
-                anthropic.Anthropic(base_url=base, api_key="k", max_retries=0))
+                anthropic.Anthropic(base_url=base, api_key="k", max_retries=0), gemini)
 
     made = []
     yield make
@@ -66,10 +75,16 @@ def messages_cost(u):
     return u.input_tokens + u.cache_creation_input_tokens + 5 * u.output_tokens
 
 
+def gemini_cost(u):
+    return (u.prompt_token_count - u.cached_content_token_count
+            + (u.tool_use_prompt_token_count or 0) + 4 * u.candidates_token_count
+            + 8 * u.thoughts_token_count)
+
+
 def test_each_sdk_is_charged_exactly_the_usage_it_reports(clients):
-    stack, oa, an = clients(config())
+    stack, oa, an, gm = clients(config())
     headers = {**TENANT, **USAGE}
-    costs = {"chat": 0, "responses": 0, "messages": 0}
+    costs = {"chat": 0, "responses": 0, "messages": 0, "gemini": 0}
 
     r = oa.chat.completions.create(model="m", messages=HI, extra_headers=headers)
     costs["chat"] += chat_cost(r.usage)
@@ -91,7 +106,12 @@ def test_each_sdk_is_charged_exactly_the_usage_it_reports(clients):
                             extra_headers=headers) as stream:
         costs["messages"] += messages_cost(stream.get_final_message().usage)
 
-    wait_settled(stack, 6)
+    r = gm.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    costs["gemini"] += gemini_cost(r.usage_metadata)
+    *_, last = gm.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
+    costs["gemini"] += gemini_cost(last.usage_metadata)
+
+    wait_settled(stack, 8)
     for name, cost in costs.items():
         assert cost > 0
         got = spent(stack, "t1", BURST, rule=name)
@@ -101,7 +121,7 @@ def test_each_sdk_is_charged_exactly_the_usage_it_reports(clients):
 
 def test_over_the_limit_each_sdk_raises_its_rate_limit_error_with_retry_after(clients):
     # A reservation of 100 of 150: the second request in a month finds too few tokens.
-    stack, oa, an = clients(config(requests=150))
+    stack, oa, an, gm = clients(config(requests=150))
     headers = {**TENANT, **USAGE}
     oa.chat.completions.create(model="m", messages=HI, extra_headers=headers)
     with pytest.raises(openai.RateLimitError) as refused:
@@ -111,3 +131,7 @@ def test_over_the_limit_each_sdk_raises_its_rate_limit_error_with_retry_after(cl
     with pytest.raises(anthropic.RateLimitError) as refused:
         an.messages.create(model="m", max_tokens=100, messages=HI, extra_headers=headers)
     assert int(refused.value.response.headers["retry-after"]) > 0
+    gm.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    with pytest.raises(genai.errors.ClientError) as refused:
+        gm.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    assert refused.value.code == 429
