@@ -32,15 +32,15 @@ impl Utf8 {
         if self.held > 0 {
             // Complete the character cut at the last chunk's end, a byte at a time.
             let mut held = usize::from(self.held);
-            while held < 4 {
+            while let Some(slot) = self.pending.get_mut(held) {
                 let Some((&b, rest)) = chunk.split_first() else {
                     self.held = held as u8;
                     return;
                 };
-                self.pending[held] = b;
+                *slot = b;
                 held += 1;
                 chunk = rest;
-                match std::str::from_utf8(&self.pending[..held]) {
+                match std::str::from_utf8(self.pending.get(..held).unwrap_or_default()) {
                     Ok(_) => break,
                     Err(e) if e.error_len().is_some() => return self.broke(),
                     Err(_) => {}
@@ -55,10 +55,13 @@ impl Utf8 {
             let tail = chunk.get(e.valid_up_to()..).unwrap_or_default();
             match e.error_len() {
                 // A character cut by the chunk's end (at most 3 bytes): the next completes it.
-                None if tail.len() < 4 => {
-                    self.pending[..tail.len()].copy_from_slice(tail);
-                    self.held = tail.len() as u8;
-                }
+                None => match self.pending.get_mut(..tail.len()) {
+                    Some(pending) => {
+                        pending.copy_from_slice(tail);
+                        self.held = tail.len() as u8;
+                    }
+                    None => self.broke(),
+                },
                 _ => self.broke(),
             }
         }
