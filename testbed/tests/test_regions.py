@@ -279,6 +279,12 @@ CLOCK_TTL_MS = 5000
 CLOCK_BURST = 2 * RATE
 
 
+def past_learning(world, home, ttl):
+    """A ledger on a server younger than a lease's life grants nothing (learning)."""
+    while int(world.regions[home].redis("INFO", "server")["uptime_in_seconds"]) <= ttl:
+        time.sleep(0.2)
+
+
 def clock_run(world_of, clocks):
     """c, whose bridge's clock runs at `clocks["c"]` times true time, spends a little of the
     key and stops, holding leases with tokens left; every region is quiet until the ledger
@@ -288,10 +294,7 @@ def clock_run(world_of, clocks):
     world = world_of(config(home="a", ttl_ms=CLOCK_TTL_MS, burst=CLOCK_BURST), clocks=clocks,
                      bridge_args=["--region-drift-ppm", str(int(DRIFT * 1_000_000))])
     ttl = CLOCK_TTL_MS / 1000
-    # A ledger on a server younger than a lease's life grants nothing (learning).
-    home = world.regions["a"]
-    while int(home.redis("INFO", "server")["uptime_in_seconds"]) <= ttl:
-        time.sleep(0.2)
+    past_learning(world, "a", ttl)
     spent, quiet = 1.5, 1.5 + ttl + 1.5
     script = [(spent, lambda _w, d: d.set_rates({})),
               (quiet, lambda _w, d: d.set_rates({r: 1.5 * RATE for r in world.names}))]
@@ -314,18 +317,28 @@ def test_negative_control_a_clock_three_times_the_drift_slow_is_caught(world_of)
     assert worst > 0, f"c spent leases its ledger had taken back, unnoticed: {worst}"
 
 def test_usage_and_check_config_know_a_global_rule(world_of, tmp_path):
-    world = world_of(config(share=0.1, home="b"))
-    answers, _ = run(world, UNIFORM, 1)
-    assert sum(a.status == 200 for a in answers) > 0
+    # Leases of 3 s, asked for by a, alone and under the rate, while it spends: the ledger
+    # has tokens to grant, and a lease granted in the last second is surely outstanding
+    # when `usage` reads the ledger, however slow the machine.
+    world = world_of(config(share=0.1, home="b", ttl_ms=3000))
+    past_learning(world, "b", 3)
     plugin_file = tmp_path / "plugin.json"
     plugin_file.write_text(json.dumps(world.regions["a"].plugin))
     flags = world.regions["a"].bridge.argv
     regions = [f for i, f in enumerate(flags) if f.startswith("--region")
                or flags[i - 1].startswith("--region")]
     redis = flags[flags.index("--redis") + 1]
-    usage = subprocess.run([BRIDGE, "usage", "--redis", redis, *regions, "--config",
-                            str(plugin_file), "--rule", "tenant", "--value", "tenant-1"],
-                           capture_output=True, text=True, timeout=30)
+    usages = []
+
+    def ask_usage(_world, _demand):
+        usages.append(subprocess.run(
+            [BRIDGE, "usage", "--redis", redis, *regions, "--config", str(plugin_file),
+             "--rule", "tenant", "--value", "tenant-1"],
+            capture_output=True, text=True, timeout=30))
+
+    answers, _ = run(world, {"a": RATE / 2}, 1.5, [(1, ask_usage)])
+    assert sum(a.status == 200 for a in answers) > 0
+    usage = usages[0]
     assert usage.returncode == 0, usage.stderr
     seen = json.loads(usage.stdout)["global"]
     assert seen["home"] == "b" and seen["share"] == 2, seen
