@@ -12,7 +12,7 @@ use crate::matcher::{method_overrides, Matcher};
 use crate::options::{self, BreakerConfig, FailureMode, HeaderOptions, LocalOptions, Mode};
 use crate::rule::{RawRule, Rule};
 use crate::scope::{RawScope, Scope, MAX_SCOPES};
-use crate::source::{Identity, RawIdentity};
+use crate::source::{Identity, RawIdentity, Source};
 use ratelimit_protocol::MAX_RULES;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -83,6 +83,38 @@ pub struct Config {
 }
 
 impl Config {
+    /// A request keyed on a body field is read for every body field any rule or identity
+    /// names (which rules apply is known only after): with a body identity, they must fit
+    /// one reading.
+    fn body_fields_fit(&self) -> Result<(), ConfigError> {
+        let mut fields: Vec<&Vec<String>> = Vec::new();
+        let reserves = self.rules.iter().filter_map(|r| r.meter.as_ref());
+        let identities = self.identities.iter().filter_map(|i| match &i.source {
+            Source::Body(path) => Some(path),
+            _ => None,
+        });
+        let mut identities = identities.peekable();
+        if identities.peek().is_none() {
+            return Ok(());
+        }
+        for field in reserves.flat_map(|m| &m.reserve_body).chain(identities) {
+            if !fields.contains(&field) {
+                fields.push(field);
+            }
+        }
+        if fields.len() > MAX_BODY_FIELDS {
+            return err(
+                "identity",
+                format!(
+                    "the rules' reserve.body fields and the body identities name {} fields \
+                     of a request's body: at most {MAX_BODY_FIELDS}",
+                    fields.len()
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// The name of rule `index` (a `PlannedRule::rule`); empty for an index it has not.
     pub fn rule_name(&self, index: usize) -> &str {
         self.rules.get(index).map_or("", |r| r.name.as_str())
@@ -155,9 +187,14 @@ impl RawConfig {
             }
             config.add_rules(&format!("{field}.rules"), raw.rules, Some(i))?;
         }
+        config.body_fields_fit()?;
         Ok(config)
     }
 }
+
+/// Most distinct fields of a request's body the rules and identities read, together: what
+/// the gateway's one pass over a held body follows.
+pub const MAX_BODY_FIELDS: usize = 16;
 
 impl Config {
     /// Validates and adds one list of rules (the top-level `rules`, or a `_rules_` entry's).

@@ -18,6 +18,7 @@
 //!   and a rule's bucket key (`bucket_key`).
 //! - `limit`: a rule's quota, in the exact integer units of the token bucket.
 //! - `backend`: the `backend` section: the bridge (gRPC or HTTP) or Redis itself.
+//! - `body_field`: a field of a JSON body, as a dotted path (a count, an ask, an identity).
 //! - `source`: the `identity` section: where each value comes from, whether it is trusted.
 //! - `path`: the one normal form rules match request paths in.
 //! - `matcher`: a rule's `match` and the `method_override` headers.
@@ -36,6 +37,7 @@
 
 pub mod backend;
 pub mod block;
+pub mod body_field;
 pub mod config;
 pub mod digest;
 pub mod error;

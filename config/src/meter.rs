@@ -14,6 +14,7 @@
 //! }
 //! ```
 
+use crate::body_field::field_path;
 use crate::error::{err, ConfigError};
 use crate::limit::{Limit, MAX_EXACT};
 use crate::source::validate_header_name;
@@ -24,10 +25,6 @@ use std::collections::BTreeMap;
 
 /// Most fields a meter reads from a body.
 pub const MAX_FIELDS: usize = 16;
-/// Most segments of a field's path (`usage.prompt_tokens` has 2).
-pub const MAX_SEGMENTS: usize = 8;
-/// Longest segment of a field's path, in bytes.
-pub const MAX_SEGMENT_LEN: usize = 64;
 /// Most fields of the request body a reservation reads.
 pub const MAX_RESERVE_FIELDS: usize = 4;
 
@@ -268,25 +265,6 @@ impl RawMeter {
             debt,
         })
     }
-}
-
-/// `path` (at `at`) as the names of its segments: a dotted path of 1 to `MAX_SEGMENTS`
-/// names of 1 to `MAX_SEGMENT_LEN` bytes.
-fn field_path(at: &str, path: &str) -> Result<Vec<String>, ConfigError> {
-    let segments: Vec<String> = path.split('.').map(str::to_string).collect();
-    let bad_segment = segments
-        .iter()
-        .any(|s| s.is_empty() || s.len() > MAX_SEGMENT_LEN);
-    if segments.len() > MAX_SEGMENTS || bad_segment {
-        return err(
-            at,
-            format!(
-                "a field is a dotted path of 1 to {MAX_SEGMENTS} names of 1 to \
-                 {MAX_SEGMENT_LEN} bytes, like usage.prompt_tokens"
-            ),
-        );
-    }
-    Ok(segments)
 }
 
 /// The request body's fields a reservation reads (at `at`): at most

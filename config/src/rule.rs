@@ -12,7 +12,7 @@ use crate::limit::{Limit, RawLimit};
 use crate::matcher::{Matcher, RawMatch};
 use crate::meter::{MeterPolicy, RawMeter};
 use crate::options::Mode;
-use crate::source::{Identity, Missing};
+use crate::source::{Identity, Missing, Source};
 use ratelimit_protocol::global::Global;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -172,17 +172,27 @@ impl RawRule {
         } else {
             match identity_index(identities, &self.tier_identity) {
                 Some(index) if identities.get(index).is_some_and(|i| i.trusted) => Some(index),
-                Some(_) => {
+                Some(index) => {
+                    let why = match identities.get(index).map(|i| &i.source) {
+                        Some(Source::Body(_)) => {
+                            "mark the identity \"trusted\": true if its value names what the \
+                             upstream serves and bills (a model), so that choosing it is \
+                             choosing its price"
+                        }
+                        _ => {
+                            "use a verified JWT claim, or mark the identity \"trusted\": true \
+                             if a filter before this one sets it (and drops what the client \
+                             sent)"
+                        }
+                    };
                     return err(
                         format!("{field}.tier_identity"),
                         format!(
                             "identity {:?} is a value the client writes itself, so a client \
-                             could pick its own tier: use a verified JWT claim, or mark the \
-                             identity \"trusted\": true if a filter before this one sets it \
-                             (and drops what the client sent)",
+                             could pick its own tier: {why}",
                             self.tier_identity
                         ),
-                    )
+                    );
                 }
                 None => {
                     return err(

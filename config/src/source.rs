@@ -5,6 +5,7 @@
 //! unverified JWT) must never pick a client's tier, and IPv6 clients are keyed on a prefix
 //! so that rotating addresses inside one allocation does not dodge per-IP rules.
 
+use crate::body_field::field_path;
 use crate::error::{err, ConfigError};
 use serde::Deserialize;
 
@@ -17,6 +18,7 @@ const DEFAULT_IPV6_PREFIX: u8 = 64;
 pub(crate) struct RawIdentity {
     header: Option<String>,
     jwt: Option<RawJwt>,
+    body: Option<String>,
     source: Option<IpSourceKind>,
     trusted_hops: Option<u32>,
     gateway_appends: Option<bool>,
@@ -70,6 +72,9 @@ pub enum Source {
         claim: String,
         unverified: bool,
     },
+    /// A string field of the request's JSON body (an LLM request's `model`), by its path
+    /// from the root, read only when a rule that applies needs it.
+    Body(Vec<String>),
     /// The client's address: the downstream peer (`source.address`, which honours
     /// Envoy's trusted hops) or, with `forwarded`, `X-Forwarded-For`.
     Address(Address),
@@ -115,6 +120,7 @@ impl Source {
             Source::Jwt { header, claim, .. } => {
                 format!("the claim {claim:?} of a JWT in the {header} header")
             }
+            Source::Body(path) => format!("the field {:?} of its JSON body", path.join(".")),
             Source::Address(_) => "the client's address".into(),
         }
     }
@@ -141,23 +147,23 @@ impl RawIdentity {
         if self.source.is_some() && self.missing.is_some() {
             return only(
                 "missing",
-                "a header or a JWT (a request always has an address)",
+                "a header, a JWT or a body field (a request always has an address)",
             );
         }
         let (source, trusted) =
-            match (self.header, self.jwt, self.source) {
-                (Some(header), None, None) => (
+            match (self.header, self.jwt, self.body, self.source) {
+                (Some(header), None, None, None) => (
                     Source::Header(validate_header_name(&format!("{field}.header"), &header)?),
                     self.trusted.unwrap_or(false),
                 ),
-                (None, Some(jwt), None) => {
+                (None, Some(jwt), None, None) => {
                     if jwt.claim.is_empty() {
                         return err(format!("{field}.jwt.claim"), "must name a claim");
                     }
                     if !jwt.unverified && self.trusted.is_some() {
                         return only(
                             "trusted",
-                            "a header or an unverified JWT (a verified claim is trusted)",
+                            "a header, a body field or an unverified JWT (a verified claim is trusted)",
                         );
                     }
                     let trusted = !jwt.unverified || self.trusted.unwrap_or(false);
@@ -169,11 +175,18 @@ impl RawIdentity {
                     };
                     (source, trusted)
                 }
-                (None, None, Some(kind)) => {
+                // The client writes its body: trusted (to pick a tier) only where the operator
+                // says the value names what the upstream serves and bills (a model), so that
+                // choosing it is choosing its price.
+                (None, None, Some(body), None) => (
+                    Source::Body(field_path(&format!("{field}.body"), &body)?),
+                    self.trusted.unwrap_or(false),
+                ),
+                (None, None, None, Some(kind)) => {
                     if self.trusted.is_some() {
                         return only(
                             "trusted",
-                            "a header or an unverified JWT (an address is trusted)",
+                            "a header, a body field or an unverified JWT (an address is trusted)",
                         );
                     }
                     let ipv6_prefix = self.ipv6_prefix.unwrap_or(DEFAULT_IPV6_PREFIX);
@@ -194,7 +207,7 @@ impl RawIdentity {
                 }
                 _ => return err(
                     field,
-                    "needs exactly one of \"header\", \"jwt\" or \"source\" (\"peer\" or \"xff\")",
+                    "needs exactly one of \"header\", \"jwt\", \"body\" or \"source\" (\"peer\" or \"xff\")",
                 ),
             };
         Ok(Identity {

@@ -9,7 +9,8 @@ use crate::decision::admission::{
     conclude_exchange, decode_callout, Admission, Concluding, Start, Verdict, Worker,
 };
 use crate::decision::response::{LocalReply, RateLimitFields};
-use crate::host::{Proxy, RequestView, SharedData, Sole};
+use crate::host::header_map::{self, HeaderMap};
+use crate::host::{Kept, Proxy, RequestView, SharedData, Sole};
 use crate::request::rules::PlannedRule;
 use ratelimit_config::config::Config;
 use ratelimit_config::limit::Limit;
@@ -195,6 +196,11 @@ impl Proxy for FakeProxy {
     fn set_request_header(&self, name: &str, value: &[u8]) {
         self.set.borrow_mut().push((name.into(), value.to_vec()));
     }
+
+    fn keep(&self) -> Kept {
+        let map = HeaderMap::new(header_map::serialize(&self.req.headers));
+        Kept::new(map, self.req.peer.clone(), self.req.route.clone())
+    }
 }
 
 /// A GET of `/api/search` by user `alice` from 198.51.100.4, at `now` ms: the request the
@@ -215,6 +221,15 @@ pub fn alice_searching(now: u64) -> FakeProxy {
 /// The checks' request: `alice_searching` at 1_000_000 ms.
 pub fn host() -> FakeProxy {
     alice_searching(1_000_000)
+}
+
+/// `host` once the request's headers have gone upstream (a request held for its body):
+/// Envoy lets a filter read them no more, so what the filter needs of them it kept.
+pub fn headers_gone() -> FakeProxy {
+    FakeProxy {
+        req: FakeRequest::default(),
+        ..host()
+    }
 }
 
 /// A started check, its worker and the callout body.

@@ -5,7 +5,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
-use ratelimit_filter::request::rules::plan;
+use ratelimit_filter::host::RequestView;
+use ratelimit_filter::metering::Text;
+use ratelimit_filter::request::identity::{self, BodyRead};
+use ratelimit_filter::request::rules::{plan, Unplanned};
 use ratelimit_filter::wire::encode_check;
 use ratelimit_fuzz::Request;
 use ratelimit_protocol::{key, parse_batch, Line, LineKind, RuleSpec};
@@ -20,12 +23,22 @@ fuzz_target!(|data: &[u8]| {
     // An identity that cannot be told (repeated, unreadable), or one missing that a rule
     // will not do without, refuses the request: nothing to plan. A shadow rule reported as
     // refusing for a missing identity is one the request applies to.
+    let request = Request::from_lines(parts.next().unwrap_or_default());
     let mut shadowed = Vec::new();
-    let Ok(planned) = plan(
-        &config,
-        &Request::from_lines(parts.next().unwrap_or_default()),
-        |rule| shadowed.push(rule),
-    ) else {
+    let mut planned = plan(&config, &request, None, |rule| shadowed.push(rule));
+    if planned == Err(Unplanned::AwaitsBody) {
+        // A rule keyed on a body field: planned again with what the body held there (a
+        // string, any bytes: each identity's value from a header of its own name).
+        let values: Vec<_> = (config.identities.iter())
+            .map(|identity| {
+                let held = request.header(&format!("body.{}", identity.name));
+                identity::body_value(held.map_or(Text::Absent, Text::Str), BodyRead::Json)
+            })
+            .collect();
+        shadowed.clear();
+        planned = plan(&config, &request, Some(&values), |rule| shadowed.push(rule));
+    }
+    let Ok(planned) = planned else {
         return;
     };
     assert!(shadowed.iter().all(|&r| config.rules[r].shadow));

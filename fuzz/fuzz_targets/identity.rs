@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::source::{Address, Forwarded, Source};
 use ratelimit_filter::host::{RequestView, Sole};
-use ratelimit_filter::request::identity::{resolve, BadIdentity, Problem};
+use ratelimit_filter::request::identity::{resolve, BadIdentity, Place, Problem};
 use ratelimit_fuzz::{bearer, payload, Request};
 use ratelimit_protocol::key;
 
@@ -45,7 +45,10 @@ fuzz_target!(|data: &[u8]| {
         // A value of the keys' grammar: key-safe and bounded.
         Ok(Some(v)) => assert!(key::is_value(&v), "{v:?}"),
         Ok(None) => {}
-        Err(BadIdentity { header, problem }) => {
+        Err(BadIdentity { at, problem }) => {
+            let Place::Header(header) = at else {
+                panic!("{at:?}: `resolve` reads no body")
+            };
             let sole = request.sole_header(&header);
             match problem {
                 // Twice, or a JWT's copies joined with a comma.
@@ -57,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
                     matches!(source, Source::Jwt { .. }) && matches!(sole, Sole::Once(_)),
                     "{header} is not an unreadable JWT"
                 ),
+                Problem::NotAString | Problem::BodyUnreadable => panic!("{problem:?}: no body"),
             }
         }
     }

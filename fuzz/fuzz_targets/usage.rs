@@ -1,11 +1,12 @@
-//! Holds the metering reader (`UsageReader`, which reads a metered response's usage and a
-//! request body's `max_tokens`) to any bytes, as one JSON value or as server-sent events:
-//! cut into pieces of any size it reads exactly as whole, it never panics, every count it
-//! gives is at most `MAX_COUNT`, and it counts every byte fed.
+//! Holds the metering reader (`UsageReader`, which reads a metered response's usage, a
+//! request body's `max_tokens` and its `model`) to any bytes, as one JSON value or as
+//! server-sent events: cut into pieces of any size it reads exactly as whole, it never
+//! panics, every count it gives is at most `MAX_COUNT`, every text at most `MAX_TEXT_LEN`
+//! bytes, and it counts every byte fed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_filter::metering::{BodyFormat, UsageReader, MAX_COUNT};
+use ratelimit_filter::metering::{BodyFormat, Text, UsageReader, MAX_COUNT, MAX_TEXT_LEN};
 
 /// OpenAI's and Anthropic's usage fields, a reservation's `max_tokens`, and a deep path.
 const PATHS: &[&str] = &[
@@ -16,15 +17,27 @@ const PATHS: &[&str] = &[
     "a.b.c.d",
 ];
 
-/// Each path's last and largest count, whether it was poisoned, whether it can be trusted.
-type Reading = (Vec<Option<u64>>, Vec<Option<u64>>, bool, bool);
+/// Text paths: a request's model, and one below an object.
+const TEXTS: &[&str] = &["model", "message.model"];
+
+/// Each path's last and largest count, whether it was poisoned, whether it can be trusted,
+/// and each text path's last value (`Some(None)`: unreadable).
+type Reading = (
+    Vec<Option<u64>>,
+    Vec<Option<u64>>,
+    bool,
+    bool,
+    Vec<Option<Option<Vec<u8>>>>,
+);
+
+fn split(list: &[&str]) -> Vec<Vec<String>> {
+    list.iter()
+        .map(|p| p.split('.').map(String::from).collect())
+        .collect()
+}
 
 fn read(format: BodyFormat, pieces: &[&[u8]]) -> Reading {
-    let paths = PATHS
-        .iter()
-        .map(|p| p.split('.').map(String::from).collect())
-        .collect();
-    let mut reader = UsageReader::new(format, paths);
+    let mut reader = UsageReader::with_texts(format, split(PATHS), split(TEXTS));
     let mut fed = 0;
     for piece in pieces {
         reader.feed(piece);
@@ -37,6 +50,13 @@ fn read(format: BodyFormat, pieces: &[&[u8]]) -> Reading {
         reader.largest().to_vec(),
         reader.poisoned(),
         reader.trusted(),
+        (0..TEXTS.len())
+            .map(|i| match reader.text(i) {
+                Text::Absent => None,
+                Text::Unreadable => Some(None),
+                Text::Str(s) => Some(Some(s.to_vec())),
+            })
+            .collect(),
     )
 }
 
@@ -52,6 +72,15 @@ fuzz_target!(|data: &[u8]| {
     let whole = read(format, &[body]);
     assert!(
         whole.1.iter().flatten().all(|&n| n <= MAX_COUNT),
+        "{whole:?}"
+    );
+    assert!(
+        whole
+            .4
+            .iter()
+            .flatten()
+            .flatten()
+            .all(|t| t.len() <= MAX_TEXT_LEN),
         "{whole:?}"
     );
     // The largest count at a path is at least its last.

@@ -5,12 +5,15 @@ streamed and not, on Chat Completions, Responses, Messages and Gemini's generate
 over the limit, each SDK raises its rate-limit error and reads `Retry-After`. The upstream
 is testbed/llm_upstream.py, in each API's shapes."""
 
+import gzip
+
 import anthropic
 import openai
 import pytest
 from google import genai
 from google.genai import types
 
+from testbed.client import request
 from testbed.llm_upstream import LlmUpstream
 from testbed.plugins import plugin, rule
 from testbed.tests.test_metered import spent, wait_settled
@@ -135,3 +138,68 @@ def test_over_the_limit_each_sdk_raises_its_rate_limit_error_with_retry_after(cl
     with pytest.raises(genai.errors.ClientError) as refused:
         gm.models.generate_content(model="gemini-2.5-flash", contents="hi")
     assert refused.value.code == 429
+
+
+def test_a_per_model_rule_keeps_each_model_s_budget_and_its_tier(clients):
+    """A token budget per tenant and model, the model read from the request's JSON body
+    (`{"body": "model"}`), gpt-4o on a tier of its own: gpt-4o's budget spent, the SDK's
+    gpt-4o-mini calls go on, each settled exactly in its own bucket."""
+    per_model = rule("per-model", ["tenant", "model"], BURST, per="30d",
+                     match={"path": "/v1/chat/completions"},
+                     meter={"usage": "openai-chat", "weights": {"output": 4, "cached_input": 0},
+                            "reserve": {"body": ["max_completion_tokens"], "default": 100,
+                                        "max": 140}},
+                     tier_identity="model", tiers={"gpt-4o": {"requests": 150, "per": "30d"}})
+    stack, oa, _, _ = clients(plugin(per_model, identity={
+        "tenant": {"header": "x-tenant"}, "model": {"body": "model", "trusted": True}}))
+    headers = {**TENANT, **USAGE}
+    dear = oa.chat.completions.create(model="gpt-4o", messages=HI, extra_headers=headers)
+    # 150 - 104 left: too few for the 100 the next one reserves.
+    with pytest.raises(openai.RateLimitError) as refused:
+        oa.chat.completions.create(model="gpt-4o", messages=HI, extra_headers=headers)
+    assert int(refused.value.response.headers["retry-after"]) > 0
+    cheap = 0
+    for _ in range(2):
+        r = oa.chat.completions.create(model="gpt-4o-mini", messages=HI, extra_headers=headers,
+                                       max_completion_tokens=120)
+        cheap += chat_cost(r.usage)
+    chunks = oa.chat.completions.create(model="gpt-4o-mini", messages=HI, stream=True,
+                                        stream_options={"include_usage": True},
+                                        extra_headers=headers)
+    (usage,) = [c.usage for c in chunks if c.usage]
+    cheap += chat_cost(usage)
+    wait_settled(stack, 4)
+    assert abs(spent(stack, "t1:gpt-4o", 150, rule="per-model") - chat_cost(dear.usage)) < 1
+    assert abs(spent(stack, "t1:gpt-4o-mini", BURST, rule="per-model") - cheap) < 1
+    assert stack.stats(0).get("unmeasured", 0) == 0
+
+
+def test_a_model_the_upstream_may_read_otherwise_fails_only_its_own_request(clients):
+    """Hostile bodies on a rule keyed on the body's model, in real Envoy: the key twice,
+    NaN (Python's json takes it), a value after the object (Go's Decoder stops before it), a
+    number, gzip: each refused with 400 and a reason, never let through unlimited; a body
+    with no model lacks the identity (here denied: `"missing": "deny"`); then an honest
+    request still passes, its model counted."""
+    per_model = rule("per-model", ["tenant", "model"], BURST, per="30d",
+                     match={"path": "/v1/chat/completions"})
+    stack, oa, _, _ = clients(plugin(per_model, identity={
+        "tenant": {"header": "x-tenant"}, "model": {"body": "model", "missing": "deny"}}))
+    port = stack.ports[0]
+    json_ = {**TENANT, "content-type": "application/json"}
+    for body, headers, reason in [
+        (b'{"model": "gpt-4o-mini", "model": "gpt-4o"}', json_, "appears more than once"),
+        (b'{"model": "gpt-4o", "temperature": NaN}', json_, "cannot be read"),
+        (b'{"model": "gpt-4o"} {"model": "x"}', json_, "cannot be read"),
+        (b'{"model": 4}', json_, "something other than a string"),
+        (gzip.compress(b'{"model": "gpt-4o"}'), {**json_, "content-encoding": "gzip"},
+         "compressed"),
+    ]:
+        status, _, text = request(port, "/v1/chat/completions", headers, method="POST",
+                                  body=body)
+        assert status == 400 and reason in text, (body, status, text)
+    status, _, text = request(port, "/v1/chat/completions", json_, method="POST",
+                              body=b'{"messages": []}')
+    assert status == 429 and 'field \\"model\\" of its JSON body' in text, text
+    oa.chat.completions.create(model="gpt-4o", messages=HI, extra_headers={**TENANT, **USAGE})
+    assert stack.redis("EXISTS", "rl:per-model:t1:gpt-4o") == 1
+    assert stack.stats(0)["rejected"] == 5

@@ -13,7 +13,7 @@ use crate::decision::local;
 use crate::decision::metered::{self, Metering};
 use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
 use crate::host::Proxy;
-use crate::request::rules::{self, PlannedRule, Unplanned};
+use crate::request::rules::PlannedRule;
 use crate::wire::{self, CheckResult, RuleResult};
 use ratelimit_config::config::Config;
 use ratelimit_config::options::FailureMode;
@@ -138,27 +138,22 @@ pub struct Admission {
 impl Admission {
     /// Plans the check and says how it proceeds.
     pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
-        let counts = &mut worker.rule_counts;
-        self.planned = match rules::plan(config, host, |r| counts.add(r, Counter::ShadowDenied)) {
-            Ok(planned) => planned,
-            Err(Unplanned::Bad(bad)) => {
-                self.outcome = Some(Outcome::Rejected);
-                return Start::Decided(Verdict::Reply(response::bad_identity(&bad)));
+        match self.plan(config, worker, host, None) {
+            Some(Start::ReadBody) => {
+                // Its headers go upstream now, before the rules that apply are known.
+                if metered::reads_body(config, 0..config.rules.len()) {
+                    host.set_request_header("accept-encoding", b"identity");
+                }
+                self.body = Some(body::BodyAsk::for_identities(config, host));
+                return Start::ReadBody;
             }
-            Err(Unplanned::Missing { rule, identity }) => {
-                self.outcome = Some(Outcome::Missing);
-                counts.add(rule, Counter::Missing);
-                let reply = response::missing_identity(config, rule, identity);
-                return Start::Decided(Verdict::Reply(reply));
-            }
-        };
-        if self.planned.is_empty() {
-            return Start::Skip;
+            Some(start) => return start,
+            None => {}
         }
-        if metered::reads_body(config, &self.planned) {
+        if metered::reads_body(config, self.planned.iter().map(|p| p.rule)) {
             host.set_request_header("accept-encoding", b"identity");
         }
-        self.body = body::BodyAsk::of(config, &self.planned);
+        self.body = body::BodyAsk::of(config, &self.planned, host);
         if self.body.is_some() {
             // Its headers go upstream while its body is read: a client the worker knows
             // is short of the least its body can ask (`PlannedRule::cost` until then) is
@@ -387,6 +382,7 @@ pub fn most_restrictive(
 
 mod body;
 mod conclusion;
+mod planning;
 mod shortcuts;
 
 pub use conclusion::{

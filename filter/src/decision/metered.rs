@@ -258,10 +258,8 @@ impl Metering {
 /// identity coding (`Accept-Encoding: identity`): a metered rule reads the response's
 /// body, which the meter reads only uncompressed. A client's own `Accept-Encoding` still
 /// reaches a compressor that runs before this filter (Envoy's, on the way back).
-pub fn reads_body(config: &Config, planned: &[PlannedRule]) -> bool {
-    planned
-        .iter()
-        .any(|p| meter_of(config, p.rule).is_some_and(|m| !m.body.is_empty()))
+pub fn reads_body(config: &Config, mut rules: impl Iterator<Item = usize>) -> bool {
+    rules.any(|rule| meter_of(config, rule).is_some_and(|m| !m.body.is_empty()))
 }
 
 fn meter_of(config: &Config, rule: usize) -> Option<&MeterPolicy> {

@@ -2,6 +2,7 @@
 
 use crate::decision::ietf;
 pub use crate::decision::shown::Shown;
+use crate::metering::MAX_TEXT_LEN;
 use crate::request::identity::{self, BadIdentity};
 use ratelimit_config::config::Config;
 use ratelimit_protocol::u64_digits;
@@ -165,19 +166,27 @@ pub fn unavailable() -> LocalReply {
 /// The 400 for a request whose identity cannot be told: its `header` came more than once,
 /// or holds no readable JWT.
 pub fn bad_identity(bad: &BadIdentity) -> LocalReply {
-    // Header names are validated at load ([A-Za-z0-9-_!#$%&'*+.^`|~]): no JSON escaping
-    // needed beyond what that alphabet already rules out.
-    let problem = match bad.problem {
-        identity::Problem::Repeated => "appears more than once",
-        identity::Problem::Unreadable => "holds no readable JWT",
+    let problem: String = match bad.problem {
+        identity::Problem::Repeated => "appears more than once".into(),
+        identity::Problem::Unreadable => "holds no readable JWT".into(),
+        identity::Problem::NotAString => format!(
+            "holds something other than a string of at most {MAX_TEXT_LEN} bytes (with no \\u \
+             escape beyond ASCII)"
+        ),
+        identity::Problem::BodyUnreadable => {
+            "cannot be read: the body is malformed JSON, compressed, or not UTF-8".into()
+        }
     };
+    let at = match &bad.at {
+        identity::Place::Header(name) => format!("{name} header"),
+        identity::Place::Body(path) => format!("field {path:?} of its JSON body"),
+    };
+    // A body field's name is the operator's to choose: JSON-escaped.
+    let message = serde_json::to_string(&format!("The {at} {problem}.")).unwrap_or_default();
     LocalReply {
         status: 400,
         headers: vec![("content-type", "application/json".into())],
-        body: format!(
-            "{{\"error\": \"Bad request\", \"message\": \"The {} header {problem}.\"}}",
-            bad.header
-        ),
+        body: format!("{{\"error\": \"Bad request\", \"message\": {message}}}"),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::abi;
 use crate::host::header_map::HeaderMap;
-use crate::host::{Proxy, RequestView, SharedData, Sole};
+use crate::host::{Kept, Proxy, RequestView, SharedData, Sole};
 use crate::wire;
 use proxy_wasm::types::{BufferType, MapType};
 use ratelimit_protocol::MAX_ID_LINE;
@@ -66,6 +66,14 @@ impl Proxy for ProxyHost {
         if let Err(status) = abi::replace_request_header(name, value) {
             log::warn!("could not set request header {name} ({status:?})");
         }
+    }
+
+    fn keep(&self) -> Kept {
+        Kept::new(
+            self.headers().clone(),
+            self.source_address(),
+            self.route_name(),
+        )
     }
 }
 

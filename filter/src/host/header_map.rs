@@ -9,7 +9,7 @@
 //! value; u32 each), then each key and value in order, each followed by a NUL byte.
 
 /// A serialized header map; a malformed one reads as empty, never panics.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct HeaderMap {
     bytes: Vec<u8>,
 }

@@ -10,6 +10,8 @@
 
 pub mod header_map;
 
+use header_map::HeaderMap;
+
 /// The request data the filter reads; the proxy-wasm glue implements it over the host.
 pub trait RequestView {
     /// A request header by lower-case name (pseudo-headers such as `:path` included); its
@@ -26,6 +28,53 @@ pub trait RequestView {
     fn source_address(&self) -> Option<Vec<u8>>;
     /// The host's `route_name` property: the name of the route the request took.
     fn route_name(&self) -> Option<Vec<u8>>;
+}
+
+/// A request's headers and properties, kept past the event that read them: a host lets a
+/// filter read a request's headers only while they are being seen (Envoy forgets them once
+/// they go on upstream), and a request held for its body is planned, and reserves, once
+/// the body has ended.
+#[derive(Debug)]
+pub struct Kept {
+    headers: HeaderMap,
+    source_address: Option<Vec<u8>>,
+    route_name: Option<Vec<u8>>,
+}
+
+impl Kept {
+    pub fn new(
+        headers: HeaderMap,
+        source_address: Option<Vec<u8>>,
+        route_name: Option<Vec<u8>>,
+    ) -> Kept {
+        Kept {
+            headers,
+            source_address,
+            route_name,
+        }
+    }
+}
+
+impl RequestView for Kept {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.values(name).next()
+    }
+
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        Sole::of(self.headers.values(name))
+    }
+
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.headers.values(name).collect()
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        self.source_address.clone()
+    }
+
+    fn route_name(&self) -> Option<Vec<u8>> {
+        self.route_name.clone()
+    }
 }
 
 /// What a request carries of a header that must not repeat.
@@ -66,4 +115,6 @@ pub trait Proxy: RequestView + SharedData {
     /// rule asks for a response its meter can read). Only while the request's headers are
     /// being seen; a host error is logged and the request goes on as it was.
     fn set_request_header(&self, name: &str, value: &[u8]);
+    /// The request as it is now, kept for its later events (`Kept`).
+    fn keep(&self) -> Kept;
 }

@@ -2,6 +2,30 @@
 //! trusted to be the whole story. Kept apart from the scanner that fills it, which is about
 //! the grammar; this is about what the caller may conclude.
 
+use super::key::MAX_TEXT_LEN;
+
+/// What a text path held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Text<'a> {
+    /// Nothing, or `null`.
+    Absent,
+    /// A string, as decoded (any bytes but those of a non-ASCII `\u` escape).
+    Str(&'a [u8]),
+    /// Something a reader of a string does not take for one (a number, `true`, an object),
+    /// or a string this reader does not keep (longer than `MAX_TEXT_LEN`, or with a
+    /// non-ASCII `\u` escape).
+    Unreadable,
+}
+
+/// What one text path held: `text`'s room is made with the reader, so recording a string
+/// allocates nothing.
+#[derive(Debug)]
+struct Held {
+    /// `None`: nothing yet; `Some(true)`: a string, `text`; `Some(false)`: unreadable.
+    state: Option<bool>,
+    text: Vec<u8>,
+}
+
 /// The counts at each path, and the marks of a reading that cannot be trusted whole.
 #[derive(Debug)]
 pub(super) struct Found {
@@ -10,6 +34,10 @@ pub(super) struct Found {
     counts: Vec<Option<u64>>,
     /// The number of paths.
     paths: usize,
+    /// What each text path held, by its index among the text paths (which come last).
+    texts: Vec<Held>,
+    /// The index of the first text path.
+    first_text: usize,
     /// A path held something other than a usable count or `null`.
     poisoned: bool,
     /// A value opened an object at its root and did not close it well formed: whatever
@@ -20,10 +48,17 @@ pub(super) struct Found {
 }
 
 impl Found {
-    pub(super) fn new(paths: usize) -> Found {
+    /// A reading of `paths` paths, those from `first_text` on text paths.
+    pub(super) fn new(paths: usize, first_text: usize) -> Found {
+        let held = |_| Held {
+            state: None,
+            text: Vec::with_capacity(MAX_TEXT_LEN),
+        };
         Found {
             counts: vec![None; 2 * paths],
             paths,
+            texts: (first_text..paths).map(held).collect(),
+            first_text,
             poisoned: false,
             broken: false,
             repeated: false,
@@ -48,6 +83,43 @@ impl Found {
                 }
             }
             rest &= rest - 1;
+        }
+    }
+
+    /// A string ended at the text paths of `mask`: `text` if it was kept.
+    pub(super) fn record_text(&mut self, mask: u16, text: Option<&[u8]>) {
+        let mut rest = mask;
+        while rest != 0 {
+            let index = rest.trailing_zeros() as usize;
+            let held = index
+                .checked_sub(self.first_text)
+                .and_then(|i| self.texts.get_mut(i));
+            if let Some(held) = held {
+                held.text.clear();
+                held.state = Some(text.is_some());
+                if let Some(text) = text {
+                    held.text.extend_from_slice(text);
+                }
+            }
+            rest &= rest - 1;
+        }
+    }
+
+    /// Something other than a string at the text paths of `mask`.
+    pub(super) fn not_a_text(&mut self, mask: u16) {
+        self.record_text(mask, None);
+    }
+
+    /// What the `index`th text path held last.
+    pub(super) fn text(&self, index: usize) -> Text<'_> {
+        match self
+            .texts
+            .get(index)
+            .and_then(|h| Some((h.state?, &h.text)))
+        {
+            None => Text::Absent,
+            Some((true, text)) => Text::Str(text),
+            Some((false, _)) => Text::Unreadable,
         }
     }
 

@@ -1,8 +1,9 @@
 //! A streaming JSON scanner: follows one JSON value byte by byte, in whatever pieces it
-//! comes, and records the numbers found at the configured paths.
+//! comes, and records the numbers found at the configured paths (and the strings, at the
+//! text paths).
 //!
 //! Nothing of the body is kept: the state is a fixed handful of fields (a key of at most
-//! `MAX_KEY_LEN` bytes for comparison, a number's digits as they add up, a stack of
+//! `MAX_KEY_LEN` bytes, or a text of `MAX_TEXT_LEN`, a number's digits as they add up, a stack of
 //! `MAX_DEPTH` open containers as bits), so a body of any size, a string or a number of any
 //! length, costs the same memory, and a chunk boundary can fall anywhere because every
 //! byte's meaning is carried in that state.
@@ -22,9 +23,9 @@
 
 use super::find;
 use super::found::Found;
-use super::key::{Escape, Key};
+use super::key::{Escape, Key, MAX_TEXT_LEN};
 use super::number::{Next, Number};
-use super::paths::{Paths, MAX_SEGMENTS};
+use super::paths::{Paths, MAX_KEY_LEN, MAX_SEGMENTS};
 use super::skip::{self, Brackets, Close};
 
 /// Containers followed in full; deeper, only their brackets are counted.
@@ -109,10 +110,15 @@ fn is_space(b: u8) -> bool {
 }
 
 impl Scanner {
-    pub(super) fn new(paths: Paths) -> Scanner {
+    /// A scanner of `paths`, those from index `first_text` on text paths.
+    pub(super) fn new(paths: Paths, first_text: usize) -> Scanner {
         let deeper = paths.usable();
+        let room = match paths.texts() {
+            0 => MAX_KEY_LEN,
+            _ => MAX_TEXT_LEN,
+        };
         Scanner {
-            found: Found::new(paths.len()),
+            found: Found::new(paths.len(), first_text),
             paths,
             root_object: false,
             touched: false,
@@ -124,7 +130,7 @@ impl Scanner {
             masks: [0; MAX_SEGMENTS],
             exact: 0,
             deeper,
-            key: Key::new(),
+            key: Key::new(room),
             number: Number::new(),
             skipped: Brackets::default(),
         }
@@ -158,6 +164,11 @@ impl Scanner {
     /// hold no value at a path (`Paths::may_hold`).
     pub(super) fn passes_over(&self, text: &[u8]) -> bool {
         self.state == State::Value && self.depth == 0 && !self.paths.may_hold(text)
+    }
+
+    /// True once the value began as an object.
+    pub(super) fn began_object(&self) -> bool {
+        self.root_object
     }
 
     /// True once the value is malformed: the rest is not read.
@@ -255,9 +266,14 @@ impl Scanner {
         self.state = State::Failed;
     }
 
-    fn poison_if_exact(&mut self) {
-        if self.exact != 0 {
+    /// A value at the paths of `exact` that is not a count, nor (unless `string`) a text.
+    fn not_a_count(&mut self, string: bool) {
+        let texts = self.exact & self.paths.texts();
+        if self.exact & !texts != 0 {
             self.found.poison();
+        }
+        if texts != 0 && !string {
+            self.found.not_a_text(texts);
         }
     }
 
@@ -273,8 +289,9 @@ impl Scanner {
             b'{' => self.open(true),
             b'[' => self.open(false),
             b'"' => {
-                self.poison_if_exact();
+                self.not_a_count(true);
                 self.start_string(StrKind::Value);
+                self.key.start(self.exact & self.paths.texts() != 0);
                 return self.string(bytes, i + 1);
             }
             b't' | b'f' | b'n' => {
@@ -284,7 +301,7 @@ impl Scanner {
                     _ => NULL,
                 };
                 if word != NULL {
-                    self.poison_if_exact();
+                    self.not_a_count(false);
                 }
                 let text = WORDS.get(usize::from(word)).copied().unwrap_or_default();
                 if bytes.get(i..i + text.len()) == Some(text) {
@@ -305,7 +322,7 @@ impl Scanner {
     }
 
     fn open(&mut self, object: bool) {
-        self.poison_if_exact();
+        self.not_a_count(false);
         if self.depth == 0 && object {
             self.root_object = true;
         }
@@ -396,7 +413,13 @@ impl Scanner {
                     return at + 2;
                 }
             }
-            Some(b'"') if self.kind == StrKind::Value => self.end_value(),
+            Some(b'"') if self.kind == StrKind::Value => {
+                let texts = self.exact & self.paths.texts();
+                if texts != 0 {
+                    self.found.record_text(texts, self.key.get());
+                }
+                self.end_value();
+            }
             Some(b'"') => self.state = State::Skip,
             Some(_) => self.state = State::Escape,
             None => return at,
@@ -456,11 +479,15 @@ impl Scanner {
         }
     }
 
-    /// A number is complete: a usable count is recorded at its paths, anything else
-    /// poisons them.
+    /// A number is complete: a usable count is recorded at its count paths, anything else
+    /// poisons them; at a text path, it is not a text.
     fn end_number(&mut self) {
-        if self.exact != 0 {
-            self.found.record(self.exact, self.number.count());
+        let texts = self.exact & self.paths.texts();
+        if self.exact & !texts != 0 {
+            self.found.record(self.exact & !texts, self.number.count());
+        }
+        if texts != 0 {
+            self.found.not_a_text(texts);
         }
         self.end_value();
     }

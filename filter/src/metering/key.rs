@@ -1,17 +1,20 @@
-//! A JSON string's escapes, and the key kept of it for comparison with the paths.
+//! A JSON string's escapes, and the text kept of it: a key, for comparison with the
+//! paths, or a string value at a text path (an identity, such as a request's `model`).
 //!
-//! Only a key that some path may match is kept, and only up to `MAX_KEY_LEN` bytes as
-//! decoded: a longer one is dropped, not grown, and matches nothing. Every string's
-//! escapes are checked (a malformed one makes the value malformed), but a key is decoded
-//! only where an escape is one byte (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`,
-//! `\u0000` to `\u007F`): a key with any other `\u` escape is dropped, as no path an
-//! operator writes names a key only by its escapes, and decoding UTF-16 surrogate pairs
-//! for it would be code without a use.
+//! Only a string that some path may use is kept, and only up to the room made for it with
+//! the reader (`MAX_KEY_LEN` bytes as decoded, `MAX_TEXT_LEN` for a reader of texts): a
+//! longer one is dropped, not grown (a key longer than `MAX_KEY_LEN` matches no path). Every string's escapes are checked (a malformed one
+//! makes the value malformed), but a string is decoded only where an escape is one byte
+//! (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u0000` to `\u007F`): one with any
+//! other `\u` escape is dropped, as no path an operator writes names a key only by its
+//! escapes, a model's name is ASCII, and decoding UTF-16 surrogate pairs would be code
+//! without a use. (What a dropped value means is the caller's: a text it cannot read.)
 
-use super::paths::MAX_KEY_LEN;
+/// Longest string value kept, in bytes as decoded.
+pub const MAX_TEXT_LEN: usize = 256;
 
-/// `len` of a key not kept: too long, undecodable, or matching no path.
-const DROPPED: usize = MAX_KEY_LEN + 1;
+/// `len` of a string not kept: too long, undecodable, or of no use.
+const DROPPED: usize = usize::MAX;
 
 /// What the byte after a backslash was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,16 +28,18 @@ pub(super) enum Escape {
 
 #[derive(Debug)]
 pub(super) struct Key {
-    bytes: [u8; MAX_KEY_LEN],
+    /// Its room, made once: a reader's size does not grow with it.
+    bytes: Box<[u8]>,
     len: usize,
     /// The `\u` escape's code point so far.
     code: u32,
 }
 
 impl Key {
-    pub(super) fn new() -> Key {
+    /// A string of up to `room` bytes kept.
+    pub(super) fn new(room: usize) -> Key {
         Key {
-            bytes: [0; MAX_KEY_LEN],
+            bytes: vec![0; room].into_boxed_slice(),
             len: DROPPED,
             code: 0,
         }
@@ -49,12 +54,12 @@ impl Key {
         self.len < DROPPED
     }
 
-    /// The key as decoded, if kept.
+    /// The string as decoded, if kept.
     pub(super) fn get(&self) -> Option<&[u8]> {
         self.bytes.get(..self.len)
     }
 
-    /// More of the key's text, without escapes.
+    /// More of the string's text, without escapes.
     pub(super) fn push(&mut self, text: &[u8]) {
         if !self.kept() {
             return;
@@ -111,7 +116,7 @@ mod tests {
 
     /// A kept key of `parts`: text, or the bytes after a backslash.
     fn decode(parts: &[(&str, bool)]) -> Option<Vec<u8>> {
-        let mut key = Key::new();
+        let mut key = Key::new(MAX_TEXT_LEN);
         key.start(true);
         for &(part, escaped) in parts {
             if !escaped {
@@ -155,19 +160,19 @@ mod tests {
     fn a_key_with_a_non_ascii_escape_is_dropped_and_a_bad_escape_is_malformed() {
         assert_eq!(decode(&[("caf", false), ("u00e9", true)]), None);
         assert_eq!(decode(&[("ud83d", true), ("ude00", true)]), None);
-        let mut key = Key::new();
+        let mut key = Key::new(MAX_TEXT_LEN);
         key.start(false);
         assert_eq!(key.escape(b'q'), Escape::Malformed);
         assert!(!key.unicode(4, b'g'));
     }
 
     #[test]
-    fn a_key_is_kept_up_to_its_limit_and_dropped_past_it() {
-        let mut key = Key::new();
+    fn a_string_is_kept_up_to_its_limit_and_dropped_past_it() {
+        let mut key = Key::new(MAX_TEXT_LEN);
         key.start(true);
-        key.push(&[b'k'; MAX_KEY_LEN - 1]);
+        key.push(&[b'k'; MAX_TEXT_LEN - 1]);
         key.push(b"k");
-        assert_eq!(key.get().map(<[u8]>::len), Some(MAX_KEY_LEN));
+        assert_eq!(key.get().map(<[u8]>::len), Some(MAX_TEXT_LEN));
         key.push(b"k");
         assert_eq!(key.get(), None);
         key.push(&[b'k'; 1000]);

@@ -34,6 +34,8 @@ mod paths;
 mod skip;
 mod utf8;
 
+pub use found::Text;
+pub use key::MAX_TEXT_LEN;
 pub use number::MAX_COUNT;
 pub use paths::{MAX_KEY_LEN, MAX_PATHS, MAX_SEGMENTS};
 
@@ -96,8 +98,20 @@ impl UsageReader {
     /// most `MAX_KEY_LEN` bytes; any other path keeps its index in `values` but is never
     /// found).
     pub fn new(format: BodyFormat, paths: Vec<Vec<String>>) -> UsageReader {
+        UsageReader::with_texts(format, paths, Vec::new())
+    }
+
+    /// A reader of the counts at `paths` and of the strings at `texts` (`text`), such as
+    /// a request's `model`; together at most `MAX_PATHS`.
+    pub fn with_texts(
+        format: BodyFormat,
+        mut paths: Vec<Vec<String>>,
+        texts: Vec<Vec<String>>,
+    ) -> UsageReader {
+        let first_text = paths.len();
+        paths.extend(texts);
         UsageReader {
-            json: json::Scanner::new(paths::Paths::new(paths)),
+            json: json::Scanner::new(paths::Paths::new(paths, first_text), first_text),
             framing: match format {
                 BodyFormat::Json => Framing::Json,
                 BodyFormat::EventStream => Framing::Events(events::Framer::new()),
@@ -151,6 +165,11 @@ impl UsageReader {
         self.json.found().largest()
     }
 
+    /// What the `index`th text path held last (`Text::Absent` for a path that is none).
+    pub fn text(&self, index: usize) -> Text<'_> {
+        self.json.found().text(index)
+    }
+
     /// True once a path held something other than a usable count or `null`.
     pub fn poisoned(&self) -> bool {
         self.json.found().poisoned()
@@ -167,16 +186,33 @@ impl UsageReader {
     /// (Whether the body itself ended is the caller's to know.)
     pub fn trusted(&self) -> bool {
         let found = self.json.found();
+        self.well_formed()
+            && !found.poisoned()
+            && !found.repeated()
+            && found.values() == found.largest()
+    }
+
+    /// Whether the body was read whole as far as `trusted` asks, leaving aside what was at
+    /// its paths: framed well, no object cut short, UTF-8 throughout.
+    pub fn well_formed(&self) -> bool {
+        let found = self.json.found();
         let whole = match &self.framing {
             Framing::Json => self.json.closed(),
             Framing::Events(_) => !found.broken(),
             Framing::Frames(frames) => !found.broken() && frames.whole(),
         };
-        whole
-            && self.text.whole()
-            && !found.poisoned()
-            && !found.repeated()
-            && found.values() == found.largest()
+        whole && self.text.whole()
+    }
+
+    /// True once a key on a path came twice in one object.
+    pub fn repeated(&self) -> bool {
+        self.json.found().repeated()
+    }
+
+    /// Whether the (last) value read began as an object, its first byte past any
+    /// whitespace a `{`.
+    pub fn began_object(&self) -> bool {
+        self.json.began_object()
     }
 
     /// The bytes fed so far, saturating.
@@ -192,3 +228,7 @@ mod tests;
 #[cfg(test)]
 #[path = "props_tests.rs"]
 mod props;
+
+#[cfg(test)]
+#[path = "texts_tests.rs"]
+mod texts_tests;

@@ -30,10 +30,13 @@ pub(super) struct Paths {
     /// Usable paths whose first segment no usable path before them has: each first
     /// segment once.
     firsts: u16,
+    /// The paths whose value is a string (a text), not a count.
+    texts: u16,
 }
 
 impl Paths {
-    pub(super) fn new(segments: Vec<Vec<String>>) -> Paths {
+    /// `segments`, those from index `first_text` on text paths.
+    pub(super) fn new(segments: Vec<Vec<String>>, first_text: usize) -> Paths {
         let mut usable = 0u16;
         let mut last = [0u16; MAX_SEGMENTS];
         for (index, path) in segments.iter().enumerate().take(MAX_PATHS) {
@@ -52,12 +55,19 @@ impl Paths {
             .filter(|&i| usable & (1 << i) != 0)
             .filter(|&i| (0..i).all(|j| usable & (1 << j) == 0 || first(j) != first(i)))
             .fold(0u16, |mask, i| mask | 1 << i);
+        let texts = (first_text..MAX_PATHS).fold(0u16, |mask, i| mask | 1 << i) & usable;
         Paths {
             segments,
             usable,
             last,
             firsts,
+            texts,
         }
+    }
+
+    /// The text paths.
+    pub(super) fn texts(&self) -> u16 {
+        self.texts
     }
 
     /// How many paths were given, usable or not: the length of `values`.
@@ -136,6 +146,7 @@ mod tests {
             list.iter()
                 .map(|p| p.iter().map(|s| s.to_string()).collect())
                 .collect(),
+            MAX_PATHS,
         )
     }
 

@@ -8,6 +8,7 @@
 //! request: it never exempts it from its rules.
 
 use crate::host::{RequestView, Sole};
+use crate::metering::Text;
 use crate::request::jwt::{self, Reading};
 use ratelimit_config::keys::{escape, key_safe};
 use ratelimit_config::source::{Address, Forwarded, Source};
@@ -19,9 +20,18 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// on it, and the client chose to send it that way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadIdentity {
-    /// The header at fault.
-    pub header: String,
+    /// Where the value at fault is.
+    pub at: Place,
     pub problem: Problem,
+}
+
+/// Where an identity's value is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// A request header, by name.
+    Header(String),
+    /// A field of the request's JSON body, by its dotted path.
+    Body(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +43,42 @@ pub enum Problem {
     Repeated,
     /// A JWT header holds a token, or a payload, that cannot be read.
     Unreadable,
+    /// A body field holds something other than a string this filter reads (`model: 5`, a
+    /// string of more than `MAX_TEXT_LEN` bytes or with a non-ASCII `\u` escape), which the
+    /// upstream may still read as some value.
+    NotAString,
+    /// A body field is in a JSON body that cannot be read whole (malformed, compressed, not
+    /// UTF-8), which a lenient upstream may still read a value from.
+    BodyUnreadable,
+}
+
+/// How a request's body reads as JSON, as far as its identities go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRead {
+    /// A JSON object, well formed, no key on a path twice.
+    Json,
+    /// Not a JSON object at all (empty, a form, binary): it has no fields.
+    NotJson,
+    /// A key on a path came twice in one object: parsers disagree on which one counts.
+    Repeated,
+    /// An object that did not read whole (malformed, cut short, not UTF-8) or a compressed
+    /// body: an upstream may still read a value from it (Python's `json` takes `NaN`, Go's
+    /// `Decoder` stops at the first value, a decompressor may come after this filter).
+    Unreadable,
+}
+
+/// What a request's body holds at a body identity's field, as that identity's value (`read`:
+/// how the body reads). Absent when the body is not JSON or lacks the field (or holds
+/// `null` or an empty string there), as a header is absent; refused when it may hold a
+/// value this filter cannot tell, which would otherwise exempt the request from its rules.
+pub fn body_value(text: Text<'_>, read: BodyRead) -> Result<Option<String>, Problem> {
+    match (read, text) {
+        (BodyRead::NotJson, _) | (BodyRead::Json, Text::Absent) => Ok(None),
+        (BodyRead::Repeated, _) => Err(Problem::Repeated),
+        (BodyRead::Unreadable, _) => Err(Problem::BodyUnreadable),
+        (BodyRead::Json, Text::Unreadable) => Err(Problem::NotAString),
+        (BodyRead::Json, Text::Str(value)) => Ok(key_safe(value).map(Cow::into_owned)),
+    }
 }
 
 /// Resolves one identity for the current request; `Ok(None)` when the request lacks it.
@@ -42,7 +88,7 @@ pub fn resolve<'r>(
     req: &'r impl RequestView,
 ) -> Result<Option<Cow<'r, str>>, BadIdentity> {
     let bad = |name: &String, problem| BadIdentity {
-        header: name.clone(),
+        at: Place::Header(name.clone()),
         problem,
     };
     let single = |name: &String| match req.sole_header(name) {
@@ -63,6 +109,8 @@ pub fn resolve<'r>(
             None => None,
         },
         Source::Address(address) => client_address(req, address).map(Cow::Owned),
+        // Read from the body by the caller (`body_value`), never from the headers.
+        Source::Body(_) => None,
     })
 }
 

@@ -125,7 +125,7 @@ fn a_repeated_identity_header_cannot_be_resolved() {
         .with("x-user-id", "victim")
         .twice("x-user-id");
     let repeated = Err(BadIdentity {
-        header: "x-user-id".into(),
+        at: Place::Header("x-user-id".into()),
         problem: Problem::Repeated,
     });
     assert_eq!(super::resolve(&header("x-user-id"), &req), repeated);

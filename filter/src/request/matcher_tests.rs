@@ -23,7 +23,7 @@ fn request(method: &str) -> FakeRequest {
 }
 
 fn limited(config: &Config, req: &FakeRequest) -> bool {
-    !plan(config, req, |_| {}).unwrap().is_empty()
+    !plan(config, req, None, |_| {}).unwrap().is_empty()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! `ratelimit_config::keys::bucket_key`, as the bridge makes it).
 
 use crate::host::RequestView;
-use crate::request::identity::{self, BadIdentity};
+use crate::request::identity::{self, BadIdentity, Place, Problem};
 use crate::request::matcher::{self, Methods};
 use crate::request::scope;
 use ratelimit_config::config::Config;
@@ -10,7 +10,7 @@ use ratelimit_config::keys::bucket_key;
 use ratelimit_config::limit::Limit;
 use ratelimit_config::meter::MeterPolicy;
 use ratelimit_config::path;
-use ratelimit_config::source::Missing;
+use ratelimit_config::source::{Missing, Source};
 use ratelimit_protocol::{Block, RuleSpecRef};
 use std::borrow::Cow;
 
@@ -62,7 +62,14 @@ pub enum Unplanned {
     /// It lacks `identity` (an index into `Config::identities`), which the key of `rule`
     /// needs, and the rule refuses such requests (`"missing": "deny"`).
     Missing { rule: usize, identity: usize },
+    /// A rule that applies is keyed on a field of the body, which has not been read: plan
+    /// again once it has, with its `BodyValues`.
+    AwaitsBody,
 }
+
+/// What the request's body held at each body identity's field, by identity index (other
+/// identities: absent), once it has been read (`identity::body_value`).
+pub type BodyValues = [Result<Option<String>, Problem>];
 
 impl From<BadIdentity> for Unplanned {
     fn from(bad: BadIdentity) -> Unplanned {
@@ -73,10 +80,12 @@ impl From<BadIdentity> for Unplanned {
 /// Every rule that applies to the request and whose identities it carries, in config order;
 /// or why the request is refused: an identity it carries that cannot be told, or one it
 /// lacks that a rule will not do without. A rule in shadow mode never refuses: the index of
-/// each that would have is handed to `shadow_missing`.
-pub fn plan(
+/// each that would have is handed to `shadow_missing`. `body`: the body identities' values,
+/// once the body has been read; until then a rule keyed on one makes it `AwaitsBody`.
+pub fn plan<'r>(
     config: &Config,
-    req: &impl RequestView,
+    req: &'r impl RequestView,
+    body: Option<&'r BodyValues>,
     mut shadow_missing: impl FnMut(usize),
 ) -> Result<Vec<PlannedRule>, Unplanned> {
     // Reading :method (and the method overrides) and :path costs scans of the headers and a
@@ -106,7 +115,7 @@ pub fn plan(
         if rule.scope != scope || !matcher::matches(&rule.matcher, &methods, &path) {
             continue;
         }
-        resolve(config, req, &mut values, &rule.key)?;
+        resolve(config, req, body, &mut values, &rule.key)?;
         let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
         let mut absent =
             (rule.key.iter().zip(&rule.missing)).filter(|(&id, _)| value_of(id).is_none());
@@ -124,7 +133,13 @@ pub fn plan(
         if absent.next().is_some() {
             continue;
         }
-        resolve(config, req, &mut values, rule.tier_identity.as_slice())?;
+        resolve(
+            config,
+            req,
+            body,
+            &mut values,
+            rule.tier_identity.as_slice(),
+        )?;
         let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
         let key_values = rule.key.iter().filter_map(|&id| value_of(id));
         planned.push(PlannedRule {
@@ -188,13 +203,26 @@ pub fn reservation(meter: &MeterPolicy, req: &impl RequestView, body: Asked) -> 
 fn resolve<'r>(
     config: &Config,
     req: &'r impl RequestView,
+    body: Option<&'r BodyValues>,
     values: &mut [Option<Option<Cow<'r, str>>>],
     ids: &[usize],
-) -> Result<(), BadIdentity> {
+) -> Result<(), Unplanned> {
     for &id in ids {
         if let (Some(slot @ None), Some(identity)) = (values.get_mut(id), config.identities.get(id))
         {
-            *slot = Some(identity::resolve(&identity.source, req)?);
+            *slot = Some(match &identity.source {
+                Source::Body(path) => match body.ok_or(Unplanned::AwaitsBody)?.get(id) {
+                    Some(Ok(value)) => value.as_deref().map(Cow::Borrowed),
+                    Some(Err(problem)) => {
+                        return Err(Unplanned::Bad(BadIdentity {
+                            at: Place::Body(path.join(".")),
+                            problem: *problem,
+                        }))
+                    }
+                    None => None,
+                },
+                source => identity::resolve(source, req)?,
+            });
         }
     }
     Ok(())

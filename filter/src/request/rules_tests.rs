@@ -8,7 +8,7 @@ use ratelimit_protocol::MAX_KEY_LEN;
 
 /// The rules planned for a request that repeats no identity header.
 fn plan(config: &Config, req: &FakeRequest) -> Vec<PlannedRule> {
-    super::plan(config, req, |_| {}).unwrap()
+    super::plan(config, req, None, |_| {}).unwrap()
 }
 
 fn request(method: &str, path: &str) -> FakeRequest {
@@ -254,7 +254,7 @@ fn a_request_lacking_an_identity_a_rule_denies_without_is_refused() {
     let c = missing_config();
     let mut shadowed = Vec::new();
     let no_key = FakeRequest::default().with("x-jwt-payload", "eyJzdWIiOiJib2IifQ");
-    let refused = super::plan(&c, &no_key, |r| shadowed.push(r));
+    let refused = super::plan(&c, &no_key, None, |r| shadowed.push(r));
     assert_eq!(
         refused,
         Err(Unplanned::Missing {
@@ -267,7 +267,7 @@ fn a_request_lacking_an_identity_a_rule_denies_without_is_refused() {
         FakeRequest::default().with("x-api-key", "  "),
         FakeRequest::default().with("x-jwt-payload", "e30"),
     ] {
-        let refused = super::plan(&c, &empty, |_| {});
+        let refused = super::plan(&c, &empty, None, |_| {});
         assert!(
             matches!(refused, Err(Unplanned::Missing { rule: 1, .. })),
             "{refused:?}"
@@ -277,7 +277,7 @@ fn a_request_lacking_an_identity_a_rule_denies_without_is_refused() {
     // With the key, every rule applies; without the user, `per-user` is skipped and the
     // shadow rule that denies is only reported.
     let keyed = FakeRequest::default().with("x-api-key", "k1");
-    let planned = super::plan(&c, &keyed, |r| shadowed.push(r)).unwrap();
+    let planned = super::plan(&c, &keyed, None, |r| shadowed.push(r)).unwrap();
     assert_eq!(names(&c, &planned), ["per-key", "lenient"]);
     assert_eq!(shadowed, [3]);
 }
@@ -296,7 +296,7 @@ fn a_rules_missing_overrides_its_identities() {
     assert_eq!(c.rules[0].missing, [Missing::Skip]);
     assert_eq!(c.rules[1].missing, [Missing::Deny, Missing::Deny]);
     let no_user = FakeRequest::default().with("x-api-key", "k1");
-    let refused = super::plan(&c, &no_user, |_| {});
+    let refused = super::plan(&c, &no_user, None, |_| {});
     assert_eq!(
         refused,
         Err(Unplanned::Missing {
@@ -311,7 +311,7 @@ fn a_rules_missing_overrides_its_identities() {
         .with("x-api-key", "k1")
         .twice("x-api-key");
     assert!(matches!(
-        super::plan(&c, &repeated, |_| {}),
+        super::plan(&c, &repeated, None, |_| {}),
         Err(Unplanned::Bad(_))
     ));
 }

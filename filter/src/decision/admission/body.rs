@@ -1,43 +1,119 @@
-//! A reservation the request's JSON body asks for (an LLM request's `max_tokens` or
-//! `max_completion_tokens`): the body, which the host holds back meanwhile, is read
-//! through the same fixed-memory reader as a response's usage, and what its fields hold
-//! becomes the planned rules' costs once it has ended. A body the upstream may read
-//! otherwise (`rules::Asked::Unreadable`) reserves the rule's `max`.
+//! What the request's JSON body says: the reservation it asks for (an LLM request's
+//! `max_tokens` or `max_completion_tokens`), and the identities read from it (its
+//! `model`). The body, which the host holds back meanwhile, is read through the same
+//! fixed-memory reader as a response's usage; once it has ended, a request keyed on a body
+//! field is planned anew with what the body held there, and what the reserve fields hold
+//! becomes the planned rules' costs. A body the upstream may read otherwise
+//! (`rules::Asked::Unreadable`) reserves the rule's `max`.
 
 use super::{Admission, Start, Worker};
 use crate::decision::metered::is_identity;
-use crate::host::Proxy;
-use crate::metering::{BodyFormat, UsageReader};
+use crate::host::{Kept, Proxy, RequestView};
+use crate::metering::{BodyFormat, UsageReader, MAX_PATHS};
+use crate::request::identity::{self, BodyRead, Problem};
 use crate::request::rules::{self, Asked, PlannedRule};
-use ratelimit_config::config::Config;
+use ratelimit_config::config::{Config, MAX_BODY_FIELDS};
+use ratelimit_config::meter::MeterPolicy;
+use ratelimit_config::source::Source;
 
-/// The reserve fields of every planned rule that has them, read in one pass.
+const _: () = assert!(
+    MAX_BODY_FIELDS <= MAX_PATHS,
+    "a body's fields fit one reading"
+);
+
+/// The body fields a request is read for (the reserve fields of every planned rule that
+/// has them, and the body identities), in one pass.
 #[derive(Debug)]
 pub(super) struct BodyAsk {
     /// Each field once, in the reader's order. (Past the reader's `MAX_PATHS` fields, which
     /// only many rules of different fields reach, a field is never found: its rule
     /// reserves what it would without one.)
     fields: Vec<Vec<String>>,
+    /// The body identities read (indices into `Config::identities`), in the reader's order
+    /// of texts; when there are any, the request is planned anew once the body has ended.
+    identities: Vec<usize>,
     reader: UsageReader,
+    /// The request's headers, which the host forgets once they go upstream.
+    request: Kept,
 }
 
 impl BodyAsk {
     /// The reading `planned` needs, if any of its rules reserves from the body.
-    pub(super) fn of(config: &Config, planned: &[PlannedRule]) -> Option<BodyAsk> {
+    pub(super) fn of(
+        config: &Config,
+        planned: &[PlannedRule],
+        host: &impl Proxy,
+    ) -> Option<BodyAsk> {
+        let rules = planned.iter().filter_map(|p| config.rules.get(p.rule));
+        let meters = rules.filter_map(|r| r.meter.as_ref());
+        let reserves = meters.clone().any(|m| !m.reserve_body.is_empty());
+        reserves.then(|| BodyAsk::reading(meters, Vec::new(), host))
+    }
+
+    /// The reading of a request that a rule keyed on a body field may apply to: every body
+    /// identity, and every rule's reserve fields (which rules apply is known only after).
+    /// A configuration reads at most `MAX_BODY_FIELDS` fields in all, so they all fit.
+    pub(super) fn for_identities(config: &Config, host: &impl Proxy) -> BodyAsk {
+        let texts = config.identities.iter().enumerate();
+        let texts = texts.filter_map(|(index, identity)| match &identity.source {
+            Source::Body(path) => Some((index, path.clone())),
+            _ => None,
+        });
+        let meters = config.rules.iter().filter_map(|r| r.meter.as_ref());
+        BodyAsk::reading(meters, texts.collect(), host)
+    }
+
+    /// The reserve fields of `meters`, each once, and the body identities `texts` (index,
+    /// path), of the request `host` sees.
+    fn reading<'c>(
+        meters: impl Iterator<Item = &'c MeterPolicy>,
+        texts: Vec<(usize, Vec<String>)>,
+        host: &impl Proxy,
+    ) -> BodyAsk {
         let mut fields: Vec<Vec<String>> = Vec::new();
-        let meters = planned
-            .iter()
-            .filter_map(|p| config.rules.get(p.rule)?.meter.as_ref());
         for field in meters.flat_map(|m| &m.reserve_body) {
             if !fields.contains(field) {
                 fields.push(field.clone());
             }
         }
-        if fields.is_empty() {
-            return None;
+        let (identities, paths) = texts.into_iter().unzip();
+        let reader = UsageReader::with_texts(BodyFormat::Json, fields.clone(), paths);
+        BodyAsk {
+            fields,
+            identities,
+            reader,
+            request: host.keep(),
         }
-        let reader = UsageReader::new(BodyFormat::Json, fields.clone());
-        Some(BodyAsk { fields, reader })
+    }
+
+    /// Whether the request waits for its body to be planned.
+    pub(super) fn plans(&self) -> bool {
+        !self.identities.is_empty()
+    }
+
+    /// What the body held at each body identity's field, by identity index (`plain`: the
+    /// body is not compressed).
+    fn identity_values(
+        &self,
+        config: &Config,
+        plain: bool,
+    ) -> Vec<Result<Option<String>, Problem>> {
+        let reader = &self.reader;
+        let read = match () {
+            _ if reader.bytes() == 0 => BodyRead::NotJson,
+            _ if !plain => BodyRead::Unreadable,
+            _ if !reader.began_object() => BodyRead::NotJson,
+            _ if reader.repeated() => BodyRead::Repeated,
+            _ if !reader.well_formed() => BodyRead::Unreadable,
+            _ => BodyRead::Json,
+        };
+        let mut values = vec![Ok(None); config.identities.len()];
+        for (i, &id) in self.identities.iter().enumerate() {
+            if let Some(value) = values.get_mut(id) {
+                *value = identity::body_value(reader.text(i), read);
+            }
+        }
+        values
     }
 
     /// The largest count the body held at any of `wanted`. Unreadable unless the whole
@@ -73,8 +149,15 @@ impl Admission {
     pub fn body_ended(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         if let Some(mut ask) = self.body.take() {
             ask.reader.finish();
+            let req = &ask.request;
             // A compressed body cannot be read at all.
-            let plain = host.header("content-encoding").is_none_or(is_identity);
+            let plain = req.header("content-encoding").is_none_or(is_identity);
+            if ask.plans() {
+                let values = ask.identity_values(config, plain);
+                if let Some(start) = self.plan(config, worker, req, Some(&values)) {
+                    return start;
+                }
+            }
             for planned in &mut self.planned {
                 let meter = config
                     .rules
@@ -85,7 +168,7 @@ impl Admission {
                         true => ask.asked(&meter.reserve_body),
                         false => Asked::Unreadable,
                     };
-                    planned.cost = rules::reservation(meter, host, asked);
+                    planned.cost = rules::reservation(meter, req, asked);
                 }
             }
         }
@@ -96,3 +179,7 @@ impl Admission {
 #[cfg(test)]
 #[path = "body_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "body_identity_tests.rs"]
+mod identity_tests;

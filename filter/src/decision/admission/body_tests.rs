@@ -35,7 +35,7 @@ fn reserved(headers: &[(&str, &str)], chunks: &[&str]) -> (u64, u64) {
     for chunk in chunks {
         admission.request_body(chunk.as_bytes());
     }
-    let Start::Ask(_) = admission.body_ended(&config, &mut worker, &host) else {
+    let Start::Ask(_) = admission.body_ended(&config, &mut worker, &fakes::headers_gone()) else {
         panic!("the check asks once the body has ended")
     };
     (admission.planned[0].cost, admission.planned[1].cost)
@@ -133,7 +133,7 @@ fn a_body_the_upstream_may_read_otherwise_reserves_the_max() {
         Start::ReadBody
     );
     admission.request_body(&utf16);
-    admission.body_ended(&config, &mut worker, &host);
+    admission.body_ended(&config, &mut worker, &fakes::headers_gone());
     assert_eq!(admission.planned[0].cost, 500);
     // A compressed body cannot be read at all, whatever it holds.
     assert_eq!(
