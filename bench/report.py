@@ -257,7 +257,13 @@ def metering_fuel(f):
             f"| the metering's cost | {metered - plain:,} | {(metered - plain) / chunks:,.0f} |"
             + (f"\n| metered by its usage format (`openai-chat`: 4 counts, not 2 paths) | "
                f"{f['stream_metered_format']:,} | {f['stream_metered_format'] / chunks:,.0f} |"
-               if "stream_metered_format" in f else ""))
+               if "stream_metered_format" in f else "")
+            + (f"\n\nA streamed chat request ({f['chat_request_bytes']:,} bytes of JSON, no "
+               f"`stream_options`), from its headers to its check's answer, under the "
+               f"format's rule: checked at its headers, {f['chat_request']:,} fuel; with "
+               f"`include_usage` (its body held, read and given `stream_options`), "
+               f"{f['chat_request_usage_asked']:,}."
+               if "chat_request" in f else ""))
 
 
 def write(out, results, smoke=False):

@@ -142,5 +142,8 @@ async fn a_server_younger_than_a_lease_grants_nothing_for_a_key_it_does_not_have
     tokio::time::sleep(Duration::from_millis(young.wait_ms + 1_100)).await;
     let after = grant(&store, "a/1", 2, 10).await;
     let refilled = (after.now_ms - young.now_ms) / 1_000;
-    assert!(after.tokens <= refilled + 1 && after.tokens + 1 >= refilled, "{after:?}");
+    assert!(
+        after.tokens <= refilled + 1 && after.tokens + 1 >= refilled,
+        "{after:?}"
+    );
 }

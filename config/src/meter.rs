@@ -38,6 +38,7 @@ pub(crate) struct RawMeter {
     header: Option<String>,
     reserve: RawReserve,
     debt: Option<u64>,
+    include_usage: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -81,6 +82,10 @@ pub struct MeterPolicy {
     /// the exact arithmetic goes (`deepest_debt`), so that what a response cost is owed in
     /// full whatever parallel requests of one key ran up.
     pub debt: u64,
+    /// A streamed chat completion that does not ask for its usage is made to
+    /// (`stream_options.include_usage` added to its body): OpenAI's streams report none
+    /// unless asked.
+    pub include_usage: bool,
 }
 
 /// The deepest debt a bucket of `limit` can hold exactly: `(burst + debt) x den` below
@@ -207,6 +212,17 @@ impl RawMeter {
         if let Some(name) = &self.usage {
             body = usage::fields(field, name, &self.weights.unwrap_or_default())?;
         }
+        let include_usage = self.include_usage.unwrap_or(false);
+        if include_usage && self.usage.as_deref() != Some(usage::INCLUDES_USAGE) {
+            return err(
+                format!("{field}.include_usage"),
+                format!(
+                    "asks a stream for its usage as OpenAI's Chat Completions take the ask: \
+                     needs \"usage\": \"{}\"",
+                    usage::INCLUDES_USAGE
+                ),
+            );
+        }
         let header = match self.header {
             Some(name) => Some(validate_header_name(&format!("{field}.header"), &name)?),
             None => None,
@@ -263,6 +279,7 @@ impl RawMeter {
             reserve_body,
             max_reserve,
             debt,
+            include_usage,
         })
     }
 }

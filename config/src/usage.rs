@@ -96,6 +96,10 @@ const fn within(class: Class, of: usize, paths: &'static [&'static str]) -> Coun
     }
 }
 
+/// The format whose streams report usage only when the request asks
+/// (`stream_options.include_usage`), which a meter's `include_usage` asks for the client.
+pub const INCLUDES_USAGE: &str = "openai-chat";
+
 /// The formats by name. Non-streamed bodies and streamed events of one API share the
 /// paths a format names; an API that writes a count elsewhere when it streams has both.
 const FORMATS: &[(&str, &[Count])] = &[
@@ -103,7 +107,7 @@ const FORMATS: &[(&str, &[Count])] = &[
     // set `stream_options.include_usage`. Cached and reasoning tokens are some of the
     // prompt's and the completion's.
     (
-        "openai-chat",
+        INCLUDES_USAGE,
         &[
             count(Class::Input, &["usage.prompt_tokens"]),
             count(Class::Output, &["usage.completion_tokens"]),

@@ -154,6 +154,10 @@ pub struct FakeProxy {
     pub now: Cell<u64>,
     /// Every request header the filter set, in order.
     pub set: RefCell<Vec<(String, Vec<u8>)>>,
+    /// Every request header the filter removed, in order.
+    pub removed: RefCell<Vec<String>>,
+    /// The request's body, as the host holds it.
+    pub body: RefCell<Vec<u8>>,
 }
 
 impl RequestView for FakeProxy {
@@ -197,6 +201,19 @@ impl Proxy for FakeProxy {
         self.set.borrow_mut().push((name.into(), value.to_vec()));
     }
 
+    fn remove_request_header(&self, name: &str) {
+        self.removed.borrow_mut().push(name.into());
+    }
+
+    fn request_body(&self) -> Vec<u8> {
+        self.body.borrow().clone()
+    }
+
+    fn replace_request_body(&self, held: usize, body: &[u8]) {
+        assert_eq!(held, self.body.borrow().len(), "the whole body is replaced");
+        *self.body.borrow_mut() = body.to_vec();
+    }
+
     fn keep(&self) -> Kept {
         let map = HeaderMap::new(header_map::serialize(&self.req.headers));
         Kept::new(map, self.req.peer.clone(), self.req.route.clone())
@@ -215,6 +232,8 @@ pub fn alice_searching(now: u64) -> FakeProxy {
         shared: FakeShared::default(),
         now: Cell::new(now),
         set: RefCell::default(),
+        removed: RefCell::default(),
+        body: RefCell::default(),
     }
 }
 

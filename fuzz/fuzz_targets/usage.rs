@@ -54,6 +54,7 @@ fn read(format: BodyFormat, pieces: &[&[u8]]) -> Reading {
             .map(|i| match reader.text(i) {
                 Text::Absent => None,
                 Text::Unreadable => Some(None),
+                Text::Bool(b) => Some(Some(vec![u8::from(b)])),
                 Text::Str(s) => Some(Some(s.to_vec())),
             })
             .collect(),

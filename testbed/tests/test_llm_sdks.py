@@ -203,3 +203,33 @@ def test_a_model_the_upstream_may_read_otherwise_fails_only_its_own_request(clie
     oa.chat.completions.create(model="gpt-4o", messages=HI, extra_headers={**TENANT, **USAGE})
     assert stack.redis("EXISTS", "rl:per-model:t1:gpt-4o") == 1
     assert stack.stats(0)["rejected"] == 5
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_include_usage_makes_an_openai_stream_that_did_not_ask_settle_exactly(clients,
+                                                                              include_usage):
+    """The SDK streams a chat completion without `stream_options` (most clients do): with
+    `meter.include_usage` the filter adds the ask to the body it holds, the upstream
+    streams its usage in one more chunk, which the SDK passes on as a chunk with no
+    choices, and the rule is charged exactly that usage. Without it (the control), the
+    stream reports nothing and is charged the meter's `max`."""
+    chat = rule("chat", ["tenant"], BURST, per="30d", match={"path_prefix": "/v1/chat/"},
+                meter={"usage": "openai-chat", "weights": {"output": 4, "cached_input": 0},
+                       "include_usage": include_usage,
+                       "reserve": {"header": "x-max", "default": 100, "max": 5000}})
+    stack, oa, _, _ = clients(plugin(chat, identity={"tenant": {"header": "x-tenant"}}))
+    chunks = list(oa.chat.completions.create(model="m", messages=HI, stream=True,
+                                             extra_headers={**TENANT, **USAGE}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text, "the completion streamed"
+    usages = [c.usage for c in chunks if c.usage]
+    wait_settled(stack, 1)
+    if include_usage:
+        (usage,) = usages
+        assert [c.choices for c in chunks if c.usage] == [[]], "the usage chunk as sent"
+        assert abs(spent(stack, "t1", BURST, rule="chat") - chat_cost(usage)) < 1
+        assert stack.stats(0).get("unmeasured", 0) == 0
+    else:
+        assert usages == []
+        assert abs(spent(stack, "t1", BURST, rule="chat") - 5000) < 1
+        assert stack.stats(0)["unmeasured"] == 1

@@ -60,6 +60,29 @@ const UNMETERED_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "t
   "identity": {"user": {"header": "x-user-id"}},
   "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
              "cost": 100}]}"#;
+/// The format's rule asking streams for their usage (`include_usage`): each streamed
+/// request's body is held, read and given `stream_options`.
+const ASKING_CONFIG: &str = r#"{"backend": {"cluster": "ratelimit_bridge", "timeout_ms": 25},
+  "deny_cache_entries": 0,
+  "identity": {"user": {"header": "x-user-id"}},
+  "rules": [{"name": "per-user", "key": ["user"], "limit": {"requests": 100000, "per": "1m"},
+             "meter": {"usage": "openai-chat", "include_usage": true, "reserve": 100}}]}"#;
+
+/// A streamed chat completion's body as a client sends it (about 1 KB), asking nothing of
+/// its usage.
+const CHAT_BODY: &str = concat!(
+    r#"{"model": "gpt-4o-mini", "stream": true, "temperature": 0.2, "messages": ["#,
+    r#"{"role": "system", "content": "You are a careful assistant. Answer briefly, cite "#,
+    r#"nothing you cannot check, and say so when you do not know."}, "#,
+    r#"{"role": "user", "content": "Our gateway limits each API key to a number of tokens "#,
+    r#"a minute per model. A client streams its completions and never asks for usage. "#,
+    r#"How does the gateway know what each stream cost, and what does the client see "#,
+    r#"differently once it does? Please answer in three short paragraphs, the first on "#,
+    r#"what the API reports, the second on what the gateway changes in the request, the "#,
+    r#"third on what a client library does with one more chunk at the end of the "#,
+    r#"stream, one whose choices are empty and whose usage is set."}]}"#
+);
+
 /// The bridge's answer to the streamed requests' checks.
 const STREAM_ALLOWED: &str = "1767225600000 1,99900,60,0\n";
 
@@ -124,9 +147,49 @@ fn run(filter: &Path, noop: &Path) -> Result<String, String> {
     let unmetered = streamed(&filter, UNMETERED_CONFIG)?;
     let metered = streamed(&filter, METERED_CONFIG)?;
     let format = streamed(&filter, FORMAT_CONFIG)?;
+    let sent = with_body(&filter, FORMAT_CONFIG)?;
+    let asked = with_body(&filter, ASKING_CONFIG)?;
     Ok(format!(
-        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}, "stream_metered_format": {format}}}"#
+        r#"{{"allowed": {allowed}, "denied": {denied}, "leased": {leased}, "noop": {noop}, "headers_floor": {floor}, "requests": {REQUESTS}, "stream_chunks": {CHUNKS}, "stream_unmetered": {unmetered}, "stream_metered": {metered}, "stream_metered_format": {format}, "chat_request": {sent}, "chat_request_usage_asked": {asked}, "chat_request_bytes": {}}}"#,
+        CHAT_BODY.len()
     ))
+}
+
+/// The median fuel of `REQUESTS` streamed chat requests (`CHAT_BODY`) under `config`, from
+/// their headers and body to their check's answer: what holding, reading and rewriting a
+/// body costs (`include_usage`) against a request checked at its headers.
+fn with_body(wasm: &Wasm, config: &str) -> Result<u64, String> {
+    let mut host = boot(wasm, config)?;
+    let headers = [
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "example.com"),
+        ("x-user-id", "alice"),
+        ("content-type", "application/json"),
+    ];
+    let mut fuel = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        let mark = host.fuel_mark();
+        let before = host.grpc_messages_sent();
+        let id = host.new_stream().map_err(|e| e.to_string())?;
+        host.request_headers(id, &headers, false)
+            .map_err(|e| e.to_string())?;
+        host.request_body(id, CHAT_BODY.as_bytes(), true)
+            .map_err(|e| e.to_string())?;
+        if host.grpc_messages_sent() == before {
+            return Err(format!("no check sent:\n{}", host.log_text()));
+        }
+        let last = host.grpc_streams().last();
+        let (token, message) = last
+            .and_then(|s| Some((s.token, s.messages.last()?.clone())))
+            .ok_or("no stream")?;
+        host.grpc_message(token, &answer(&message))
+            .map_err(|e| e.to_string())?;
+        host.finish_stream(id).map_err(|e| e.to_string())?;
+        fuel.push(host.fuel_since(mark));
+    }
+    fuel.sort_unstable();
+    Ok(fuel[REQUESTS / 2])
 }
 
 /// The median fuel of `REQUESTS` allowed requests under `config` whose responses are

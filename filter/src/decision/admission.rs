@@ -145,6 +145,7 @@ impl Admission {
                     host.set_request_header("accept-encoding", b"identity");
                 }
                 self.body = Some(body::BodyAsk::for_identities(config, host));
+                self.unframe_body(host);
                 return Start::ReadBody;
             }
             Some(start) => return start,
@@ -154,6 +155,7 @@ impl Admission {
             host.set_request_header("accept-encoding", b"identity");
         }
         self.body = body::BodyAsk::of(config, &self.planned, host);
+        self.unframe_body(host);
         if self.body.is_some() {
             // Its headers go upstream while its body is read: a client the worker knows
             // is short of the least its body can ask (`PlannedRule::cost` until then) is

@@ -42,6 +42,18 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> Status;
+    fn proxy_remove_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+    ) -> Status;
+    fn proxy_set_buffer_bytes(
+        buffer_type: BufferType,
+        start: usize,
+        size: usize,
+        buffer_data: *const u8,
+        buffer_size: usize,
+    ) -> Status;
     fn proxy_get_property(
         path_data: *const u8,
         path_size: usize,
@@ -198,6 +210,23 @@ pub fn replace_request_header(name: &str, value: &[u8]) -> Result<(), Status> {
             value.len(),
         )
     };
+    ok(status)
+}
+
+/// Removes a request header on its way upstream, every copy of it.
+pub fn remove_request_header(name: &str) -> Result<(), Status> {
+    // SAFETY: the pointer and length describe `name`, alive across the call.
+    let status = unsafe {
+        proxy_remove_header_map_value(MapType::HttpRequestHeaders, name.as_ptr(), name.len())
+    };
+    ok(status)
+}
+
+/// Replaces the first `size` bytes of a buffer the host holds (all of it, for Envoy's
+/// request body: it replaces a whole buffer or adds to either end) with `data`.
+pub fn replace_buffer(buffer_type: BufferType, size: usize, data: &[u8]) -> Result<(), Status> {
+    // SAFETY: the pointer and length describe `data`, alive across the call.
+    let status = unsafe { proxy_set_buffer_bytes(buffer_type, 0, size, data.as_ptr(), data.len()) };
     ok(status)
 }
 

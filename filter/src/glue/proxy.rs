@@ -68,6 +68,26 @@ impl Proxy for ProxyHost {
         }
     }
 
+    fn remove_request_header(&self, name: &str) {
+        if let Err(status) = abi::remove_request_header(name) {
+            log::warn!("could not remove request header {name} ({status:?})");
+        }
+    }
+
+    fn request_body(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        abi::each_slice(BufferType::HttpRequestBody, |slice| {
+            body.extend_from_slice(slice)
+        });
+        body
+    }
+
+    fn replace_request_body(&self, held: usize, body: &[u8]) {
+        if let Err(status) = abi::replace_buffer(BufferType::HttpRequestBody, held, body) {
+            log::warn!("could not replace the request body ({status:?})");
+        }
+    }
+
     fn keep(&self) -> Kept {
         Kept::new(
             self.headers().clone(),

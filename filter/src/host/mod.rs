@@ -115,6 +115,14 @@ pub trait Proxy: RequestView + SharedData {
     /// rule asks for a response its meter can read). Only while the request's headers are
     /// being seen; a host error is logged and the request goes on as it was.
     fn set_request_header(&self, name: &str, value: &[u8]);
+    /// Removes request header `name` before it goes upstream (the same terms).
+    fn remove_request_header(&self, name: &str);
+    /// The request's body, which the host holds back until the check lets it go (empty
+    /// when it holds none).
+    fn request_body(&self) -> Vec<u8>;
+    /// Replaces the held request body (`held` bytes, all of it) with `body`; a host error
+    /// is logged and the body goes on as it was.
+    fn replace_request_body(&self, held: usize, body: &[u8]);
     /// The request as it is now, kept for its later events (`Kept`).
     fn keep(&self) -> Kept;
 }

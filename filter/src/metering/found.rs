@@ -11,9 +11,10 @@ pub enum Text<'a> {
     Absent,
     /// A string, as decoded (any bytes but those of a non-ASCII `\u` escape).
     Str(&'a [u8]),
-    /// Something a reader of a string does not take for one (a number, `true`, an object),
-    /// or a string this reader does not keep (longer than `MAX_TEXT_LEN`, or with a
-    /// non-ASCII `\u` escape).
+    /// `true` or `false` (a request's `stream`).
+    Bool(bool),
+    /// Something else (a number, an object, an array), or a string this reader does not
+    /// keep (longer than `MAX_TEXT_LEN`, or with a non-ASCII `\u` escape).
     Unreadable,
 }
 
@@ -21,9 +22,17 @@ pub enum Text<'a> {
 /// allocates nothing.
 #[derive(Debug)]
 struct Held {
-    /// `None`: nothing yet; `Some(true)`: a string, `text`; `Some(false)`: unreadable.
-    state: Option<bool>,
+    kind: Kind,
     text: Vec<u8>,
+}
+
+/// `Text` without the string, which `Held::text` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Absent,
+    Str,
+    Bool(bool),
+    Unreadable,
 }
 
 /// The counts at each path, and the marks of a reading that cannot be trusted whole.
@@ -51,7 +60,7 @@ impl Found {
     /// A reading of `paths` paths, those from `first_text` on text paths.
     pub(super) fn new(paths: usize, first_text: usize) -> Found {
         let held = |_| Held {
-            state: None,
+            kind: Kind::Absent,
             text: Vec::with_capacity(MAX_TEXT_LEN),
         };
         Found {
@@ -88,6 +97,21 @@ impl Found {
 
     /// A string ended at the text paths of `mask`: `text` if it was kept.
     pub(super) fn record_text(&mut self, mask: u16, text: Option<&[u8]>) {
+        let kind = text.map_or(Kind::Unreadable, |_| Kind::Str);
+        self.hold(mask, kind, text.unwrap_or_default());
+    }
+
+    /// `true` or `false` (`value`) at the text paths of `mask`.
+    pub(super) fn record_bool(&mut self, mask: u16, value: bool) {
+        self.hold(mask, Kind::Bool(value), &[]);
+    }
+
+    /// Something other than a string or a boolean at the text paths of `mask`.
+    pub(super) fn not_a_text(&mut self, mask: u16) {
+        self.hold(mask, Kind::Unreadable, &[]);
+    }
+
+    fn hold(&mut self, mask: u16, kind: Kind, text: &[u8]) {
         let mut rest = mask;
         while rest != 0 {
             let index = rest.trailing_zeros() as usize;
@@ -95,31 +119,24 @@ impl Found {
                 .checked_sub(self.first_text)
                 .and_then(|i| self.texts.get_mut(i));
             if let Some(held) = held {
+                held.kind = kind;
                 held.text.clear();
-                held.state = Some(text.is_some());
-                if let Some(text) = text {
-                    held.text.extend_from_slice(text);
-                }
+                held.text.extend_from_slice(text);
             }
             rest &= rest - 1;
         }
     }
 
-    /// Something other than a string at the text paths of `mask`.
-    pub(super) fn not_a_text(&mut self, mask: u16) {
-        self.record_text(mask, None);
-    }
-
     /// What the `index`th text path held last.
     pub(super) fn text(&self, index: usize) -> Text<'_> {
-        match self
-            .texts
-            .get(index)
-            .and_then(|h| Some((h.state?, &h.text)))
-        {
-            None => Text::Absent,
-            Some((true, text)) => Text::Str(text),
-            Some((false, _)) => Text::Unreadable,
+        let Some(held) = self.texts.get(index) else {
+            return Text::Absent;
+        };
+        match held.kind {
+            Kind::Absent => Text::Absent,
+            Kind::Str => Text::Str(&held.text),
+            Kind::Bool(value) => Text::Bool(value),
+            Kind::Unreadable => Text::Unreadable,
         }
     }
 

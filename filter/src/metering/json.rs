@@ -266,13 +266,14 @@ impl Scanner {
         self.state = State::Failed;
     }
 
-    /// A value at the paths of `exact` that is not a count, nor (unless `string`) a text.
-    fn not_a_count(&mut self, string: bool) {
+    /// A value at the paths of `exact` that is not a count, nor (unless `text`: a string
+    /// or a boolean, which the caller records) a text.
+    fn not_a_count(&mut self, text: bool) {
         let texts = self.exact & self.paths.texts();
         if self.exact & !texts != 0 {
             self.found.poison();
         }
-        if texts != 0 && !string {
+        if texts != 0 && !text {
             self.found.not_a_text(texts);
         }
     }
@@ -301,7 +302,13 @@ impl Scanner {
                     _ => NULL,
                 };
                 if word != NULL {
-                    self.not_a_count(false);
+                    // A literal cut at a chunk's edge and then malformed makes the whole
+                    // value malformed: what is recorded here is then not trusted.
+                    self.not_a_count(true);
+                    let texts = self.exact & self.paths.texts();
+                    if texts != 0 {
+                        self.found.record_bool(texts, word == 0);
+                    }
                 }
                 let text = WORDS.get(usize::from(word)).copied().unwrap_or_default();
                 if bytes.get(i..i + text.len()) == Some(text) {

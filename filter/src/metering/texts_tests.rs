@@ -18,7 +18,7 @@ fn model_in(pieces: &[&[u8]]) -> Got {
     reader.finish();
     let text = match reader.text(0) {
         Text::Absent => None,
-        Text::Unreadable => Some(None),
+        Text::Unreadable | Text::Bool(_) => Some(None),
         Text::Str(s) => Some(Some(s.to_vec())),
     };
     (text, reader.values()[0], reader.trusted())

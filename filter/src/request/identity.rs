@@ -76,7 +76,7 @@ pub fn body_value(text: Text<'_>, read: BodyRead) -> Result<Option<String>, Prob
         (BodyRead::NotJson, _) | (BodyRead::Json, Text::Absent) => Ok(None),
         (BodyRead::Repeated, _) => Err(Problem::Repeated),
         (BodyRead::Unreadable, _) => Err(Problem::BodyUnreadable),
-        (BodyRead::Json, Text::Unreadable) => Err(Problem::NotAString),
+        (BodyRead::Json, Text::Unreadable | Text::Bool(_)) => Err(Problem::NotAString),
         (BodyRead::Json, Text::Str(value)) => Ok(key_safe(value).map(Cow::into_owned)),
     }
 }

@@ -9,7 +9,7 @@
 use super::{Admission, Start, Worker};
 use crate::decision::metered::is_identity;
 use crate::host::{Kept, Proxy, RequestView};
-use crate::metering::{BodyFormat, UsageReader, MAX_PATHS};
+use crate::metering::{BodyFormat, Text, UsageReader, MAX_PATHS};
 use crate::request::identity::{self, BodyRead, Problem};
 use crate::request::rules::{self, Asked, PlannedRule};
 use ratelimit_config::config::{Config, MAX_BODY_FIELDS};
@@ -35,10 +35,17 @@ pub(super) struct BodyAsk {
     reader: UsageReader,
     /// The request's headers, which the host forgets once they go upstream.
     request: Kept,
+    /// A rule that may apply asks a stream for its usage (`MeterPolicy::include_usage`):
+    /// the texts after the identities' are `stream` and `stream_options`.
+    asks_usage: bool,
 }
 
+/// What a chat completion's body is given to ask its stream for its usage.
+const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
+
 impl BodyAsk {
-    /// The reading `planned` needs, if any of its rules reserves from the body.
+    /// The reading `planned` needs, if any of its rules reserves from the body or asks a
+    /// stream for its usage.
     pub(super) fn of(
         config: &Config,
         planned: &[PlannedRule],
@@ -47,7 +54,8 @@ impl BodyAsk {
         let rules = planned.iter().filter_map(|p| config.rules.get(p.rule));
         let meters = rules.filter_map(|r| r.meter.as_ref());
         let reserves = meters.clone().any(|m| !m.reserve_body.is_empty());
-        reserves.then(|| BodyAsk::reading(meters, Vec::new(), host))
+        let asks_usage = meters.clone().any(|m| m.include_usage);
+        (reserves || asks_usage).then(|| BodyAsk::reading(meters, Vec::new(), asks_usage, host))
     }
 
     /// The reading of a request that a rule keyed on a body field may apply to: every body
@@ -60,14 +68,17 @@ impl BodyAsk {
             _ => None,
         });
         let meters = config.rules.iter().filter_map(|r| r.meter.as_ref());
-        BodyAsk::reading(meters, texts.collect(), host)
+        let asks_usage = meters.clone().any(|m| m.include_usage);
+        BodyAsk::reading(meters, texts.collect(), asks_usage, host)
     }
 
-    /// The reserve fields of `meters`, each once, and the body identities `texts` (index,
-    /// path), of the request `host` sees.
+    /// The reserve fields of `meters`, each once, the body identities `texts` (index,
+    /// path), and `stream` and `stream_options` if `asks_usage`, of the request `host`
+    /// sees.
     fn reading<'c>(
         meters: impl Iterator<Item = &'c MeterPolicy>,
         texts: Vec<(usize, Vec<String>)>,
+        asks_usage: bool,
         host: &impl Proxy,
     ) -> BodyAsk {
         let mut fields: Vec<Vec<String>> = Vec::new();
@@ -76,14 +87,45 @@ impl BodyAsk {
                 fields.push(field.clone());
             }
         }
-        let (identities, paths) = texts.into_iter().unzip();
+        let (identities, mut paths): (Vec<usize>, Vec<Vec<String>>) = texts.into_iter().unzip();
+        if asks_usage {
+            paths.extend([vec!["stream".into()], vec!["stream_options".into()]]);
+        }
         let reader = UsageReader::with_texts(BodyFormat::Json, fields.clone(), paths);
         BodyAsk {
             fields,
             identities,
             reader,
             request: host.keep(),
+            asks_usage,
         }
+    }
+
+    /// Whether a rule that may apply asks a stream for its usage: the request's length
+    /// may change, so it goes upstream without its `content-length`.
+    pub(super) fn asks_usage(&self) -> bool {
+        self.asks_usage
+    }
+
+    /// A streamed chat completion that does not ask for its usage is made to:
+    /// `"stream_options":{"include_usage":true}` written first in its body's object. Only
+    /// a plain body read whole as one JSON object (as the upstream reads it), with
+    /// `"stream": true` and no `stream_options` at all: a client's own `stream_options` is
+    /// its choice (`"include_usage": false` says no), and is left as it is.
+    fn ask_usage(&self, host: &impl Proxy, plain: bool) {
+        let reader = &self.reader;
+        let at = self.identities.len();
+        let whole = plain && reader.began_object() && reader.well_formed() && !reader.repeated();
+        if !(whole && reader.text(at) == Text::Bool(true) && reader.text(at + 1) == Text::Absent) {
+            return;
+        }
+        let mut body = host.request_body();
+        let held = body.len();
+        let Some(open) = body.iter().position(|&b| b == b'{') else {
+            return;
+        };
+        body.splice(open + 1..open + 1, INCLUDE_USAGE.iter().copied());
+        host.replace_request_body(held, &body);
     }
 
     /// Whether the request waits for its body to be planned.
@@ -136,6 +178,14 @@ impl BodyAsk {
 }
 
 impl Admission {
+    /// A body that may be rewritten to ask for its usage goes upstream without its length
+    /// (chunked on HTTP/1.1): the same request to the upstream, whatever length it ends up.
+    pub(super) fn unframe_body(&self, host: &impl Proxy) {
+        if self.body.as_ref().is_some_and(BodyAsk::asks_usage) {
+            host.remove_request_header("content-length");
+        }
+    }
+
     /// A chunk of the request's body, while it is read for what it asks to reserve.
     pub fn request_body(&mut self, chunk: &[u8]) {
         if let Some(ask) = &mut self.body {
@@ -171,6 +221,13 @@ impl Admission {
                     planned.cost = rules::reservation(meter, req, asked);
                 }
             }
+            let meters = self
+                .planned
+                .iter()
+                .filter_map(|p| config.rules.get(p.rule)?.meter.as_ref());
+            if ask.asks_usage && meters.clone().any(|m| m.include_usage) {
+                ask.ask_usage(host, plain);
+            }
         }
         self.proceed(config, worker, host)
     }
@@ -183,3 +240,7 @@ mod tests;
 #[cfg(test)]
 #[path = "body_identity_tests.rs"]
 mod identity_tests;
+
+#[cfg(test)]
+#[path = "include_usage_tests.rs"]
+mod include_usage_tests;
