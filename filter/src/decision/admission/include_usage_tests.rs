@@ -35,14 +35,23 @@ fn sent(body: &str, headers: &[(&str, &str)]) -> (String, bool) {
     };
     let mut worker = Worker::new(&config);
     let mut admission = Admission::default();
-    assert_eq!(admission.start(&config, &mut worker, &host), Start::ReadBody);
-    let unframed = host.removed.borrow().contains(&"content-length".to_string());
+    assert_eq!(
+        admission.start(&config, &mut worker, &host),
+        Start::ReadBody
+    );
+    let unframed = host
+        .removed
+        .borrow()
+        .contains(&"content-length".to_string());
     let gone = fakes::headers_gone();
     *gone.body.borrow_mut() = body.as_bytes().to_vec();
     for chunk in body.as_bytes().chunks(5) {
         admission.request_body(chunk);
     }
-    assert!(matches!(admission.body_ended(&config, &mut worker, &gone), Start::Ask(_)));
+    assert!(matches!(
+        admission.body_ended(&config, &mut worker, &gone),
+        Start::Ask(_)
+    ));
     let sent = String::from_utf8(gone.body.borrow().clone()).unwrap();
     (sent, unframed)
 }
@@ -53,9 +62,16 @@ fn a_stream_that_does_not_ask_for_its_usage_is_made_to() {
     let (sent, unframed) = sent(body, &[]);
     assert!(unframed, "its length may change: content-length goes");
     let mut got: Value = serde_json::from_str(&sent).unwrap();
-    assert_eq!(got["stream_options"], serde_json::json!({"include_usage": true}));
+    assert_eq!(
+        got["stream_options"],
+        serde_json::json!({"include_usage": true})
+    );
     got.as_object_mut().unwrap().remove("stream_options");
-    assert_eq!(got, serde_json::from_str::<Value>(body).unwrap(), "nothing else changed");
+    assert_eq!(
+        got,
+        serde_json::from_str::<Value>(body).unwrap(),
+        "nothing else changed"
+    );
 }
 
 #[test]
