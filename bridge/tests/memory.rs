@@ -111,12 +111,19 @@ async fn under_noeviction_a_full_redis_fails_every_check_saying_oom() {
     let (_, failures) = flood(&store).await;
     assert!(!failures.is_empty(), "4 MB held the whole flood");
     assert!(failures.iter().all(|f| f.contains("OOM")), "{failures:?}");
-    // Not only new clients: the hot one, whose key exists, fails as well.
-    let (_, failures) = flood(&store).await;
-    assert_eq!(
-        failures.len(),
-        FLOOD,
-        "every check fails once memory is full"
+    // Not only new clients: the hot one, whose key exists, fails as well. Memory hovers
+    // at the limit, so a batch that comes as a buffer is freed may pass (CI saw one batch
+    // of 400 do so): nearly every check fails, not every one.
+    let (hot_admitted, failures) = flood(&store).await;
+    let batches = FLOOD / BATCH;
+    assert!(
+        failures.len() >= FLOOD - batches / 10 * BATCH,
+        "{} of {FLOOD} checks failed once memory was full",
+        failures.len()
+    );
+    assert!(
+        hot_admitted <= (batches / 10) as u64,
+        "the hot client passed {hot_admitted} times"
     );
     let metrics = store.metrics().render().unwrap();
     assert!(
