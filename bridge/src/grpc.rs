@@ -39,11 +39,11 @@ pub const REPLIES_QUEUED: usize = 16;
 /// Largest message accepted: an envelope around the largest batch.
 const MAX_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
 
-/// gRPC status codes used here.
-const OK: u32 = 0;
-const INVALID_ARGUMENT: u32 = 3;
-const DEADLINE_EXCEEDED: u32 = 4;
-const UNAVAILABLE: u32 = 14;
+/// gRPC status codes used here and by the rate limit service (`rls`).
+pub const OK: u32 = 0;
+pub const INVALID_ARGUMENT: u32 = 3;
+pub const DEADLINE_EXCEEDED: u32 = 4;
+pub const UNAVAILABLE: u32 = 14;
 
 /// Splits a byte stream into gRPC messages.
 #[derive(Default)]
@@ -90,7 +90,8 @@ pub fn prefixed(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-fn trailers(status: u32, message: &str) -> Frame<Bytes> {
+/// The trailers that end a call with `status` (and `message`, if any and sendable).
+pub fn trailers(status: u32, message: &str) -> Frame<Bytes> {
     let mut map = HeaderMap::new();
     map.insert("grpc-status", HeaderValue::from(status));
     if let Ok(value) = HeaderValue::from_str(message) {

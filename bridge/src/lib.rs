@@ -45,6 +45,9 @@
 //! - `usage`: a client's bucket, read without spending or writing anything (`read`).
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
+//! - `rls_metrics`: the rate limit service's per-limit series, registered with the others.
+//! - `rls`: Envoy's Rate Limit Service (`ShouldRateLimit`), read from envoyproxy/ratelimit's
+//!   YAML and answered from the same buckets (`--rls-config`).
 //! - `server`: the network side: every endpoint on one port, and graceful shutdown.
 //! - `commands`: the `override`, `unblock` and `usage` commands.
 //! - `fakes` (tests only): the unit tests' shared rule and two-node slot map.
@@ -73,6 +76,8 @@ pub mod redis_memory;
 pub mod redis_tls;
 pub mod regions;
 pub mod registry;
+pub mod rls;
+pub mod rls_metrics;
 pub mod sentinel;
 pub mod server;
 pub mod single;

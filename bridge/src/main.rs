@@ -7,6 +7,8 @@ use ratelimit_bridge::connect::redact;
 use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::regions::flags::RegionArgs;
+use ratelimit_bridge::rls::answer::ResponseHeaders;
+use ratelimit_bridge::rls::Rls;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::StoreOptions;
 use ratelimit_bridge::usage;
@@ -68,6 +70,19 @@ struct Args {
     /// any check naming another key (the filter's `key_prefix` must be one of them).
     #[arg(long, env = "RATELIMIT_BRIDGE_KEY_PREFIX", default_value = DEFAULT_PREFIX)]
     key_prefix: String,
+    /// Serve Envoy's Rate Limit Service (`ShouldRateLimit`, gRPC on this port) from
+    /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of them,
+    /// reloaded when they change.
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_CONFIG", value_name = "PATH")]
+    rls_config: Option<PathBuf>,
+    /// The headers the rate limit service asks Envoy to add to responses.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS",
+        value_enum,
+        default_value = "draft03"
+    )]
+    rls_response_headers: ResponseHeaders,
     /// The plugin configuration (JSON) the gateways load, for `GET /admin/usage`.
     #[arg(long, env = "RATELIMIT_BRIDGE_CONFIG", value_name = "PLUGIN.json")]
     config: Option<PathBuf>,
@@ -226,6 +241,16 @@ async fn serve(args: Args) -> Result<(), String> {
         .regions
         .regions(&args.redis, &store, options)?
         .map(Arc::new);
+    let rls = match &args.rls_config {
+        Some(path) => {
+            let prefix = store.keyspace().prefixes().next().unwrap_or(DEFAULT_PREFIX);
+            let rls = Rls::load(path.clone(), prefix, args.rls_response_headers)
+                .map_err(|e| format!("--rls-config {e}"))?;
+            Some(Arc::new(rls))
+        }
+        None => None,
+    };
+    let reloading = rls.clone().map(|rls| tokio::spawn(rls.watch()));
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
@@ -267,10 +292,14 @@ async fn serve(args: Args) -> Result<(), String> {
             admin,
             plugin,
             regions,
+            rls,
         },
         shutdown,
     )
     .await;
+    if let Some(reloading) = reloading {
+        reloading.abort();
+    }
     // Leases not spent go back to their ledgers.
     let _ = stop_leasing.send(true);
     if let Some(leasing) = leasing {

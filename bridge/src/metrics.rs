@@ -13,6 +13,7 @@
 //! again without allocating.
 
 use crate::global_metrics::GlobalMetrics;
+use crate::rls_metrics::RlsMetrics;
 use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -220,6 +221,8 @@ pub struct Metrics {
     nodes: RwLock<HashMap<String, Node>>,
     /// Global rules' leases (`regions`).
     pub global: GlobalMetrics,
+    /// The rate limit service's per-limit series (`rls`).
+    pub rls: RlsMetrics,
 }
 
 impl Default for Metrics {
@@ -239,6 +242,7 @@ impl Metrics {
         let failures = Family::<Static, Counter>::default();
         let mut registry = Registry::with_prefix("ratelimit_bridge");
         let global = GlobalMetrics::registered(&mut registry);
+        let rls = RlsMetrics::registered(&mut registry);
         let mut m = Metrics {
             registry,
             checks: ["allowed", "denied", "failed", "refused"]
@@ -256,6 +260,7 @@ impl Metrics {
             grpc_streams: Gauge::default(),
             nodes: RwLock::default(),
             global,
+            rls,
         };
         let r = &mut m.registry;
         r.register("checks", "Checks answered, by outcome", checks);

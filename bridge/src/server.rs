@@ -12,6 +12,7 @@ use crate::deadlines::{
 };
 use crate::metrics::{self, Failure, Transport};
 use crate::regions::Regions;
+use crate::rls::{self, Rls};
 use crate::slots::{Peer, Slots};
 use crate::store::Store;
 use crate::{grpc, health, registry, wire};
@@ -58,6 +59,8 @@ pub struct Config {
     pub plugin: Option<Arc<Plugin>>,
     /// This bridge's region and the others', for global rules (`--region`).
     pub regions: Option<Arc<Regions>>,
+    /// Envoy's Rate Limit Service (`--rls-config`).
+    pub rls: Option<Arc<Rls>>,
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
@@ -218,7 +221,12 @@ impl Served {
         let path = req.uri().path();
         let stream = path.strip_prefix('/').and_then(|p| p.split_once('/'))
             == Some((GRPC_SERVICE, GRPC_METHOD));
-        if stream || path == PATH {
+        let rls = self
+            .config
+            .rls
+            .as_ref()
+            .filter(|_| path == rls::proto::PATH);
+        if stream || path == PATH || rls.is_some() {
             if !self.config.access.admits(req.headers()) {
                 log::debug!("refused a request to {path} without the token");
                 self.store.metrics().failure(Failure::Unauthorized);
@@ -233,6 +241,13 @@ impl Served {
         if stream {
             let checks = stream_checks(&self, req);
             return Held::reply(checks, Some(busy), None, None);
+        }
+        if let Some(rls) = rls {
+            let answer = rls
+                .serve(&self.store, req, self.config.bounds.body_timeout)
+                .await;
+            drop(busy);
+            return self.answered(answer, None);
         }
         if path.starts_with(admin::PREFIX) {
             let answer = self.admin(req).await;

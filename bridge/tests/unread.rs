@@ -78,6 +78,7 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
         admin: Access::open(),
         plugin: None,
         regions: None,
+        rls: None,
     };
     let bridge = start_with(&valkey.url(), config).await;
     // Every slot: a request without the token (401) or a health check, whose answer can

@@ -33,6 +33,7 @@ pub fn without_token(bounds: ConnectionBounds) -> Config {
         admin: Access::open(),
         plugin: None,
         regions: None,
+        rls: None,
     }
 }
 
@@ -53,6 +54,7 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
         admin: Access::open(),
         plugin: None,
         regions: None,
+        rls: None,
     };
     start_with(redis_url, config).await
 }

@@ -1,0 +1,317 @@
+//! envoyproxy/ratelimit's configuration, read as it is written: a YAML document per domain,
+//! `domain` and a tree of `descriptors` (`key`, optional `value`, a trailing `*` for a prefix,
+//! `rate_limit {unit, requests_per_unit, unlimited, name, replaces}`, `shadow_mode`,
+//! `share_threshold`, `detailed_metric`, nested `descriptors`), and the lookup that finds a
+//! request descriptor's limit in it, as that service finds it: at each entry an exact
+//! `key`/`value` first, then a prefix, then the `key` alone; the limit applies only where the
+//! descriptor's last entry lands.
+//!
+//! What differs is the bucket, not the configuration: `requests_per_unit` per `unit` is a
+//! token bucket of that capacity refilled evenly over the unit, so no window edge lets a
+//! client through twice. Anything else (an unknown field, a unit that does not exist, a
+//! composite key twice) is refused with one line naming the file and the descriptor.
+
+use ratelimit_config::limit::Limit;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// `envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`, in its numbering, and the
+/// length of each: a month is 30 days and a year 365, as envoyproxy/ratelimit counts them.
+const UNITS: [(&str, i32, u64); 7] = [
+    ("second", 1, 1_000),
+    ("minute", 2, 60_000),
+    ("hour", 3, 3_600_000),
+    ("day", 4, 86_400_000),
+    ("month", 5, 30 * 86_400_000),
+    ("year", 6, 365 * 86_400_000),
+    ("week", 7, 7 * 86_400_000),
+];
+
+/// The length of a unit, by its number in the protocol (`None`: not a unit).
+pub fn unit_ms(unit: i32) -> Option<u64> {
+    UNITS.iter().find(|u| u.1 == unit).map(|u| u.2)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDomain {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: String,
+    value: Option<String>,
+    rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    descriptors: Vec<RawDescriptor>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    /// Accepted and ignored: the bridge's series are per configured descriptor, never per
+    /// client value, so their number stays bounded.
+    #[serde(default, rename = "detailed_metric")]
+    _detailed_metric: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    unit: Option<String>,
+    requests_per_unit: Option<u32>,
+    #[serde(default)]
+    unlimited: bool,
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<RawReplaces>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplaces {
+    name: String,
+}
+
+/// What a configured descriptor's limit does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// `unlimited: true`: always within.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over, without asking Redis.
+    Blocked,
+    /// A token bucket.
+    Bucket(Limit),
+}
+
+/// A configured descriptor's limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The descriptor's path, `key_value.key` (the metrics' `key` label).
+    pub path: String,
+    pub name: String,
+    pub quota: Quota,
+    /// `requests_per_unit` and `unit` as configured, for the answer's `current_limit`.
+    pub requests_per_unit: u32,
+    pub unit: i32,
+    pub shadow: bool,
+    /// Names of limits this one replaces when both apply to a request.
+    pub replaces: Vec<String>,
+    /// Entries (by position) whose value the bucket is keyed on as configured (the prefix
+    /// pattern), not as sent: a `share_threshold` prefix shares one bucket.
+    pub shared: Vec<(usize, String)>,
+}
+
+/// One level of a domain's tree.
+#[derive(Debug, Default)]
+struct Level {
+    /// By key, then by value.
+    exact: HashMap<String, HashMap<String, Node>>,
+    /// `(key, prefix, node)` of values ending in `*`, in the file's order.
+    prefixes: Vec<(String, String, Node)>,
+    any: HashMap<String, Node>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    rule: Option<Arc<Rule>>,
+    children: Level,
+}
+
+/// Every domain's tree.
+#[derive(Debug, Default)]
+pub struct Limits {
+    domains: HashMap<String, Level>,
+}
+
+impl Limits {
+    /// Reads `files` (name, text), one domain each.
+    pub fn parse<'a>(
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Limits, String> {
+        let mut limits = Limits::default();
+        for (file, text) in files {
+            let raw: RawDomain =
+                serde_yaml_ng::from_str(text).map_err(|e| format!("{file}: {e}"))?;
+            if raw.domain.is_empty() {
+                return Err(format!("{file}: the domain is empty"));
+            }
+            if limits.domains.contains_key(&raw.domain) {
+                return Err(format!(
+                    "{file}: domain {:?} is configured twice",
+                    raw.domain
+                ));
+            }
+            let mut level = Level::default();
+            build(&mut level, raw.descriptors, "", &[], 0)
+                .map_err(|e| format!("{file}: domain {:?}: {e}", raw.domain))?;
+            limits.domains.insert(raw.domain, level);
+        }
+        Ok(limits)
+    }
+
+    /// The limit of a descriptor of `entries` (key, value) in `domain`, if one is configured.
+    pub fn find<'a>(
+        &self,
+        domain: &str,
+        entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<&Arc<Rule>> {
+        let mut level = self.domains.get(domain)?;
+        let last = entries.len().checked_sub(1)?;
+        for (i, (key, value)) in entries.enumerate() {
+            let node = level
+                .exact
+                .get(key)
+                .and_then(|values| values.get(value))
+                .or_else(|| {
+                    level
+                        .prefixes
+                        .iter()
+                        .find(|(k, prefix, _)| k == key && value.starts_with(prefix.as_str()))
+                        .map(|(_, _, node)| node)
+                })
+                .or_else(|| level.any.get(key))?;
+            if i == last {
+                return node.rule.as_ref();
+            }
+            level = &node.children;
+        }
+        None
+    }
+
+    /// The domains configured.
+    pub fn domains(&self) -> usize {
+        self.domains.len()
+    }
+}
+
+/// Descriptors deeper than this are refused: Envoy sends a handful of entries.
+const MAX_DEPTH: usize = 16;
+
+fn build(
+    level: &mut Level,
+    raws: Vec<RawDescriptor>,
+    parent: &str,
+    shared: &[(usize, String)],
+    depth: usize,
+) -> Result<(), String> {
+    if depth >= MAX_DEPTH {
+        return Err(format!("descriptors nest deeper than {MAX_DEPTH}"));
+    }
+    for raw in raws {
+        if raw.key.is_empty() {
+            return Err(format!("a descriptor under {parent:?} has an empty key"));
+        }
+        let step = match &raw.value {
+            Some(value) => format!("{}_{value}", raw.key),
+            None => raw.key.clone(),
+        };
+        let path = match parent {
+            "" => step,
+            _ => format!("{parent}.{step}"),
+        };
+        let mut shared = shared.to_vec();
+        let prefix = raw.value.as_deref().and_then(|v| v.strip_suffix('*'));
+        if let (Some(prefix), true) = (prefix, raw.share_threshold) {
+            shared.push((depth, format!("{prefix}*")));
+        } else if raw.share_threshold {
+            return Err(format!(
+                "{path}: share_threshold needs a value ending in '*'"
+            ));
+        }
+        let mut node = Node {
+            rule: raw
+                .rate_limit
+                .map(|r| rule(r, &path, raw.shadow_mode, &shared))
+                .transpose()?
+                .map(Arc::new),
+            children: Level::default(),
+        };
+        build(
+            &mut node.children,
+            raw.descriptors,
+            &path,
+            &shared,
+            depth + 1,
+        )?;
+        let taken = match (&raw.value, prefix) {
+            (Some(_), Some(prefix)) => {
+                let taken = level
+                    .prefixes
+                    .iter()
+                    .any(|(k, p, _)| *k == raw.key && p == prefix);
+                if !taken {
+                    level.prefixes.push((raw.key, prefix.to_owned(), node));
+                }
+                taken
+            }
+            (Some(value), None) => level
+                .exact
+                .entry(raw.key)
+                .or_default()
+                .insert(value.clone(), node)
+                .is_some(),
+            (None, _) => level.any.insert(raw.key, node).is_some(),
+        };
+        if taken {
+            return Err(format!("{path}: the same descriptor is configured twice"));
+        }
+    }
+    Ok(())
+}
+
+fn rule(
+    raw: RawRateLimit,
+    path: &str,
+    shadow: bool,
+    shared: &[(usize, String)],
+) -> Result<Rule, String> {
+    let (quota, unit) = if raw.unlimited {
+        if raw.unit.is_some() || raw.requests_per_unit.is_some() {
+            return Err(format!(
+                "{path}: an unlimited rate_limit takes no unit or requests_per_unit"
+            ));
+        }
+        (Quota::Unlimited, 0)
+    } else {
+        let text = raw
+            .unit
+            .as_deref()
+            .ok_or_else(|| format!("{path}: rate_limit has no unit"))?;
+        let &(name, unit, ms) = UNITS
+            .iter()
+            .find(|u| u.0.eq_ignore_ascii_case(text))
+            .ok_or_else(|| {
+                format!(
+                    "{path}: unit {text:?} is not second, minute, hour, day, week, month or year"
+                )
+            })?;
+        let quota = match raw.requests_per_unit {
+            None => return Err(format!("{path}: rate_limit has no requests_per_unit")),
+            Some(0) => Quota::Blocked,
+            Some(n) => Quota::Bucket(
+                Limit::new(u64::from(n), ms, None, 1)
+                    .map_err(|(_, why)| format!("{path}: {n} per {name}: {why}"))?,
+            ),
+        };
+        (quota, unit)
+    };
+    Ok(Rule {
+        path: path.to_owned(),
+        name: raw.name.unwrap_or_default(),
+        quota,
+        requests_per_unit: raw.requests_per_unit.unwrap_or(0),
+        unit,
+        shadow,
+        replaces: raw.replaces.into_iter().map(|r| r.name).collect(),
+        shared: shared.to_vec(),
+    })
+}
+
+#[cfg(test)]
+#[path = "limits_tests.rs"]
+mod tests;

@@ -1,0 +1,158 @@
+use super::*;
+use std::path::Path;
+
+fn examples() -> Limits {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rls/examples");
+    crate::rls::source::load(&dir).unwrap()
+}
+
+fn find<'a>(limits: &'a Limits, domain: &str, entries: &[(&str, &str)]) -> Option<&'a Rule> {
+    limits
+        .find(domain, entries.iter().copied())
+        .map(|r| r.as_ref())
+}
+
+fn per(rule: &Rule) -> (u32, i32) {
+    (rule.requests_per_unit, rule.unit)
+}
+
+#[test]
+fn the_documented_examples_load_and_find_their_limits() {
+    let l = examples();
+    assert_eq!(l.domains(), 6);
+    let users = find(&l, "mongo_cps", &[("database", "users")]).unwrap();
+    assert_eq!(
+        (per(users), users.path.as_str()),
+        ((500, 1), "database_users")
+    );
+    assert!(find(&l, "mongo_cps", &[("database", "other")]).is_none());
+    assert!(find(&l, "other", &[("database", "users")]).is_none());
+    // Nested: the limit is where the last entry lands, and a key alone matches any value.
+    let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
+    let rule = find(&l, "messaging", &marketing).unwrap();
+    assert_eq!(
+        (per(rule), rule.path.as_str()),
+        ((5, 4), "message_type_marketing.to_number")
+    );
+    assert!(find(&l, "messaging", &marketing[..1]).is_none());
+    assert_eq!(
+        per(find(&l, "messaging", &[("to_number", "1")]).unwrap()),
+        (100, 4)
+    );
+    // An exact value wins over the key alone.
+    let blocked = find(&l, "edge_proxy_per_ip", &[("remote_address", "50.0.0.5")]).unwrap();
+    assert_eq!(blocked.quota, Quota::Blocked);
+    let other = find(&l, "edge_proxy_per_ip", &[("remote_address", "50.0.0.6")]).unwrap();
+    assert!(
+        matches!(other.quota, Quota::Bucket(limit) if limit.burst == 10 && limit.per_ms == 1000)
+    );
+    let foo = [("source_cluster", "proxy"), ("destination_cluster", "foo")];
+    assert!(find(&l, "rl", &foo).unwrap().shadow);
+    assert_eq!(
+        find(&l, "internal", &[("ldap", "x")]).unwrap().quota,
+        Quota::Unlimited
+    );
+    let alice = find(&l, "example", &[("key2", "value2"), ("user", "alice")]).unwrap();
+    assert_eq!(alice.replaces, ["overall"]);
+    assert_eq!(
+        find(&l, "example", &[("key1", "value1"), ("user", "bob")])
+            .unwrap()
+            .name,
+        "overall"
+    );
+    // Prefixes: per value, or one bucket for them all with share_threshold.
+    let foo = find(&l, "example", &[("path", "/foo/a")]).unwrap();
+    assert_eq!((per(foo), foo.shared.is_empty()), ((20, 2), true));
+    let bar = find(&l, "example", &[("path", "/bar/b")]).unwrap();
+    assert_eq!(bar.shared, [(0, "/bar/*".to_string())]);
+    assert!(find(&l, "example", &[("path", "/baz/b")]).is_none());
+}
+
+#[test]
+fn units_from_second_to_year() {
+    for (unit, number, ms) in [
+        ("second", 1, 1_000),
+        ("MINUTE", 2, 60_000),
+        ("hour", 3, 3_600_000),
+        ("day", 4, 86_400_000),
+        ("week", 7, 604_800_000),
+        ("month", 5, 2_592_000_000),
+        ("year", 6, 31_536_000_000),
+    ] {
+        let text = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, requests_per_unit: 1000}}\n"
+        );
+        let limits = Limits::parse([("f.yaml", text.as_str())]).unwrap();
+        let rule = find(&limits, "d", &[("k", "v")]).unwrap();
+        assert_eq!(rule.unit, number, "{unit}");
+        assert!(matches!(rule.quota, Quota::Bucket(l) if l.per_ms == ms && l.burst == 1000));
+        assert_eq!(unit_ms(number), Some(ms));
+    }
+}
+
+#[test]
+fn what_is_not_supported_is_refused_in_one_line_naming_the_place() {
+    let cases = [
+        ("domain: d\nfoo: 1\n", "unknown field `foo`"),
+        ("descriptors: []\n", "missing field `domain`"),
+        ("domain: ''\n", "the domain is empty"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+            "k: unit \"fortnight\" is not second",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
+            "k: rate_limit has no unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
+            "k: rate_limit has no requests_per_unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+            "k: an unlimited rate_limit takes no unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n",
+            "k_v: the same descriptor is configured twice",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n",
+            "k_v: share_threshold needs a value ending in '*'",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 4294967295}\n",
+            "k: 4294967295 per year: too large for this period",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+            "invalid type: integer `-1`, expected u32",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = Limits::parse([("f.yaml", text)]).unwrap_err();
+        assert!(error.starts_with("f.yaml: "), "{error}");
+        assert!(error.contains(expected), "{text:?}: {error}");
+        assert!(!error.contains('\n'), "{error:?}");
+    }
+    let twice = Limits::parse([("a.yaml", "domain: d\n"), ("b.yaml", "domain: d\n")]);
+    assert_eq!(
+        twice.unwrap_err(),
+        "b.yaml: domain \"d\" is configured twice"
+    );
+    let mut deep = String::from("domain: d\ndescriptors:\n");
+    for depth in 0..=MAX_DEPTH {
+        let pad = "  ".repeat(2 * depth);
+        deep.push_str(&format!("{pad}  - key: k\n{pad}    descriptors:\n"));
+    }
+    assert!(Limits::parse([("f.yaml", deep.as_str())])
+        .unwrap_err()
+        .contains("nest deeper"));
+}
+
+#[test]
+fn a_longer_descriptor_than_configured_or_none_has_no_limit() {
+    let l = examples();
+    assert!(find(&l, "mongo_cps", &[]).is_none());
+    assert!(find(&l, "mongo_cps", &[("database", "users"), ("x", "y")]).is_none());
+}

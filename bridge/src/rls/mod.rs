@@ -1,0 +1,169 @@
+//! Envoy's Rate Limit Service on the bridge (`--rls-config`): the unary gRPC call
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` that Envoy's own
+//! `ratelimit` filter makes (and so Envoy Gateway, Istio, Contour and the AI gateways built
+//! on it), answered from the same token buckets, merged into the same script calls as the
+//! wasm filter's checks. Served on the bridge's port, behind the gateways' token.
+//!
+//! - `proto`: the call's protobuf messages.
+//! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
+//! - `source`: the configuration's files, and what tells that they changed.
+//! - `answer`: one call answered.
+
+pub mod answer;
+pub mod limits;
+pub mod proto;
+pub mod source;
+
+use crate::grpc::{self, Deframer};
+use crate::store::Store;
+use answer::{Refusal, ResponseHeaders, Service};
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::HeaderValue;
+use hyper::{Request, Response};
+use limits::Limits;
+use prost::Message;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Largest request message read: 64 descriptors of 16 entries of short strings fit well.
+const MAX_REQUEST: usize = 256 * 1024;
+/// How often the configuration's files are looked at for a change.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// The service: the configuration in force and how answers are made.
+pub struct Rls {
+    path: PathBuf,
+    limits: RwLock<Arc<Limits>>,
+    service: Service,
+}
+
+type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
+
+impl Rls {
+    /// The service with the configuration at `path` (`--rls-config`), keying buckets under
+    /// `prefix`; an error if it does not load.
+    pub fn load(path: PathBuf, prefix: &str, headers: ResponseHeaders) -> Result<Rls, String> {
+        let limits = source::load(&path)?;
+        log::info!(
+            "rate limit service: {} domain(s) from {}",
+            limits.domains(),
+            path.display()
+        );
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Ok(Rls {
+            path,
+            limits: RwLock::new(Arc::new(limits)),
+            service: Service {
+                prefix: prefix.to_owned(),
+                headers,
+                costs: AtomicU64::new(0),
+                cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
+            },
+        })
+    }
+
+    fn limits(&self) -> Arc<Limits> {
+        Arc::clone(&self.limits.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Reads the configuration again whenever its files change, until dropped (aborted).
+    pub async fn watch(self: Arc<Rls>) {
+        let mut seen = source::stamp(&self.path);
+        loop {
+            tokio::time::sleep(RELOAD_EVERY).await;
+            let now = source::stamp(&self.path);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match source::load(&self.path) {
+                Ok(limits) => {
+                    log::info!(
+                        "rate limit service: reloaded {} domain(s) from {}",
+                        limits.domains(),
+                        self.path.display()
+                    );
+                    *self.limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(limits);
+                }
+                Err(e) => log::error!("rate limit service: kept the configuration in force: {e}"),
+            }
+        }
+    }
+
+    /// Answers one `ShouldRateLimit` call whose caller was admitted: the request message
+    /// is read within `body_timeout`, and the answer is a gRPC response with its status in
+    /// the trailers (or alone, for a call that was not answered).
+    pub async fn serve(
+        &self,
+        store: &Store,
+        req: Request<Incoming>,
+        body_timeout: Duration,
+    ) -> Reply {
+        let grpc = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/grpc"));
+        if !grpc {
+            return status_only(grpc::INVALID_ARGUMENT, "application/grpc only");
+        }
+        let read = Limited::new(req.into_body(), MAX_REQUEST + 5).collect();
+        let body = match tokio::time::timeout(body_timeout, read).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(e)) => return status_only(grpc::INVALID_ARGUMENT, &format!("unreadable: {e}")),
+            Err(_) => return status_only(grpc::DEADLINE_EXCEEDED, "the request did not arrive"),
+        };
+        let mut deframer = Deframer::default();
+        deframer.push(&body);
+        let message = match deframer.next_message() {
+            Ok(Some(message)) if !deframer.is_partway() => message,
+            Ok(_) => return status_only(grpc::INVALID_ARGUMENT, "not one whole message"),
+            Err(e) => return status_only(grpc::INVALID_ARGUMENT, &e),
+        };
+        let request = match proto::RateLimitRequest::decode(message) {
+            Ok(request) => request,
+            Err(e) => return status_only(grpc::INVALID_ARGUMENT, &format!("unreadable: {e}")),
+        };
+        match self.service.answer(&self.limits(), store, &request).await {
+            Ok(response) => {
+                let frames = [
+                    Frame::data(grpc::prefixed(&response.encode_to_vec())),
+                    grpc::trailers(grpc::OK, ""),
+                ];
+                let body = StreamBody::new(stream::iter(frames.map(Ok::<_, Infallible>)));
+                grpc_reply(body.boxed_unsync())
+            }
+            Err(Refusal::Invalid(why)) => status_only(grpc::INVALID_ARGUMENT, &why),
+            Err(Refusal::Failed(why)) => {
+                log::warn!("rate limit call failed: {why}");
+                status_only(grpc::UNAVAILABLE, &why)
+            }
+        }
+    }
+}
+
+fn grpc_reply(body: UnsyncBoxBody<Bytes, Infallible>) -> Reply {
+    let mut reply = Response::new(body);
+    reply
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
+    reply
+}
+
+/// A call ended without an answer: gRPC's trailers-only response.
+fn status_only(status: u32, why: &str) -> Reply {
+    let mut reply = grpc_reply(Empty::new().boxed_unsync());
+    if let Ok(trailers) = grpc::trailers(status, why).into_trailers() {
+        reply.headers_mut().extend(trailers);
+    }
+    reply
+}

@@ -1,0 +1,58 @@
+//! Where the configuration comes from: `--rls-config`, one YAML file or a directory of them
+//! (`*.yaml`, `*.yml`, one domain each, as envoyproxy/ratelimit's runtime directory holds
+//! them), read again when any of them changes. A configuration that does not load is
+//! logged and the one in force stays; buckets live in Redis under keys the configuration
+//! does not change, so a reload loses none of them.
+
+use super::limits::Limits;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The files `path` names: itself, or the YAML files in it, by name.
+pub fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|ext| ext == "yaml" || ext == "yml")
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads the configuration at `path`.
+pub fn load(path: &Path) -> Result<Limits, String> {
+    let texts = files(path)?
+        .into_iter()
+        .map(|file| {
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            Ok((file.display().to_string(), text))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Limits::parse(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())))
+}
+
+/// What tells a change: each file's name, size and modification time.
+pub type Stamp = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// The stamp of `path` as it is now (empty if it cannot be read).
+pub fn stamp(path: &Path) -> Stamp {
+    files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|file| {
+            let meta = std::fs::metadata(&file).ok();
+            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let modified = meta.and_then(|m| m.modified().ok());
+            (file, len, modified)
+        })
+        .collect()
+}
