@@ -133,6 +133,7 @@ impl Rls {
             Ok(request) => request,
             Err(e) => return status_only(grpc::INVALID_ARGUMENT, &format!("unreadable: {e}")),
         };
+        log::trace!("rate limit call: {request:?}");
         match self.service.answer(&self.limits(), store, &request).await {
             Ok(response) => {
                 let frames = [

@@ -1,0 +1,110 @@
+"""Envoy's own `ratelimit` filter pointed at the bridge's Rate Limit Service: the way Envoy
+Gateway, Istio and Contour users run it, with no wasm. A stack of Valkey, the bridge
+serving `--rls-config` (envoyproxy/ratelimit's YAML) and N Envoys whose routes carry the
+`rate_limits` actions that make descriptors.
+
+Each Envoy answers its requests from a second listener of its own (`/` answers 200, with
+the response headers the test asks for), because Envoy applies route rate limits only to
+routes that go to a cluster, never to a `direct_response`.
+"""
+
+import json
+from pathlib import Path
+
+from .stack import ENVOY, Process, Stack, free_port, request
+
+RATELIMIT_TYPE = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
+HCM_TYPE = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager."
+            "v3.HttpConnectionManager")
+HTTP2 = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+    "explicit_http_config": {"http2_protocol_options": {}}}}
+
+
+def cluster(name, port, http2=False):
+    entry = {"name": name, "type": "STATIC", "connect_timeout": "1s",
+             "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+                 {"endpoint": {"address": {"socket_address": {
+                     "address": "127.0.0.1", "port_value": port}}}}]}]}}
+    if http2:
+        entry["typed_extension_protocol_options"] = HTTP2
+    return entry
+
+
+def listener(name, port, routes, http_filters):
+    return {"name": name,
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+            "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": HCM_TYPE, "stat_prefix": name,
+                    "route_config": {"virtual_hosts": [
+                        {"name": name, "domains": ["*"], "routes": routes}]},
+                    "http_filters": [*http_filters, {
+                        "name": "envoy.filters.http.router", "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.http."
+                                     "router.v3.Router"}}]}}]}]}
+
+
+def native_config(listen_port, admin_port, origin_port, bridge_port, rate_limits,
+                  domain="api", failure_mode_deny=False, token=None, origin_headers=None,
+                  ratelimit_options=None):
+    """An Envoy bootstrap: `listen_port` serves every path through the `ratelimit` filter
+    (domain `domain`) with `rate_limits` on its route, to the origin on `origin_port`,
+    which answers 200 with `origin_headers`."""
+    service = {"envoy_grpc": {"cluster_name": "ratelimit_bridge"}, "timeout": "2s"}
+    if token is not None:
+        service["initial_metadata"] = [{"key": "authorization", "value": f"Bearer {token}"}]
+    ratelimit = {"@type": RATELIMIT_TYPE, "domain": domain, "timeout": "2s",
+                 "failure_mode_deny": failure_mode_deny,
+                 "rate_limit_service": {"transport_api_version": "V3",
+                                        "grpc_service": service},
+                 **(ratelimit_options or {})}
+    front = listener("front", listen_port, [{
+        "match": {"prefix": "/"},
+        "route": {"cluster": "origin", "rate_limits": rate_limits}}],
+        [{"name": "envoy.filters.http.ratelimit", "typed_config": ratelimit}])
+    origin = listener("origin", origin_port, [{
+        "match": {"prefix": "/"},
+        "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}},
+        "response_headers_to_add": [
+            {"header": {"key": k, "value": v}} for k, v in (origin_headers or {}).items()]}],
+        [])
+    return {"admin": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                     "port_value": admin_port}}},
+            "static_resources": {
+                "listeners": [front, origin],
+                "clusters": [cluster("origin", origin_port),
+                             cluster("ratelimit_bridge", bridge_port, http2=True)]}}
+
+
+class RlsStack(Stack):
+    """Valkey, the bridge serving `rls_yaml` (text, written to a file it watches), and
+    `gateways` Envoys made by `native_config` with the other options, and gateway i with
+    `per_gateway[i]`'s over them."""
+
+    def __init__(self, rls_yaml, rate_limits, gateways=2, bridge_args=(), per_gateway=(),
+                 **options):
+        super().__init__(plugin={}, gateways=0, bridge_args=bridge_args)
+        self.rls_file = Path(self.workdir) / "rls.yaml"
+        self.rls_file.write_text(rls_yaml)
+        self.bridge.argv += ["--rls-config", str(self.rls_file)]
+        for i in range(gateways):
+            port, admin, origin = free_port(), free_port(), free_port()
+            path = Path(self.workdir) / f"envoy-{i}.json"
+            own = {**options, **(per_gateway[i] if i < len(per_gateway) else {})}
+            path.write_text(json.dumps(native_config(
+                port, admin, origin, self.bridge_port, rate_limits, **own)))
+            self.envoys.append(Process(f"envoy-{i}", [
+                ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                "--log-level", "warn"], self.workdir))
+            self.ports.append(port)
+            self.admin_ports.append(admin)
+
+    def counter(self, gateway, name):
+        """One of Envoy's counters (`cluster.ratelimit_bridge.ratelimit.ok`, ...), 0 if absent."""
+        status, _, body = request(self.admin_ports[gateway], f"/stats?filter=^{name}$", timeout=5)
+        assert status == 200, body
+        values = [int(line.rsplit(" ", 1)[1]) for line in body.splitlines() if ": " in line]
+        return sum(values)
+

@@ -1,0 +1,160 @@
+"""Envoy's own `ratelimit` filter with the bridge as its Rate Limit Service (`--rls-config`),
+no wasm: two real Envoys, descriptors made by Envoy's actions (a header, the path, the
+client's address, a generic key), envoyproxy/ratelimit's YAML, exact limits across both
+gateways, costs reported at stream end (`apply_on_stream_done`), shadow mode, the failure
+modes, the gateways' token, and a bridge restarted with nothing lost."""
+
+import re
+import threading
+import time
+
+import pytest
+
+from testbed.native_ratelimit import RlsStack
+from testbed.stack import request, wait_for
+
+LIMITS = """
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: plan
+    value: free
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: path
+    value: "/shadow/*"
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: llm_user
+    rate_limit: {unit: hour, requests_per_unit: 100}
+"""
+
+USER = {"actions": [{"request_headers": {"header_name": "x-user", "descriptor_key": "user"}}]}
+PATH = {"actions": [{"request_headers": {"header_name": ":path", "descriptor_key": "path"}}]}
+PLAN = {"actions": [{"generic_key": {"descriptor_key": "plan", "descriptor_value": "free"}},
+                    {"remote_address": {}}]}
+# Token usage as AI gateways meter it: at the request, a check of 0 hits (is anything left?);
+# at the stream's end, the usage the upstream reported, taken in full.
+LLM = {"actions": [{"request_headers": {"header_name": "x-llm-user", "descriptor_key": "llm_user"}}]}
+LLM_ASK = {**LLM, "hits_addend": {"number": 0}}
+LLM_USAGE = {**LLM, "hits_addend": {"format": "%RESP(x-tokens)%"}, "apply_on_stream_done": True}
+
+
+def bridge_series(stack, name, **labels):
+    """A series of the bridge's /metrics, 0 if absent."""
+    _, _, body = request(stack.bridge_port, "/metrics")
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in body.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} "):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+@pytest.fixture
+def rls_stack():
+    started = []
+
+    def make(rate_limits, limits=LIMITS, **options):
+        stack = RlsStack(limits, rate_limits, **options)
+        started.append(stack)
+        return stack.start()
+
+    yield make
+    for stack in started:
+        stack.close()
+
+
+def test_exact_limits_across_two_gateways_from_headers_paths_and_addresses(rls_stack):
+    stack = rls_stack([USER, PATH, PLAN])
+    alice = {"x-user": "alice"}
+    answers = [stack.get(g, "/api", alice) for g in (0, 1) * 4]
+    assert [a[0] for a in answers] == [200] * 5 + [429] * 3, [a[0] for a in answers]
+    ok, over = answers[0][1], answers[5][1]
+    assert ok["x-ratelimit-limit"] == "5, 5;w=60" and ok["x-ratelimit-remaining"] == "4", ok
+    assert over["x-ratelimit-remaining"] == "0" and 11 <= int(over["retry-after"]) <= 12, over
+    # Another user has a bucket of its own.
+    assert stack.get(1, "/api", {"x-user": "bob"})[0] == 200
+    # The path in shadow mode: never refused, counted.
+    assert [stack.get(g, "/shadow/x")[0] for g in (0, 1, 0)] == [200] * 3
+    assert bridge_series(stack, "ratelimit_bridge_rls_shadow_mode_total",
+                         domain="api", key="path_/shadow/*") == 2
+    # Every request carried the plan's descriptor with the client's address.
+    assert bridge_series(stack, "ratelimit_bridge_rls_total_hits_total",
+                         domain="api", key="plan_free.remote_address") == 12
+    assert bridge_series(stack, "ratelimit_bridge_rls_over_limit_total",
+                         domain="api", key="user") == 3
+    assert sum(stack.counter(g, "cluster.origin.ratelimit.over_limit") for g in (0, 1)) == 3
+
+
+def test_each_client_address_has_its_own_bucket(rls_stack):
+    stack = rls_stack([{"actions": [{"remote_address": {}}]}], gateways=1)
+    one = [stack.get(0, "/", source="127.0.0.2")[0] for _ in range(4)]
+    two = [stack.get(0, "/", source="127.0.0.3")[0] for _ in range(4)]
+    assert one == two == [200] * 3 + [429], (one, two)
+
+
+def test_token_usage_reported_at_stream_end_is_charged_in_full(rls_stack):
+    # Envoy honours `hits_addend` and `apply_on_stream_done` in the filter's own
+    # `rate_limits` (where Envoy Gateway puts them), not in a route's.
+    stack = rls_stack([], gateways=2, origin_headers={"x-tokens": "30"},
+                      ratelimit_options={"rate_limits": [LLM_ASK, LLM_USAGE]})
+    carol = {"x-llm-user": "carol"}
+    got = []
+    for g in (0, 1) * 3:
+        got.append(stack.get(g, "/v1/chat/completions", carol)[0])
+        # The usage goes out when the stream ends, after the client has its answer.
+        charged = 30 * got.count(200)
+        wait_for("the usage", lambda: bridge_series(
+            stack, "ratelimit_bridge_rls_total_hits_total", domain="api",
+            key="llm_user") == charged, timeout=10)
+    # 100 an hour, 30 a response: four responses (120, into debt), then refused.
+    assert got == [200] * 4 + [429] * 2, got
+    assert bridge_series(stack, "ratelimit_bridge_rls_total_hits_total",
+                         domain="api", key="llm_user") == 4 * 30
+    assert bridge_series(stack, "ratelimit_bridge_rls_over_limit_total",
+                         domain="api", key="llm_user") == 30 + 2 * 0
+
+
+def test_failure_modes_and_the_gateways_token(rls_stack, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    # Gateway 0 presents the token and fails open; gateway 1 has none and fails closed.
+    stack = rls_stack([USER], bridge_args=["--token-file", str(token)],
+                      per_gateway=[{"token": "s3cret"}, {"failure_mode_deny": True}])
+    dave = {"x-user": "dave"}
+    assert [stack.get(0, "/", dave)[0] for _ in range(6)] == [200] * 5 + [429]
+    assert stack.get(1, "/", {"x-user": "erin"})[0] == 500
+    stack.bridge.kill()
+    assert stack.get(0, "/", dave)[0] == 200
+    stack.envoys[1].stop()
+
+
+def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):
+    stack = rls_stack([USER], gateways=2)
+    frank = {"x-user": "frank"}
+    assert [stack.get(g, "/", frank)[0] for g in (0, 1, 0)] == [200] * 3
+    stop = threading.Event()
+
+    def load():
+        n = 0
+        while not stop.is_set():
+            stack.get(n % 2, "/", {"x-user": f"load-{n % 50}"}, timeout=5)
+            n += 1
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    try:
+        stack.bridge.stop()
+        stack.start_bridge()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        loader.join(timeout=10)
+    # Frank had 2 left before the restart, and has 2 after it.
+    assert [stack.get(g, "/", frank)[0] for g in (1, 0, 1)] == [200, 200, 429]
+    log = stack.logs("bridge")
+    assert re.search(r"rate limit service: 1 domain\(s\)", log), log
