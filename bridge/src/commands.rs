@@ -8,6 +8,7 @@ use crate::overrides::{parse_spec, Override, Target};
 pub use crate::redis_args::RedisArgs;
 use crate::regions::flags::RegionArgs;
 use crate::registry;
+use crate::rls;
 use crate::store::StoreOptions;
 use crate::unblock::unblock;
 use crate::usage::{self, Query};
@@ -45,6 +46,10 @@ pub struct CheckArgs {
     /// (ratelimit-redis.wasm, Higress).
     #[arg(long, value_enum, default_value = "bridge")]
     pub build: FilterBuild,
+    /// Judge the path as the rate limit service's configuration instead (`--rls-config`:
+    /// envoyproxy/ratelimit's YAML, a file or a directory of them).
+    #[arg(long, conflicts_with = "build")]
+    pub rls: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -188,6 +193,13 @@ pub async fn run(command: Command) -> Result<String, String> {
 /// `check-config`: the gateway's line for the configuration, as the success or the error.
 fn check_config(args: &CheckArgs) -> Result<String, String> {
     let name = args.path.display();
+    if args.rls {
+        let limits = rls::source::load(&args.path)?;
+        return Ok(format!(
+            "{name}: configured {} rate limit service domain(s)",
+            limits.domains()
+        ));
+    }
     let mut json = Vec::new();
     let read = if args.path.as_os_str() == "-" {
         std::io::stdin().read_to_end(&mut json).map(drop)

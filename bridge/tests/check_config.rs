@@ -92,3 +92,32 @@ fn the_build_decides_which_backends_are_accepted() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot read it"));
 }
+
+#[test]
+fn the_rate_limit_services_yaml_is_judged_with_rls() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/rls/examples");
+    let out = check(&["--rls", examples], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{examples}: configured 6 rate limit service domain(s)\n")
+    );
+    let dir = Scratch::new();
+    let path = file(
+        &dir,
+        "bad.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    let out = check(&["--rls", &path], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "ratelimit-bridge: {path}: domain \"d\": k: unit \"fortnight\" is not second, \
+             minute, hour, day, week, month or year\n"
+        )
+    );
+    // A plugin's JSON is no rate limit service configuration.
+    let path = file(&dir, "plugin.json", VALID);
+    assert_eq!(check(&["--rls", &path], None).status.code(), Some(1));
+}
