@@ -12,6 +12,8 @@ Kinds (the HTTP filter of the gateway listener):
             floor of any filter that admits without a callout and shows the limit
   local     Envoy's native local_ratelimit filter instead of the wasm
   ratelimit dist/ratelimit.wasm with a given plugin configuration, through the bridge
+  rls       Envoy's own ratelimit filter, the bridge as its rate limit service
+            (`--rls-config`), one descriptor per request: the `x-user-id` header
 
 Bases (what answers the request once the filter lets it through):
 
@@ -48,6 +50,24 @@ FLOOR_PLUGIN = {"callout": {"cluster": RESPONDER, "authority": "responder", "pat
 HEADERS_PLUGIN = {"headers": {"identity": "x-user-id"}}
 # What the no-op filter is configured with, by gateway kind.
 NOOP_PLUGINS = {"noop": None, "floor": FLOOR_PLUGIN, "headers": HEADERS_PLUGIN}
+
+
+# The rate limit service's domain and descriptor key of the `rls` kind.
+RLS_DOMAIN = "bench"
+RLS_KEY = "user"
+
+
+def rls_filter():
+    """Envoy's ratelimit filter calling the bridge's rate limit service on envoy.yaml's
+    bridge cluster (HTTP/2), failing closed as the wasm configurations do."""
+    return {
+        "name": "envoy.filters.http.ratelimit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+            "domain": RLS_DOMAIN, "timeout": "0.25s", "failure_mode_deny": True,
+            "rate_limit_service": {"transport_api_version": "V3", "grpc_service": {
+                "envoy_grpc": {"cluster_name": "ratelimit_bridge"}}}},
+    }
 
 
 def local_ratelimit_filter(per_second, burst):
@@ -120,6 +140,12 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
         vm["configuration"]["value"] = json.dumps(noop_plugin) if noop_plugin else ""
     elif kind == "local":
         filters[:] = [local_ratelimit_filter(*local), router]
+    elif kind == "rls":
+        filters[:] = [rls_filter(), router]
+        user = {"request_headers": {"header_name": "x-user-id", "descriptor_key": RLS_KEY}}
+        for host in hcm["route_config"]["virtual_hosts"]:
+            for route in host["routes"]:
+                route["route"]["rate_limits"] = [{"actions": [user]}]
     elif kind != "ratelimit":
         raise ValueError(f"unknown gateway kind {kind!r}")
     return config

@@ -6,7 +6,8 @@ configuration, drives each with bench's `loadgen` at 16 and 64 requests in fligh
 the filter's counters and Valkey around every run, measures Redis, the bridge, the
 accuracy of the limit, a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
 and bridges of its own), metering's cost on streamed responses (bench/streams.py) and
-global rules across three regions (bench/regions.py), then writes REPORT.md, results.json
+global rules across three regions (bench/regions.py), and Envoy's own ratelimit filter
+with the bridge as its rate limit service (bench/rls.py), then writes REPORT.md, results.json
 and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from testbed import stack
 
-from . import envoys, fleet, measure, regions, report, smoke, streams
+from . import envoys, fleet, measure, regions, report, rls, smoke, streams
 
 
 def settings(args):
@@ -33,11 +34,13 @@ def settings(args):
         return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
                     hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True),
-                    **streams.settings(short=True), **regions.settings(short=True))
+                    **streams.settings(short=True), **regions.settings(short=True),
+                    **rls.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
                 hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False),
-                **streams.settings(short=False), **regions.settings(short=False))
+                **streams.settings(short=False), **regions.settings(short=False),
+                **rls.settings(short=False))
 
 
 def main():
@@ -67,7 +70,8 @@ def main():
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     ok = False
-    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir)
+    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir,
+                              bridge_args=rls.bridge_args(workdir))
     try:
         bench_stack.start()
         results = measure.run_all(bench_stack, workdir, conf)
@@ -75,6 +79,8 @@ def main():
         results["fleet"] = fleet.measure(workdir, conf)
         print("metering on streamed responses", flush=True)
         results["streams"] = streams.measure(bench_stack, workdir, conf)
+        print("Envoy's own ratelimit filter, the bridge as its rate limit service", flush=True)
+        results["rls"] = rls.measure(bench_stack, workdir, conf)
         print("several regions, one limit", flush=True)
         results["regions"] = regions.measure(workdir, conf)
         results["bench_seconds"] = time.monotonic() - started

@@ -119,6 +119,26 @@ def check_streams(streams, expect=None):
         raise AssertionError("streams smoke run failed:\n  " + "\n  ".join(problems))
 
 
+def check_rls(rls, expect=None):
+    """The rate limit service's section (bench/rls.py): every configuration answered every
+    request 200, and the two limiters' runs show the bridge's and Valkey's CPU."""
+    problems = []
+    expect = expect or (lambda ok, what: ok or problems.append(what))
+    by = {c["key"]: c for c in rls["configs"]}
+    expect(list(by) == ["none", "noop", "wasm", "rls"], f"rls configurations: {list(by)}")
+    for key, c in by.items():
+        for lv in c["levels"]:
+            at = f"rls {key} at {lv['in_flight']}"
+            expect(lv["rps"] > 0 and lv["errors"] == 0, f"{at}: {lv['rps']} rps, {lv['errors']} errors")
+            expect(set(lv["status"]) == {"200"}, f"{at}: statuses {lv['status']}")
+            per = lv["cpu_us_per_request"]
+            expect(per.get("envoy", 0) > 0, f"{at}: Envoy CPU {per}")
+            if key in ("wasm", "rls"):
+                expect(per.get("bridge", 0) > 0 and per.get("valkey", 0) > 0, f"{at}: CPU {per}")
+    if problems:
+        raise AssertionError("rls smoke run failed:\n  " + "\n  ".join(problems))
+
+
 def check_regions(regions, expect):
     """The regions section (bench/regions.py): every case kept the bound and admitted, a
     cold key outside its home waited a round trip and a warm one did not, and the hot
@@ -202,11 +222,15 @@ def check(results, out):
     expect("regions" in results, "no regions section")
     if "regions" in results:
         check_regions(results["regions"], expect)
+    expect("rls" in results, "no rate limit service section")
+    if "rls" in results:
+        check_rls(results["rls"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
            and "Acceptance (hot keys issue):" in report and "## Fleet" in report
-           and "## Metering on streamed responses" in report,
+           and "## Metering on streamed responses" in report
+           and "## Envoy's own ratelimit filter" in report,
            "REPORT.md incomplete")
     expect(ET.parse(Path(out) / "latency.svg").getroot().tag.endswith("svg"), "latency.svg")
     if problems:

@@ -1,0 +1,169 @@
+"""Envoy's own ratelimit filter with the bridge as its rate limit service, a section of
+`make bench` (issue 41, item 6): the same Envoy (`--concurrency 1`), the same load (100,000
+distinct users, every request allowed and exactly checked), four ways: no filter, the no-op
+wasm filter, ratelimit.wasm through the bridge's gRPC stream, and Envoy's `ratelimit`
+filter calling the bridge's `ShouldRateLimit` (`--rls-config`). Every request goes through
+to the gateway's upstream listener (the `proxy` base of bench/envoys.py).
+
+Reported per configuration and requests in flight: req/s, p99, and the CPU time each
+process spent per request (Envoy from /proc, the bridge from /proc, Valkey from `INFO cpu`),
+which a busy machine shifts far less than req/s. Rounds interleave the configurations.
+
+Standalone: `.venv/bin/python -m bench.rls [--smoke]` (after `make bench-build`): starts its
+own Valkey and a bridge serving the section's YAML, prints the section.
+"""
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from testbed import stack
+
+from . import smoke
+from .cells import ms, statuses
+from .diagnostics import Probe
+from .envoys import RLS_DOMAIN, RLS_KEY, Gateway
+from .measure import UNLIMITED, measured_run, plugin, summarise
+
+USERS = 100_000
+IN_FLIGHT = (16, 64)
+HEADERS = [f"x-user-id: u{{n % {USERS}}}"]
+# The same limit as the wasm configuration's: a billion a second per user, never reached.
+YAML = f"""domain: {RLS_DOMAIN}
+descriptors:
+  - key: {RLS_KEY}
+    rate_limit: {{unit: second, requests_per_unit: {UNLIMITED['requests']}}}
+"""
+
+CONFIGS = [
+    {"key": "none", "label": "Envoy, no filter", "kind": "none", "plugin": None},
+    {"key": "noop", "label": "Envoy + no-op wasm", "kind": "noop", "plugin": None},
+    {"key": "wasm", "label": "ratelimit.wasm → bridge (gRPC stream)", "kind": "ratelimit",
+     "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
+    {"key": "rls", "label": "Envoy's ratelimit filter → bridge (ShouldRateLimit)",
+     "kind": "rls", "plugin": None},
+]
+
+
+def settings(short):
+    """The section's settings in run.py's: `short` for the smoke run."""
+    return dict(rls_rounds=1, rls_duration=1.0, rls_warmup=0.3) if short else \
+        dict(rls_rounds=3, rls_duration=5.0, rls_warmup=1.0)
+
+
+def bridge_args(workdir):
+    """The bench bridge's flags for this section: the YAML, written into `workdir`."""
+    path = Path(workdir) / "rls.yaml"
+    path.write_text(YAML)
+    return ["--rls-config", str(path)]
+
+
+def measure(bench, workdir, conf):
+    """Every run of the section, through `bench`'s bridge (started with `bridge_args`) and
+    Valkey; returns the results' "rls" entry."""
+    workdir = Path(workdir) / "rls"
+    workdir.mkdir(parents=True, exist_ok=True)
+    timing = {"warmup": conf["rls_warmup"], "duration": conf["rls_duration"]}
+    gateways, probes = {}, {}
+    runs = {(c["key"], n): [] for c in CONFIGS for n in IN_FLIGHT}
+    totals = {(c["key"], n): {} for c in CONFIGS for n in IN_FLIGHT}
+    try:
+        for c in CONFIGS:
+            gw = Gateway(f"envoy-rls-{c['key']}", c["kind"], workdir, bench.bridge_port,
+                         c["plugin"], base="proxy")
+            gateways[c["key"]] = gw.start()
+            probes[c["key"]] = Probe(gw, bench.redis_port, bridge=bench.bridge.proc)
+        for rnd in range(conf["rls_rounds"]):
+            for n in IN_FLIGHT:
+                for c in CONFIGS:
+                    key = (c["key"], n)
+                    r = measured_run(str(workdir), f"rls-{c['key']}-c{n}-round{rnd}",
+                                     gateways[c["key"]], probes[c["key"]], totals[key],
+                                     {**c, "headers": HEADERS}, n, timing)
+                    runs[key].append(r)
+                    print(f"  round {rnd + 1} {n:3} in flight {c['key']:>5}: {r['rps']:7.0f} rps"
+                          f"  p99 {r['latency_us']['p99']:7.0f} us  {r['status']}", flush=True)
+    finally:
+        for probe in probes.values():
+            probe.close()
+        for gw in gateways.values():
+            gw.stop()
+    out = {"users": USERS, "rounds": conf["rls_rounds"], "duration_s": conf["rls_duration"],
+           "configs": []}
+    for c in CONFIGS:
+        levels = []
+        for n in IN_FLIGHT:
+            summary = summarise(runs[(c["key"], n)])
+            requests = max(1, sum(r["responses"] for r in summary["runs"]))
+            total = totals[(c["key"], n)]
+            levels.append({"in_flight": n, **summary, "cpu_us_per_request": {
+                k.removesuffix("_cpu_us"): v / requests
+                for k, v in total.items() if k.endswith("_cpu_us")}})
+        out["configs"].append({**c, "levels": levels})
+    return out
+
+
+def cpu(level):
+    per = level["cpu_us_per_request"]
+    parts = [per.get(p) for p in ("envoy", "bridge", "valkey")]
+    total = sum(p for p in parts if p is not None)
+    return " | ".join("-" if p is None else f"{p:.0f}" for p in parts) + f" | {total:.0f}"
+
+
+def section(r):
+    """The section of REPORT.md."""
+    rows = []
+    for c in r["configs"]:
+        for lv in c["levels"]:
+            errors = f", {lv['errors']} errors" if lv["errors"] else ""
+            rows.append(f"| {c['label']} | {lv['in_flight']} | {lv['rps']:.0f} | "
+                        f"{ms(lv['p99'])} | {cpu(lv)} | {statuses(lv['status'])}{errors} |")
+    table = "\n".join([
+        "| configuration | in flight | req/s | p99 ms | CPU µs per request: Envoy | bridge "
+        "| Valkey | all three | statuses |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|", *rows])
+    return f"""## Envoy's own ratelimit filter, the bridge as its rate limit service
+
+One Envoy (`--concurrency 1`) proxying to its own upstream listener, {r['users']:,} users
+(`x-user-id: u{{n % {r['users']}}}`), every request exactly checked and allowed:
+ratelimit.wasm on its gRPC stream to the bridge, or Envoy's `ratelimit` filter calling the
+bridge's `ShouldRateLimit` (one unary gRPC call per request, a descriptor from the header),
+beside no filter and the no-op wasm filter. {r['rounds']} round(s) of
+{r['duration_s']:g} s per configuration and level, interleaved; req/s and p99 are medians
+over rounds; CPU is each process's over every measured run, per request (Envoy and the
+bridge from /proc, Valkey from `INFO cpu`; the baselines touch neither the bridge nor
+Valkey, whose numbers there are their idle cost).
+
+{table}
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="ratelimit-rls-")
+    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir,
+                              bridge_args=bridge_args(workdir))
+    ok = False
+    try:
+        bench_stack.start()
+        results = measure(bench_stack, workdir, settings(short=args.smoke))
+        print(json.dumps(results, indent=1)[:4000])
+        print(section(results))
+        if args.smoke:
+            smoke.check_rls(results)
+            print("smoke: ok")
+        ok = True
+    finally:
+        bench_stack.close()
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"rls failed; logs kept in {workdir}")
+
+
+if __name__ == "__main__":
+    main()
