@@ -8,7 +8,7 @@ use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::regions::flags::RegionArgs;
 use ratelimit_bridge::rls::answer::ResponseHeaders;
-use ratelimit_bridge::rls::Rls;
+use ratelimit_bridge::rls::{compat, Rls};
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::StoreOptions;
 use ratelimit_bridge::usage;
@@ -162,6 +162,19 @@ struct Args {
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    match compat::apply() {
+        Ok(set) if !set.is_empty() => {
+            log::info!(
+                "envoyproxy/ratelimit's environment read as {}",
+                set.join(", ")
+            );
+        }
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("ratelimit-bridge: envoyproxy/ratelimit's environment: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let cli = Cli::parse();
     if let Some(command) = cli.command {
         return run_command(command);

@@ -255,9 +255,10 @@ impl Served {
         }
         let (answer, charge) = match (req.method(), path) {
             (&Method::POST, PATH) => check(&self.store, &self.config, &self.share, req).await,
-            (&Method::GET, "/healthz") => (healthz(&self.store).await, None),
+            // `/healthcheck`: envoyproxy/ratelimit's, which its deployments probe.
+            (&Method::GET, "/healthz" | "/healthcheck") => (healthz(&self.store).await, None),
             (&Method::GET, "/metrics") => (scrape(&self.store), None),
-            (_, PATH | "/healthz" | "/metrics") => (
+            (_, PATH | "/healthz" | "/healthcheck" | "/metrics") => (
                 reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
                 None,
             ),

@@ -7,11 +7,12 @@ modes, the gateways' token, and a bridge restarted with nothing lost."""
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from testbed.native_ratelimit import RlsStack
-from testbed.stack import request, wait_for
+from testbed.stack import BRIDGE, request, wait_for
 
 LIMITS = """
 domain: api
@@ -158,3 +159,28 @@ def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):
     assert [stack.get(g, "/", frank)[0] for g in (1, 0, 1)] == [200, 200, 429]
     log = stack.logs("bridge")
     assert re.search(r"rate limit service: 1 domain\(s\)", log), log
+
+
+def test_a_deployment_made_for_envoyproxy_ratelimit_runs_the_bridge_unchanged():
+    # Istio's sample: the YAML under $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config (a
+    # ConfigMap's mount, hidden entries and all), Redis as REDIS_URL, gRPC on GRPC_PORT.
+    stack = RlsStack(LIMITS, [USER], gateways=1)
+    try:
+        data = Path(stack.workdir) / "data"
+        (data / "ratelimit" / "config").mkdir(parents=True)
+        (data / "ratelimit" / "config" / "api.yaml").write_text(LIMITS)
+        (data / "ratelimit" / "config" / ".hidden.yaml").write_text("not: [yaml")
+        stack.bridge.argv = [BRIDGE, "--threads", "1"]
+        stack.bridge.env = {"RUNTIME_ROOT": str(data), "RUNTIME_SUBDIRECTORY": "ratelimit",
+                            "RUNTIME_WATCH_ROOT": "false", "REDIS_SOCKET_TYPE": "tcp",
+                            "REDIS_URL": f"127.0.0.1:{stack.redis_port}",
+                            "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(stack.bridge_port),
+                            "USE_STATSD": "false"}
+        stack.start()
+        assert request(stack.bridge_port, "/healthcheck")[0] == 200
+        got = [stack.get(0, "/", {"x-user": "gina"})[0] for _ in range(6)]
+        assert got == [200] * 5 + [429], got
+        log = stack.logs("bridge")
+        assert "envoyproxy/ratelimit's environment read as RATELIMIT_BRIDGE_RLS_CONFIG" in log, log
+    finally:
+        stack.close()

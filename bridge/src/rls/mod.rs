@@ -8,8 +8,10 @@
 //! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
 //! - `source`: the configuration's files, and what tells that they changed.
 //! - `answer`: one call answered.
+//! - `compat`: envoyproxy/ratelimit's environment variables, read as the bridge's.
 
 pub mod answer;
+pub mod compat;
 pub mod limits;
 pub mod proto;
 pub mod source;

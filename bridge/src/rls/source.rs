@@ -1,6 +1,7 @@
 //! Where the configuration comes from: `--rls-config`, one YAML file or a directory of them
 //! (`*.yaml`, `*.yml`, one domain each, as envoyproxy/ratelimit's runtime directory holds
-//! them), read again when any of them changes. A configuration that does not load is
+//! them; not hidden ones, as a Kubernetes ConfigMap's mount holds its own), read again
+//! when any of them changes. A configuration that does not load is
 //! logged and the one in force stays; buckets live in Redis under keys the configuration
 //! does not change, so a reload loses none of them.
 
@@ -18,7 +19,11 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
         .map_err(|e| format!("{}: {e}", path.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| {
-            p.is_file()
+            let hidden = p
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with('.'));
+            !hidden
+                && p.is_file()
                 && p.extension()
                     .is_some_and(|ext| ext == "yaml" || ext == "yml")
         })

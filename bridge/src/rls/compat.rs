@@ -1,0 +1,197 @@
+//! envoyproxy/ratelimit's environment, read as the bridge's own: a Deployment made for that
+//! service (Istio's sample, a Helm chart) runs the bridge by swapping the image and
+//! keeping its variables. It applies only where `RUNTIME_ROOT` is set, the variable every
+//! such deployment has (where its YAML lives), and only to settings that neither a flag
+//! nor the bridge's own `RATELIMIT_BRIDGE_*` variable gives.
+//!
+//! | theirs | the bridge's |
+//! |---|---|
+//! | `RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY` (`config`) | `--rls-config` |
+//! | `REDIS_URL` (`host:port`, comma-separated), `REDIS_TYPE` (`single`, `cluster`, `sentinel`: `master,host:port,...`), `REDIS_TLS`, `REDIS_AUTH` (`password` or `user:password`) | `--redis`, `--cluster`, `--sentinel` |
+//! | `GRPC_HOST` (`0.0.0.0`), `GRPC_PORT` (`8081`) | `--listen` |
+
+/// The bridge's variables `get` (theirs) stands for, or why it cannot; empty without
+/// `RUNTIME_ROOT`.
+pub fn translate(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let Some(root) = get("RUNTIME_ROOT") else {
+        return Ok(Vec::new());
+    };
+    let mut path = root;
+    for (name, default) in [
+        ("RUNTIME_SUBDIRECTORY", ""),
+        ("RUNTIME_APPDIRECTORY", "config"),
+    ] {
+        let part = get(name).unwrap_or_else(|| default.to_owned());
+        if !part.is_empty() {
+            path = format!("{}/{}", path.trim_end_matches('/'), part.trim_matches('/'));
+        }
+    }
+    let mut out = vec![("RATELIMIT_BRIDGE_RLS_CONFIG", path)];
+    let host = get("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".into());
+    let port = get("GRPC_PORT").unwrap_or_else(|| "8081".into());
+    out.push(("RATELIMIT_BRIDGE_LISTEN", format!("{host}:{port}")));
+    if let Some(socket) = get("REDIS_SOCKET_TYPE").filter(|s| !s.eq_ignore_ascii_case("tcp")) {
+        return Err(format!("REDIS_SOCKET_TYPE={socket}: only tcp is supported"));
+    }
+    let Some(urls) = get("REDIS_URL") else {
+        return Ok(out);
+    };
+    let tls =
+        get("REDIS_TLS").is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"));
+    let scheme = if tls { "rediss" } else { "redis" };
+    let login = get("REDIS_AUTH").map(|auth| match auth.split_once(':') {
+        Some((user, password)) => format!("{}:{}@", escape(user), escape(password)),
+        None => format!(":{}@", escape(&auth)),
+    });
+    let mut hosts: Vec<&str> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    let kind = get("REDIS_TYPE")
+        .unwrap_or_else(|| "single".into())
+        .to_ascii_lowercase();
+    match kind.as_str() {
+        "single" if hosts.len() == 1 => {}
+        "single" => {
+            return Err(format!(
+                "REDIS_URL={urls}: one host:port for REDIS_TYPE single"
+            ))
+        }
+        "cluster" => out.push(("RATELIMIT_BRIDGE_CLUSTER", "true".into())),
+        "sentinel" if hosts.len() >= 2 => {
+            let master = hosts.remove(0);
+            out.push(("RATELIMIT_BRIDGE_SENTINEL", master.to_owned()));
+        }
+        "sentinel" => {
+            return Err(format!(
+                "REDIS_URL={urls}: REDIS_TYPE sentinel wants master,host:port[,host:port...]"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "REDIS_TYPE={other}: not single, cluster or sentinel"
+            ))
+        }
+    }
+    let login = login.unwrap_or_default();
+    let urls: Vec<String> = hosts
+        .iter()
+        .map(|h| format!("{scheme}://{login}{h}"))
+        .collect();
+    out.push(("RATELIMIT_BRIDGE_REDIS", urls.join(",")));
+    Ok(out)
+}
+
+/// Sets the bridge's variables that the process's environment (envoyproxy/ratelimit's)
+/// stands for and that are not set already; returns their names. Called first thing in
+/// `main`, before any thread exists.
+pub fn apply() -> Result<Vec<&'static str>, String> {
+    let mut set = Vec::new();
+    for (name, value) in translate(|name| std::env::var(name).ok())? {
+        if std::env::var_os(name).is_none() {
+            std::env::set_var(name, value);
+            set.push(name);
+        }
+    }
+    Ok(set)
+}
+
+/// Percent-encodes all but URL userinfo's unreserved characters.
+fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(vars: &[(&str, &str)]) -> Result<HashMap<&'static str, String>, String> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        translate(|name| vars.get(name).cloned()).map(|v| v.into_iter().collect())
+    }
+
+    #[test]
+    fn istios_sample_deployment_is_read() {
+        let got = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis:6379"),
+            ("USE_STATSD", "false"),
+        ])
+        .unwrap();
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_CONFIG"], "/data/ratelimit/config");
+        assert_eq!(got["RATELIMIT_BRIDGE_REDIS"], "redis://redis:6379");
+        assert_eq!(got["RATELIMIT_BRIDGE_LISTEN"], "0.0.0.0:8081");
+        assert!(!got.contains_key("RATELIMIT_BRIDGE_CLUSTER"));
+    }
+
+    #[test]
+    fn clusters_sentinels_tls_and_credentials() {
+        let got = from(&[
+            ("RUNTIME_ROOT", "/srv/runtime/"),
+            ("RUNTIME_APPDIRECTORY", "limits"),
+            ("REDIS_TYPE", "CLUSTER"),
+            ("REDIS_URL", "a:7000, b:7001"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_AUTH", "bridge:p@ss:w/rd"),
+            ("GRPC_PORT", "9000"),
+        ])
+        .unwrap();
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_CONFIG"], "/srv/runtime/limits");
+        assert_eq!(got["RATELIMIT_BRIDGE_CLUSTER"], "true");
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_REDIS"],
+            "rediss://bridge:p%40ss%3Aw%2Frd@a:7000,rediss://bridge:p%40ss%3Aw%2Frd@b:7001"
+        );
+        assert_eq!(got["RATELIMIT_BRIDGE_LISTEN"], "0.0.0.0:9000");
+        let got = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+            ("REDIS_AUTH", "secret"),
+        ])
+        .unwrap();
+        assert_eq!(got["RATELIMIT_BRIDGE_SENTINEL"], "mymaster");
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_REDIS"],
+            "redis://:secret@s1:26379,redis://:secret@s2:26379"
+        );
+    }
+
+    #[test]
+    fn nothing_without_runtime_root_and_clear_refusals() {
+        assert!(from(&[("REDIS_URL", "redis:6379")]).unwrap().is_empty());
+        for (vars, said) in [
+            (vec![("REDIS_SOCKET_TYPE", "unix")], "only tcp"),
+            (vec![("REDIS_URL", "a:1,b:2")], "one host:port"),
+            (
+                vec![("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
+                "master,host:port",
+            ),
+            (
+                vec![("REDIS_URL", "a:1"), ("REDIS_TYPE", "ring")],
+                "REDIS_TYPE=ring",
+            ),
+        ] {
+            let mut vars = vars;
+            vars.push(("RUNTIME_ROOT", "/data"));
+            let error = from(&vars).unwrap_err();
+            assert!(error.contains(said), "{error}");
+        }
+    }
+}
