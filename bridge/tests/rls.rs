@@ -448,3 +448,56 @@ async fn a_changed_file_is_read_again_keeping_the_buckets_and_a_broken_one_is_no
     assert_eq!(limit_of(call(&bridge, &henry).await).requests_per_unit, 4);
     watching.abort();
 }
+
+#[tokio::test]
+async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() {
+    let valkey = Valkey::start();
+    let file = ConfigFile::new(CONFIG);
+    let (bridge, _) = serving(&valkey, &file, Access::open()).await;
+    let marked = |marker: (&str, &str), hits: u64| {
+        let mut d = descriptor(&[("tokens", "ivy"), marker]);
+        d.hits_addend = Some(UInt64Value { value: hits });
+        request(vec![d])
+    };
+    let remaining = |answer: &RateLimitResponse| answer.statuses[0].limit_remaining;
+    // Two streams reserve 60 of 100 each: the second does not fit and takes nothing.
+    let first = call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;
+    assert_eq!((first.overall_code, remaining(&first)), (CODE_OK, 40));
+    let second = call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;
+    assert_eq!(
+        (second.overall_code, remaining(&second)),
+        (CODE_OVER_LIMIT, 40)
+    );
+    // The first used 20 of its 60: 40 come back.
+    let commit = call(&bridge, &marked(("ratelimit.reserved", "60"), 20)).await;
+    assert_eq!((commit.overall_code, remaining(&commit)), (CODE_OK, 80));
+    // One that used 150 of 60 pays the 90 more, 10 of them in debt.
+    call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;
+    let over = call(&bridge, &marked(("ratelimit.reserved", "60"), 150)).await;
+    assert_eq!(over.overall_code, CODE_OVER_LIMIT);
+    let asked = call(&bridge, &marked(("ratelimit.reserve", "1"), 0)).await;
+    assert_eq!(
+        (asked.overall_code, remaining(&asked)),
+        (CODE_OVER_LIMIT, 0)
+    );
+    // The markers are not part of the bucket's key.
+    let mut model = redis::Client::open(valkey.url()).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("rl:rls:api:tokens:*")
+        .query(&mut model)
+        .unwrap();
+    assert!(
+        keys.iter().all(|k| k.starts_with("rl:rls:api:tokens:ivy")),
+        "{keys:?}"
+    );
+    // A commit without its usage, or of no number, fails alone.
+    for (marker, hits) in [
+        (("ratelimit.reserved", "60"), None),
+        (("ratelimit.reserved", "x"), Some(1)),
+    ] {
+        let mut d = descriptor(&[("tokens", "ivy"), marker]);
+        d.hits_addend = hits.map(|value| UInt64Value { value });
+        let body = prefixed(&request(vec![d]).encode_to_vec());
+        assert_eq!(call_raw(&bridge, body, None).await.unwrap_err().0, 3);
+    }
+}

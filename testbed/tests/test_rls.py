@@ -120,6 +120,30 @@ def test_token_usage_reported_at_stream_end_is_charged_in_full(rls_stack):
                          domain="api", key="llm_user") == 30 + 2 * 0
 
 
+def test_a_reservation_at_the_request_settles_on_the_usage_at_stream_end(rls_stack):
+    # An AI gateway's pattern: reserve the request's max_tokens, then settle on the usage.
+    reserve = {"actions": [*LLM["actions"], {"generic_key": {
+        "descriptor_key": "ratelimit.reserve", "descriptor_value": "1"}}],
+        "hits_addend": {"format": "%REQ(x-max-tokens)%"}}
+    commit = {"actions": [*LLM["actions"], {"request_headers": {
+        "header_name": "x-max-tokens", "descriptor_key": "ratelimit.reserved"}}],
+        "hits_addend": {"format": "%RESP(x-tokens)%"}, "apply_on_stream_done": True}
+    stack = rls_stack([], gateways=2, origin_headers={"x-tokens": "30"},
+                      ratelimit_options={"rate_limits": [reserve, commit]})
+    got, hits = [], 0
+    # 100 an hour, 30 used a response: reserving 50 leaves 70, 40, then 40 < 50 is refused;
+    # reserving 10 leaves 30 then 10 (20 more taken each time), then 10 into debt.
+    for g, most in zip((0, 1) * 3, (50, 50, 50, 10, 10, 10)):
+        status = stack.get(g, "/v1/chat/completions",
+                           {"x-llm-user": "ivy", "x-max-tokens": str(most)})[0]
+        got.append(status)
+        hits += most + (30 if status == 200 else 0)
+        wait_for("the commit", lambda h=hits: bridge_series(
+            stack, "ratelimit_bridge_rls_total_hits_total", domain="api",
+            key="llm_user") == h, timeout=10)
+    assert got == [200, 200, 429, 200, 200, 429], got
+
+
 def test_failure_modes_and_the_gateways_token(rls_stack, tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret\n")

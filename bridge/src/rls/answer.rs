@@ -1,37 +1,17 @@
-//! One `ShouldRateLimit` call answered from the token buckets: each descriptor's limit found
-//! in the configuration (or the caller's override), its hits asked of Redis, and the answer
+//! One `ShouldRateLimit` call answered from the token buckets: its plan (`plan`) run as
+//! script calls, together (the check, the reads and the costs at once), and the answer
 //! Envoy reads: the overall code, a status per descriptor, and the `X-RateLimit-*` headers.
-//!
-//! Hits come in two kinds, as Envoy sends them:
-//! - the request's own (`hits_addend` of the request, 1 when unset) are a **check**: the
-//!   descriptors' buckets are asked together, all or nothing, and a refused request takes
-//!   nothing, so clients held at the limit do not drain it further;
-//! - a descriptor's own `hits_addend` (what Envoy Gateway's `cost` and AI Gateway's token
-//!   usage send, at the request and with `apply_on_stream_done`) is a **cost**: 0 only asks
-//!   whether the bucket holds a token; more is taken in full, past 0 down to one bucket of
-//!   debt, and the answer is over the limit if the bucket could not pay it. A cost reported
-//!   after the response is thus never lost to a bucket that ran low meanwhile.
 
 use super::limits::{unit_ms, Limits, Quota, Rule};
+use super::plan::{plan, Ask, Refusal};
 use super::proto::{
-    DescriptorStatus, Duration, HeaderValue, RateLimit, RateLimitDescriptor, RateLimitRequest,
-    RateLimitResponse, CODE_OK, CODE_OVER_LIMIT,
+    DescriptorStatus, Duration, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
+    CODE_OK, CODE_OVER_LIMIT,
 };
-use crate::check::{Check, RuleOutcome, RuleSpec};
+use crate::check::RuleOutcome;
 use crate::rls_metrics::{Hits, RuleLabel};
 use crate::store::Store;
-use ratelimit_config::digest::sha256_hex;
-use ratelimit_config::keys::{bucket_key, key_safe};
-use ratelimit_config::limit::Limit;
-use ratelimit_protocol::{Settle, MAX_EXACT};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// The rule segment of every bucket key the service makes: `prefix:rls:domain:key:value...`.
-pub const RULE: &str = "rls";
-/// Descriptors in one call, and entries in one descriptor: Envoy sends a handful.
-pub const MAX_DESCRIPTORS: usize = 64;
-pub const MAX_ENTRIES: usize = 16;
 
 /// Which headers the answer asks Envoy to add to the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,26 +33,6 @@ pub struct Service {
     pub cost_ids: String,
 }
 
-/// What is asked of a descriptor's bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ask {
-    /// No limit applies: within.
-    Free,
-    /// Over without asking Redis: a limit of 0, or hits no full bucket holds.
-    Over,
-    Check,
-    Read,
-    Cost,
-}
-
-struct Planned {
-    rule: Option<Arc<Rule>>,
-    ask: Ask,
-    hits: u64,
-    /// Index of its rule in the call of its kind.
-    at: usize,
-}
-
 impl Service {
     /// Answers `request`, or why it cannot be (the caller's input, or Redis failing).
     pub async fn answer(
@@ -81,92 +41,18 @@ impl Service {
         store: &Store,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Refusal> {
-        if request.domain.is_empty() {
-            return Err(Refusal::Invalid("the domain is empty".into()));
-        }
-        if request.descriptors.len() > MAX_DESCRIPTORS {
-            return Err(Refusal::Invalid(format!(
-                "more than {MAX_DESCRIPTORS} descriptors"
-            )));
-        }
-        let wide_hits = match request.hits_addend {
-            0 => 1,
-            n => u64::from(n),
-        };
-        let mut planned = Vec::with_capacity(request.descriptors.len());
-        let (mut check, mut read, mut cost) = (Check::new(), Check::new(), Check::new());
-        let found: Vec<Option<Arc<Rule>>> = request
-            .descriptors
-            .iter()
-            .map(|d| rule_of(limits, &request.domain, d))
-            .collect::<Result<_, _>>()?;
-        let replaced: Vec<&str> = found
-            .iter()
-            .flatten()
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        for (descriptor, rule) in request.descriptors.iter().zip(&found) {
-            let rule = rule
-                .clone()
-                .filter(|r| r.name.is_empty() || !replaced.contains(&r.name.as_str()));
-            let own = descriptor.hits_addend.as_ref().map(|h| h.value);
-            let hits = own.unwrap_or(wide_hits).min(MAX_EXACT - 1);
-            let Some(rule) = rule else {
-                planned.push(Planned {
-                    rule: None,
-                    ask: Ask::Free,
-                    hits,
-                    at: 0,
-                });
-                continue;
-            };
-            let (ask, at) = match (rule.quota, own) {
-                (Quota::Unlimited, _) => (Ask::Free, 0),
-                (Quota::Blocked, _) => (Ask::Over, 0),
-                (Quota::Bucket(limit), _) if own.is_none() && hits > limit.burst => (Ask::Over, 0),
-                (Quota::Bucket(limit), None) => {
-                    let spec = self.spec(&request.domain, descriptor, &rule, &limit, hits);
-                    check.push(spec);
-                    (Ask::Check, check.len() - 1)
-                }
-                (Quota::Bucket(limit), Some(0)) => {
-                    read.push(self.spec(&request.domain, descriptor, &rule, &limit, 1));
-                    (Ask::Read, read.len() - 1)
-                }
-                (Quota::Bucket(limit), Some(_)) => {
-                    let mut spec = self.spec(&request.domain, descriptor, &rule, &limit, 1);
-                    spec.cost = 0;
-                    spec.settle = Some(Settle {
-                        delta: hits as i64,
-                        debt: limit.burst,
-                        id: String::new(),
-                    });
-                    cost.push(spec);
-                    (Ask::Cost, cost.len() - 1)
-                }
-            };
-            planned.push(Planned {
-                rule: Some(rule),
-                ask,
-                hits,
-                at,
-            });
-        }
         let id = format!(
             "{}-{}",
             self.cost_ids,
             self.costs.fetch_add(1, Ordering::Relaxed)
         );
-        for spec in &mut cost {
-            if let Some(settle) = &mut spec.settle {
-                settle.id.clone_from(&id);
-            }
-        }
+        let plan = plan(limits, request, &self.prefix, &id)?;
+        let (check, read, cost) = (&plan.check, &plan.read, &plan.cost);
         let (checked, were, costed) = tokio::join!(
-            run(!check.is_empty(), || store.check(&check)),
-            run(!read.is_empty(), || store.read(&read)),
+            run(!check.is_empty(), || store.check(check)),
+            run(!read.is_empty(), || store.read(read)),
             run(!cost.is_empty(), || async {
-                let mut settled = store.settle_all(std::slice::from_ref(&cost)).await;
+                let mut settled = store.settle_all(std::slice::from_ref(cost)).await;
                 settled.pop().unwrap_or_else(|| Err("no answer".into()))
             }),
         );
@@ -181,20 +67,20 @@ impl Service {
         };
         let mut shown: Option<(&Rule, RuleOutcome)> = None;
         let metrics = &store.metrics().rls;
-        for plan in &planned {
-            let outcome = match plan.ask {
+        for planned in &plan.descriptors {
+            let outcome = match planned.ask {
                 Ask::Free | Ask::Over => None,
-                Ask::Check => checked.get(plan.at).cloned(),
-                Ask::Read => were.get(plan.at).cloned().map(|mut o| {
+                Ask::Check => checked.get(planned.at).cloned(),
+                Ask::Read => were.get(planned.at).cloned().map(|mut o| {
                     o.allowed = o.remaining >= 1 && o.owed == 0;
                     o
                 }),
-                Ask::Cost => costed.get(plan.at).cloned().map(|mut o| {
+                Ask::Cost => costed.get(planned.at).cloned().map(|mut o| {
                     o.allowed = o.borrowed == 0;
                     o
                 }),
             };
-            let Some(rule) = plan.rule.as_deref() else {
+            let Some(rule) = planned.rule.as_deref() else {
                 response.statuses.push(DescriptorStatus {
                     code: CODE_OK,
                     ..DescriptorStatus::default()
@@ -203,7 +89,7 @@ impl Service {
             };
             // A rule in shadow mode that lacked the hits is admitted, saying how long
             // enforcing it would have made the request wait.
-            let over = plan.ask == Ask::Over
+            let over = planned.ask == Ask::Over
                 || outcome
                     .as_ref()
                     .is_some_and(|o| !o.allowed || (rule.shadow && o.wait_ms > 0));
@@ -217,7 +103,7 @@ impl Service {
                 domain: request.domain.clone(),
                 key: rule.path.clone(),
             };
-            metrics.hits(&label, plan.hits, became);
+            metrics.hits(&label, planned.hits, became);
             let code = if became == Hits::Over {
                 response.overall_code = CODE_OVER_LIMIT;
                 CODE_OVER_LIMIT
@@ -251,103 +137,6 @@ impl Service {
         }
         Ok(response)
     }
-
-    /// The rule of `descriptor`'s bucket, as the script takes it.
-    fn spec(
-        &self,
-        domain: &str,
-        descriptor: &RateLimitDescriptor,
-        rule: &Rule,
-        limit: &Limit,
-        cost: u64,
-    ) -> RuleSpec {
-        let mut values = vec![value(domain)];
-        for (i, entry) in descriptor.entries.iter().enumerate() {
-            values.push(value(&entry.key));
-            match rule.shared.iter().find(|(at, _)| *at == i) {
-                Some((_, pattern)) => values.push(value(pattern)),
-                None => values.push(value(&entry.value)),
-            }
-        }
-        let key = bucket_key(&self.prefix, RULE, &values);
-        let mut spec = RuleSpec::plain(key, limit.burst, limit.num, limit.den, cost);
-        spec.shadow = rule.shadow;
-        spec
-    }
-}
-
-/// Why a call was not answered.
-#[derive(Debug)]
-pub enum Refusal {
-    /// The caller's input: `INVALID_ARGUMENT`.
-    Invalid(String),
-    /// Redis: `UNAVAILABLE`, and Envoy applies its failure mode.
-    Failed(String),
-}
-
-/// A value in a key: escaped, and the empty value as the digest of nothing (a digest no
-/// escaped value equals).
-fn value(text: &str) -> String {
-    key_safe(text.as_bytes()).map_or_else(|| format!("#{}", sha256_hex(b"")), Into::into)
-}
-
-/// The descriptor's limit: the caller's override, in the configured descriptor's place if
-/// there is one, or the configured limit.
-fn rule_of(
-    limits: &Limits,
-    domain: &str,
-    descriptor: &RateLimitDescriptor,
-) -> Result<Option<Arc<Rule>>, Refusal> {
-    let entries = &descriptor.entries;
-    if entries.len() > MAX_ENTRIES {
-        return Err(Refusal::Invalid(format!(
-            "a descriptor has more than {MAX_ENTRIES} entries"
-        )));
-    }
-    if entries.iter().any(|e| e.key.is_empty()) {
-        return Err(Refusal::Invalid(
-            "a descriptor entry has an empty key".into(),
-        ));
-    }
-    let found = limits.find(
-        domain,
-        entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-    );
-    let Some(wanted) = &descriptor.limit else {
-        return Ok(found.cloned());
-    };
-    let ms = unit_ms(wanted.unit).ok_or_else(|| {
-        Refusal::Invalid(format!(
-            "a limit override's unit {} is unknown",
-            wanted.unit
-        ))
-    })?;
-    let quota = match wanted.requests_per_unit {
-        0 => Quota::Blocked,
-        n => Quota::Bucket(Limit::new(u64::from(n), ms, None, 1).map_err(|(_, why)| {
-            Refusal::Invalid(format!(
-                "a limit override of {n} per unit {}: {why}",
-                wanted.unit
-            ))
-        })?),
-    };
-    let mut rule = found.map_or_else(
-        || Rule {
-            path: "override".into(),
-            name: String::new(),
-            quota,
-            requests_per_unit: 0,
-            unit: 0,
-            shadow: false,
-            replaces: Vec::new(),
-            shared: Vec::new(),
-        },
-        |r| Rule::clone(r),
-    );
-    rule.quota = quota;
-    rule.requests_per_unit = wanted.requests_per_unit;
-    rule.unit = wanted.unit;
-    Ok(Some(Arc::new(rule)))
 }
 
 /// A fifth of the limit or less left after the hits.

@@ -7,18 +7,20 @@
 //! - `proto`: the call's protobuf messages.
 //! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
 //! - `source`: the configuration's files, and what tells that they changed.
+//! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
 //! - `compat`: envoyproxy/ratelimit's environment variables, read as the bridge's.
 
 pub mod answer;
 pub mod compat;
 pub mod limits;
+pub mod plan;
 pub mod proto;
 pub mod source;
 
 use crate::grpc::{self, Deframer};
 use crate::store::Store;
-use answer::{Refusal, ResponseHeaders, Service};
+use answer::{ResponseHeaders, Service};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -27,6 +29,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use limits::Limits;
+use plan::Refusal;
 use prost::Message;
 use std::convert::Infallible;
 use std::path::PathBuf;

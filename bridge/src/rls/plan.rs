@@ -1,0 +1,321 @@
+//! What one `ShouldRateLimit` call asks of which bucket: each descriptor's limit found in
+//! the configuration (or the caller's override), and its hits sorted into the script calls
+//! that run them.
+//!
+//! Hits come in kinds, as Envoy sends them:
+//! - the request's own (`hits_addend` of the request, 1 when unset) are a **check**: the
+//!   descriptors' buckets are asked together, all or nothing, and a refused request takes
+//!   nothing, so clients held at the limit do not drain it further;
+//! - a descriptor's own `hits_addend` (what Envoy Gateway's `cost` and AI Gateway's token
+//!   usage send, at the request and with `apply_on_stream_done`) is a **cost**: 0 only asks
+//!   whether the bucket holds a token; more is taken in full, past 0 down to one bucket of
+//!   debt, and the answer is over the limit if the bucket could not pay it. A cost reported
+//!   after the response is thus never lost to a bucket that ran low meanwhile;
+//! - a **reservation** and its **commit**, marked by a last entry the lookup never sees:
+//!   `ratelimit.reserve` (any value) makes the descriptor's hits, its own or the request's,
+//!   a check, all or nothing; `ratelimit.reserved: N` makes its own hits (the usage) settle
+//!   against the N reserved: the difference is taken, into debt if need be, or given back.
+
+use super::limits::{unit_ms, Limits, Quota, Rule};
+use super::proto::{Entry, RateLimitDescriptor, RateLimitRequest};
+use crate::check::{Check, RuleSpec};
+use ratelimit_config::digest::sha256_hex;
+use ratelimit_config::keys::{bucket_key, key_safe};
+use ratelimit_config::limit::Limit;
+use ratelimit_protocol::{Settle, MAX_EXACT};
+use std::sync::Arc;
+
+/// The rule segment of every bucket key the service makes: `prefix:rls:domain:key:value...`.
+pub const RULE: &str = "rls";
+/// Descriptors in one call, and entries in one descriptor: Envoy sends a handful.
+pub const MAX_DESCRIPTORS: usize = 64;
+pub const MAX_ENTRIES: usize = 16;
+/// The last entry of a reservation, and of its commit (its value: the hits reserved).
+pub const RESERVE: &str = "ratelimit.reserve";
+pub const RESERVED: &str = "ratelimit.reserved";
+
+/// What is asked of a descriptor's bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// No limit applies: within.
+    Free,
+    /// Over without asking Redis: a limit of 0, or hits no full bucket holds.
+    Over,
+    /// In the check, all or nothing (`Plan::check`).
+    Check,
+    /// Read only (`Plan::read`).
+    Read,
+    /// Settled on its own (`Plan::cost`).
+    Cost,
+}
+
+/// One descriptor's part of the call.
+pub struct Planned {
+    pub rule: Option<Arc<Rule>>,
+    pub ask: Ask,
+    pub hits: u64,
+    /// Index of its rule in the call of its kind.
+    pub at: usize,
+}
+
+/// The call's descriptors, and the script calls that run them.
+#[derive(Default)]
+pub struct Plan {
+    pub descriptors: Vec<Planned>,
+    pub check: Check,
+    pub read: Check,
+    /// Costs and commits: a settlement, under one id per call.
+    pub cost: Check,
+}
+
+/// Why a call was not answered.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The caller's input: `INVALID_ARGUMENT`.
+    Invalid(String),
+    /// Redis: `UNAVAILABLE`, and Envoy applies its failure mode.
+    Failed(String),
+}
+
+/// A descriptor's entries without its marker, the marker, and the limit found for them.
+type Looked<'a> = (&'a [Entry], Marker, Option<Arc<Rule>>);
+
+/// What a descriptor's last entry says of it.
+enum Marker {
+    None,
+    Reserve,
+    Reserved(u64),
+}
+
+/// `request` planned against `limits`, its buckets keyed under `prefix`, its costs settled
+/// under `cost_id` (unique per call).
+pub fn plan(
+    limits: &Limits,
+    request: &RateLimitRequest,
+    prefix: &str,
+    cost_id: &str,
+) -> Result<Plan, Refusal> {
+    let domain = request.domain.as_str();
+    if domain.is_empty() {
+        return Err(Refusal::Invalid("the domain is empty".into()));
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(Refusal::Invalid(format!(
+            "more than {MAX_DESCRIPTORS} descriptors"
+        )));
+    }
+    let wide_hits = match request.hits_addend {
+        0 => 1,
+        n => u64::from(n),
+    };
+    let read: Vec<Looked> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let (entries, marker) = marked(&d.entries)?;
+            Ok((entries, marker, rule_of(limits, domain, entries, d)?))
+        })
+        .collect::<Result<_, Refusal>>()?;
+    let replaced: Vec<String> = read
+        .iter()
+        .filter_map(|(_, _, rule)| rule.as_deref())
+        .flat_map(|r| r.replaces.iter().cloned())
+        .collect();
+    let mut plan = Plan::default();
+    for (descriptor, (entries, marker, rule)) in request.descriptors.iter().zip(read) {
+        let rule = rule.filter(|r| r.name.is_empty() || !replaced.contains(&r.name));
+        let own = descriptor.hits_addend.as_ref().map(|h| h.value);
+        let hits = own.unwrap_or(wide_hits).min(MAX_EXACT - 1);
+        let limit = match rule.as_deref().map(|r| r.quota) {
+            None | Some(Quota::Unlimited) => None,
+            Some(Quota::Blocked) => {
+                plan.descriptors.push(Planned {
+                    rule,
+                    ask: Ask::Over,
+                    hits,
+                    at: 0,
+                });
+                continue;
+            }
+            Some(Quota::Bucket(limit)) => Some(limit),
+        };
+        let (Some(limit), Some(found)) = (limit, rule.as_deref()) else {
+            plan.descriptors.push(Planned {
+                rule,
+                ask: Ask::Free,
+                hits,
+                at: 0,
+            });
+            continue;
+        };
+        let (ask, at) = match (marker, own) {
+            (Marker::Reserved(reserved), Some(_)) => {
+                let delta = signed(hits) - signed(reserved);
+                plan.cost.push(settlement(
+                    prefix, domain, entries, found, &limit, delta, cost_id,
+                ));
+                (Ask::Cost, plan.cost.len() - 1)
+            }
+            (Marker::Reserved(_), None) => {
+                return Err(Refusal::Invalid(format!(
+                    "a descriptor ending in {RESERVED} has no hits_addend (the usage)"
+                )))
+            }
+            (Marker::None | Marker::Reserve, Some(0)) => {
+                plan.read
+                    .push(spec(prefix, domain, entries, found, &limit, 1));
+                (Ask::Read, plan.read.len() - 1)
+            }
+            (Marker::None, Some(_)) => {
+                let delta = signed(hits);
+                plan.cost.push(settlement(
+                    prefix, domain, entries, found, &limit, delta, cost_id,
+                ));
+                (Ask::Cost, plan.cost.len() - 1)
+            }
+            (Marker::Reserve, _) | (Marker::None, None) if hits > limit.burst => (Ask::Over, 0),
+            (Marker::Reserve, _) | (Marker::None, None) => {
+                plan.check
+                    .push(spec(prefix, domain, entries, found, &limit, hits));
+                (Ask::Check, plan.check.len() - 1)
+            }
+        };
+        plan.descriptors.push(Planned {
+            rule,
+            ask,
+            hits,
+            at,
+        });
+    }
+    Ok(plan)
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The entries the lookup and the key see, and what the last one marks.
+fn marked(entries: &[Entry]) -> Result<(&[Entry], Marker), Refusal> {
+    if entries.len() > MAX_ENTRIES {
+        return Err(Refusal::Invalid(format!(
+            "a descriptor has more than {MAX_ENTRIES} entries"
+        )));
+    }
+    if entries.iter().any(|e| e.key.is_empty()) {
+        return Err(Refusal::Invalid(
+            "a descriptor entry has an empty key".into(),
+        ));
+    }
+    let Some((last, rest)) = entries.split_last() else {
+        return Ok((entries, Marker::None));
+    };
+    match last.key.as_str() {
+        RESERVE => Ok((rest, Marker::Reserve)),
+        RESERVED => match last.value.parse::<u64>() {
+            Ok(n) if n < MAX_EXACT => Ok((rest, Marker::Reserved(n))),
+            _ => Err(Refusal::Invalid(format!(
+                "{RESERVED} {:?} is not a number of hits",
+                last.value
+            ))),
+        },
+        _ => Ok((entries, Marker::None)),
+    }
+}
+
+/// The descriptor's limit: the caller's override, in the configured descriptor's place if
+/// there is one, or the configured limit.
+fn rule_of(
+    limits: &Limits,
+    domain: &str,
+    entries: &[Entry],
+    descriptor: &RateLimitDescriptor,
+) -> Result<Option<Arc<Rule>>, Refusal> {
+    let found = limits.find(
+        domain,
+        entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+    );
+    let Some(wanted) = &descriptor.limit else {
+        return Ok(found.cloned());
+    };
+    let ms = unit_ms(wanted.unit).ok_or_else(|| {
+        Refusal::Invalid(format!(
+            "a limit override's unit {} is unknown",
+            wanted.unit
+        ))
+    })?;
+    let quota = match wanted.requests_per_unit {
+        0 => Quota::Blocked,
+        n => Quota::Bucket(Limit::new(u64::from(n), ms, None, 1).map_err(|(_, why)| {
+            Refusal::Invalid(format!(
+                "a limit override of {n} per unit {}: {why}",
+                wanted.unit
+            ))
+        })?),
+    };
+    let mut rule = found.map_or_else(
+        || Rule {
+            path: "override".into(),
+            name: String::new(),
+            quota,
+            requests_per_unit: 0,
+            unit: 0,
+            shadow: false,
+            replaces: Vec::new(),
+            shared: Vec::new(),
+        },
+        |r| Rule::clone(r),
+    );
+    rule.quota = quota;
+    rule.requests_per_unit = wanted.requests_per_unit;
+    rule.unit = wanted.unit;
+    Ok(Some(Arc::new(rule)))
+}
+
+/// A value in a key: escaped, and the empty value as the digest of nothing (a digest no
+/// escaped value equals).
+fn value(text: &str) -> String {
+    key_safe(text.as_bytes()).map_or_else(|| format!("#{}", sha256_hex(b"")), Into::into)
+}
+
+/// The rule of a descriptor's bucket, as the script takes it.
+fn spec(
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    rule: &Rule,
+    limit: &Limit,
+    cost: u64,
+) -> RuleSpec {
+    let mut values = vec![value(domain)];
+    for (i, entry) in entries.iter().enumerate() {
+        values.push(value(&entry.key));
+        match rule.shared.iter().find(|(at, _)| *at == i) {
+            Some((_, pattern)) => values.push(value(pattern)),
+            None => values.push(value(&entry.value)),
+        }
+    }
+    let key = bucket_key(prefix, RULE, &values);
+    let mut spec = RuleSpec::plain(key, limit.burst, limit.num, limit.den, cost);
+    spec.shadow = rule.shadow;
+    spec
+}
+
+/// `delta` hits taken from (or, below 0, given back to) the descriptor's bucket, down to
+/// one bucket of debt.
+fn settlement(
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    rule: &Rule,
+    limit: &Limit,
+    delta: i64,
+    id: &str,
+) -> RuleSpec {
+    let mut spec = spec(prefix, domain, entries, rule, limit, 0);
+    spec.settle = Some(Settle {
+        delta,
+        debt: limit.burst,
+        id: id.to_owned(),
+    });
+    spec
+}
