@@ -52,6 +52,10 @@
 //! - `commands`: the `override`, `unblock` and `usage` commands.
 //! - `fakes` (tests only): the unit tests' shared rule and two-node slot map.
 
+// The server's connection future is deep (a request's path through the rate limit service
+// included): proving it `Send` takes the compiler past its default depth of 128.
+#![recursion_limit = "256"]
+
 pub mod access;
 pub mod admin;
 pub mod backend;

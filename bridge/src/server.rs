@@ -243,11 +243,11 @@ impl Served {
             return Held::reply(checks, Some(busy), None, None);
         }
         if let Some(rls) = rls {
-            let answer = rls
-                .serve(&self.store, req, self.config.bounds.body_timeout)
-                .await;
+            let timeout = self.config.bounds.body_timeout;
+            let share = self.share.clone();
+            let (answer, charge) = rls.serve(&self.store, share, req, timeout).await;
             drop(busy);
-            return self.answered(answer, None);
+            return self.answered(answer, charge);
         }
         if path.starts_with(admin::PREFIX) {
             let answer = self.admin(req).await;

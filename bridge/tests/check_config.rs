@@ -100,7 +100,7 @@ fn the_rate_limit_services_yaml_is_judged_with_rls() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("{examples}: configured 6 rate limit service domain(s)\n")
+        format!("{examples}: configured 10 rate limit service domain(s)\n")
     );
     let dir = Scratch::new();
     let path = file(

@@ -229,6 +229,18 @@ async fn descriptors_are_checked_all_or_nothing_with_the_request_hits() {
     assert_eq!(codes(&over), [CODE_OK, CODE_OVER_LIMIT]);
     let team = call(&bridge, &request(vec![descriptor(&[("team", "t")])])).await;
     assert_eq!(team.statuses[0].limit_remaining, 7);
+    // The same descriptor twice in one call takes its hits twice: 2 of dan's 3, then the
+    // next call's 2 do not fit.
+    let twice = request(vec![
+        descriptor(&[("user", "dan")]),
+        descriptor(&[("user", "dan")]),
+    ]);
+    let first = call(&bridge, &twice).await;
+    assert_eq!(
+        (first.overall_code, first.statuses[1].limit_remaining),
+        (CODE_OK, 1)
+    );
+    assert_eq!(call(&bridge, &twice).await.overall_code, CODE_OVER_LIMIT);
     // More hits than the bucket holds are over without asking Redis.
     let huge = RateLimitRequest {
         hits_addend: 11,
@@ -298,6 +310,8 @@ async fn shadow_unlimited_blocked_overrides_and_replaces() {
         assert_eq!(shadow.overall_code, CODE_OK);
         let free = call(&bridge, &request(vec![descriptor(&[("free", "f")])])).await;
         assert_eq!(free.overall_code, CODE_OK);
+        // As envoyproxy/ratelimit answers an unlimited descriptor.
+        assert_eq!(free.statuses[0].limit_remaining, u32::MAX);
         let banned = call(&bridge, &request(vec![descriptor(&[("banned", "b")])])).await;
         assert_eq!(banned.overall_code, CODE_OVER_LIMIT);
     }
@@ -374,8 +388,8 @@ async fn bad_calls_fail_alone_and_the_token_is_required() {
             "the domain is empty",
         ),
         (
-            prefixed(&request(vec![descriptor(&[("user", "x")]); 65]).encode_to_vec()),
-            "more than 64 descriptors",
+            prefixed(&request(vec![descriptor(&[("user", "x")]); 33]).encode_to_vec()),
+            "more than 32 descriptors",
         ),
         (
             prefixed(&request(vec![descriptor(&[("", "x")])]).encode_to_vec()),

@@ -121,7 +121,11 @@ impl Service {
                     unit: rule.unit,
                     name: rule.name.clone(),
                 }),
-                limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
+                // As envoyproxy/ratelimit answers an unlimited descriptor.
+                limit_remaining: match rule.quota {
+                    Quota::Unlimited => u32::MAX,
+                    _ => u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
+                },
                 duration_until_reset: Some(Duration::from_ms(outcome.full_ms)),
             });
             let tighter = match &shown {

@@ -18,6 +18,19 @@ pub fn translate(
     let Some(root) = get("RUNTIME_ROOT") else {
         return Ok(Vec::new());
     };
+    // What Envoy Gateway's deployment of it sets, which the bridge cannot serve yet: say
+    // so rather than start without limits.
+    if let Some(kind) = get("CONFIG_TYPE").filter(|k| !k.eq_ignore_ascii_case("FILE")) {
+        return Err(format!(
+            "CONFIG_TYPE={kind}: the bridge reads its configuration from files only \
+             (RUNTIME_ROOT), not from an xDS server"
+        ));
+    }
+    if get("GRPC_SERVER_USE_TLS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Err("GRPC_SERVER_USE_TLS=true: the bridge serves h2c only; \
+                    terminate TLS in front of it"
+            .into());
+    }
     let mut path = root;
     for (name, default) in [
         ("RUNTIME_SUBDIRECTORY", ""),
@@ -187,6 +200,11 @@ mod tests {
                 vec![("REDIS_URL", "a:1"), ("REDIS_TYPE", "ring")],
                 "REDIS_TYPE=ring",
             ),
+            (
+                vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")],
+                "not from an xDS server",
+            ),
+            (vec![("GRPC_SERVER_USE_TLS", "true")], "h2c only"),
         ] {
             let mut vars = vars;
             vars.push(("RUNTIME_ROOT", "/data"));

@@ -19,7 +19,8 @@ fn per(rule: &Rule) -> (u32, i32) {
 #[test]
 fn the_documented_examples_load_and_find_their_limits() {
     let l = examples();
-    assert_eq!(l.domains(), 6);
+    assert_eq!(l.domains(), 10);
+    // 1: exact values.
     let users = find(&l, "mongo_cps", &[("database", "users")]).unwrap();
     assert_eq!(
         (per(users), users.path.as_str()),
@@ -27,7 +28,7 @@ fn the_documented_examples_load_and_find_their_limits() {
     );
     assert!(find(&l, "mongo_cps", &[("database", "other")]).is_none());
     assert!(find(&l, "other", &[("database", "users")]).is_none());
-    // Nested: the limit is where the last entry lands, and a key alone matches any value.
+    // 2: nested; the limit is where the last entry lands, and a key alone takes any value.
     let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
     let rule = find(&l, "messaging", &marketing).unwrap();
     assert_eq!(
@@ -39,33 +40,65 @@ fn the_documented_examples_load_and_find_their_limits() {
         per(find(&l, "messaging", &[("to_number", "1")]).unwrap()),
         (100, 4)
     );
-    // An exact value wins over the key alone.
+    // 3: an exact value wins over the key alone.
     let blocked = find(&l, "edge_proxy_per_ip", &[("remote_address", "50.0.0.5")]).unwrap();
     assert_eq!(blocked.quota, Quota::Blocked);
     let other = find(&l, "edge_proxy_per_ip", &[("remote_address", "50.0.0.6")]).unwrap();
     assert!(
         matches!(other.quota, Quota::Bucket(limit) if limit.burst == 10 && limit.per_ms == 1000)
     );
-    let foo = [("source_cluster", "proxy"), ("destination_cluster", "foo")];
-    assert!(find(&l, "rl", &foo).unwrap().shadow);
+    // 4: one level per entry.
+    let sub = [("key", "value"), ("subkey", "subvalue")];
+    assert_eq!(per(find(&l, "example4", &sub).unwrap()), (300, 1));
+    assert!(find(&l, "example4", &sub[..1]).is_none());
+    // 5: unlimited.
     assert_eq!(
         find(&l, "internal", &[("ldap", "x")]).unwrap().quota,
         Quota::Unlimited
     );
-    let alice = find(&l, "example", &[("key2", "value2"), ("user", "alice")]).unwrap();
-    assert_eq!(alice.replaces, ["overall"]);
     assert_eq!(
-        find(&l, "example", &[("key1", "value1"), ("user", "bob")])
-            .unwrap()
-            .name,
-        "overall"
+        per(find(&l, "internal", &[("azure", "x")]).unwrap()),
+        (100, 2)
     );
-    // Prefixes: per value, or one bucket for them all with share_threshold.
-    let foo = find(&l, "example", &[("path", "/foo/a")]).unwrap();
-    assert_eq!((per(foo), foo.shared.is_empty()), ((20, 2), true));
-    let bar = find(&l, "example", &[("path", "/bar/b")]).unwrap();
-    assert_eq!(bar.shared, [(0, "/bar/*".to_string())]);
-    assert!(find(&l, "example", &[("path", "/baz/b")]).is_none());
+    // 6: shadow mode under a key without a value.
+    let a = find(&l, "example6", &[("service", "auth"), ("user", "user-a")]).unwrap();
+    let b = find(&l, "example6", &[("service", "auth"), ("user", "user-b")]).unwrap();
+    assert_eq!(
+        (a.shadow, per(a), b.shadow, per(b)),
+        (true, (10, 1), false, (20, 1))
+    );
+    // 7: replaces.
+    let one = find(
+        &l,
+        "example7",
+        &[("key_1", "value_1"), ("user", "bkthomps")],
+    )
+    .unwrap();
+    let two = find(
+        &l,
+        "example7",
+        &[("key_2", "value_2"), ("user", "bkthomps")],
+    )
+    .unwrap();
+    assert_eq!(
+        (one.name.as_str(), two.replaces.as_slice()),
+        ("specific_limit", &["specific_limit".to_string()][..])
+    );
+    // 8: detailed_metric changes nothing of the lookup.
+    assert_eq!(
+        per(find(&l, "example8", &[("key1", "any")]).unwrap()),
+        (10, 2)
+    );
+    assert_eq!(
+        per(find(&l, "example8", &[("key1", "value1")]).unwrap()),
+        (20, 2)
+    );
+    // 9: a prefix, per value; share_threshold: one bucket for every value under it.
+    let nine = find(&l, "example9", &[("key1", "value_2")]).unwrap();
+    assert_eq!((per(nine), nine.shared.is_empty()), ((20, 2), true));
+    assert!(find(&l, "example9", &[("key1", "other")]).is_none());
+    let shared = find(&l, "shared", &[("path", "/foo/b")]).unwrap();
+    assert_eq!(shared.shared, [(0, "/foo/*".to_string())]);
 }
 
 #[test]

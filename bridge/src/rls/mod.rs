@@ -18,6 +18,7 @@ pub mod plan;
 pub mod proto;
 pub mod source;
 
+use crate::budget::{Charge, Share};
 use crate::grpc::{self, Deframer};
 use crate::store::Store;
 use answer::{ResponseHeaders, Service};
@@ -25,7 +26,7 @@ use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use limits::Limits;
@@ -38,7 +39,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest request message read: 64 descriptors of 16 entries of short strings fit well.
-const MAX_REQUEST: usize = 256 * 1024;
+pub const MAX_REQUEST: usize = 64 * 1024;
 /// How often the configuration's files are looked at for a change.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
@@ -104,15 +105,28 @@ impl Rls {
         }
     }
 
-    /// Answers one `ShouldRateLimit` call whose caller was admitted: the request message
+    /// Answers one `ShouldRateLimit` call whose caller was admitted, and its share of the
+    /// budget, taken before its body is read (as an exchange's is): the request message
     /// is read within `body_timeout`, and the answer is a gRPC response with its status in
     /// the trailers (or alone, for a call that was not answered).
     pub async fn serve(
         &self,
         store: &Store,
+        share: Share,
         req: Request<Incoming>,
         body_timeout: Duration,
-    ) -> Reply {
+    ) -> (Reply, Option<Charge>) {
+        let framed = MAX_REQUEST + 5;
+        let expected = req
+            .body()
+            .size_hint()
+            .exact()
+            .map_or(framed, |n| n as usize);
+        let charge = share.charge(expected.min(framed)).await;
+        (self.answer(store, req, body_timeout).await, charge)
+    }
+
+    async fn answer(&self, store: &Store, req: Request<Incoming>, body_timeout: Duration) -> Reply {
         let grpc = req
             .headers()
             .get("content-type")

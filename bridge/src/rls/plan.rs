@@ -22,13 +22,14 @@ use crate::check::{Check, RuleSpec};
 use ratelimit_config::digest::sha256_hex;
 use ratelimit_config::keys::{bucket_key, key_safe};
 use ratelimit_config::limit::Limit;
-use ratelimit_protocol::{Settle, MAX_EXACT};
+use ratelimit_protocol::{Settle, MAX_EXACT, MAX_RULES};
 use std::sync::Arc;
 
 /// The rule segment of every bucket key the service makes: `prefix:rls:domain:key:value...`.
 pub const RULE: &str = "rls";
-/// Descriptors in one call, and entries in one descriptor: Envoy sends a handful.
-pub const MAX_DESCRIPTORS: usize = 64;
+/// Descriptors in one call (as many as a check's rules), and entries in one descriptor:
+/// Envoy sends a handful.
+pub const MAX_DESCRIPTORS: usize = MAX_RULES;
 pub const MAX_ENTRIES: usize = 16;
 /// The last entry of a reservation, and of its commit (its value: the hits reserved).
 pub const RESERVE: &str = "ratelimit.reserve";
@@ -151,10 +152,8 @@ pub fn plan(
         let (ask, at) = match (marker, own) {
             (Marker::Reserved(reserved), Some(_)) => {
                 let delta = signed(hits) - signed(reserved);
-                plan.cost.push(settlement(
-                    prefix, domain, entries, found, &limit, delta, cost_id,
-                ));
-                (Ask::Cost, plan.cost.len() - 1)
+                let spec = settlement(prefix, domain, entries, found, &limit, delta, cost_id);
+                (Ask::Cost, place(&mut plan.cost, spec))
             }
             (Marker::Reserved(_), None) => {
                 return Err(Refusal::Invalid(format!(
@@ -162,22 +161,18 @@ pub fn plan(
                 )))
             }
             (Marker::None | Marker::Reserve, Some(0)) => {
-                plan.read
-                    .push(spec(prefix, domain, entries, found, &limit, 1));
-                (Ask::Read, plan.read.len() - 1)
+                let spec = spec(prefix, domain, entries, found, &limit, 1);
+                (Ask::Read, place(&mut plan.read, spec))
             }
             (Marker::None, Some(_)) => {
                 let delta = signed(hits);
-                plan.cost.push(settlement(
-                    prefix, domain, entries, found, &limit, delta, cost_id,
-                ));
-                (Ask::Cost, plan.cost.len() - 1)
+                let spec = settlement(prefix, domain, entries, found, &limit, delta, cost_id);
+                (Ask::Cost, place(&mut plan.cost, spec))
             }
             (Marker::Reserve, _) | (Marker::None, None) if hits > limit.burst => (Ask::Over, 0),
             (Marker::Reserve, _) | (Marker::None, None) => {
-                plan.check
-                    .push(spec(prefix, domain, entries, found, &limit, hits));
-                (Ask::Check, plan.check.len() - 1)
+                let spec = spec(prefix, domain, entries, found, &limit, hits);
+                (Ask::Check, place(&mut plan.check, spec))
             }
         };
         plan.descriptors.push(Planned {
@@ -188,6 +183,24 @@ pub fn plan(
         });
     }
     Ok(plan)
+}
+
+/// Puts `spec` in `call`, returning its index: a bucket already there (the same descriptor
+/// twice in one call, which the script must never see twice in one check) takes the hits
+/// or the delta of both, as two calls would.
+fn place(call: &mut Check, spec: RuleSpec) -> usize {
+    let Some(at) = call.iter().position(|r| r.key == spec.key) else {
+        call.push(spec);
+        return call.len() - 1;
+    };
+    if let Some(first) = call.get_mut(at) {
+        first.cost = first.cost.saturating_add(spec.cost).min(MAX_EXACT - 1);
+        if let (Some(first), Some(more)) = (&mut first.settle, spec.settle) {
+            let bound = signed(MAX_EXACT - 1);
+            first.delta = (first.delta + more.delta).clamp(-bound, bound);
+        }
+    }
+    at
 }
 
 fn signed(n: u64) -> i64 {
