@@ -332,3 +332,7 @@ fn settlement(
     });
     spec
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
