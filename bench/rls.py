@@ -13,15 +13,9 @@ Standalone: `.venv/bin/python -m bench.rls [--smoke]` (after `make bench-build`)
 own Valkey and a bridge serving the section's YAML, prints the section.
 """
 
-import argparse
-import json
-import shutil
-import tempfile
 from pathlib import Path
 
-from testbed import stack
-
-from . import smoke
+from . import alone, smoke
 from .cells import ms, statuses
 from .diagnostics import Probe
 from .envoys import RLS_DOMAIN, RLS_KEY, Gateway
@@ -141,28 +135,7 @@ Valkey, whose numbers there are their idle cost).
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
-    args = parser.parse_args()
-    workdir = tempfile.mkdtemp(prefix="ratelimit-rls-")
-    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir,
-                              bridge_args=bridge_args(workdir))
-    ok = False
-    try:
-        bench_stack.start()
-        results = measure(bench_stack, workdir, settings(short=args.smoke))
-        print(json.dumps(results, indent=1)[:4000])
-        print(section(results))
-        if args.smoke:
-            smoke.check_rls(results)
-            print("smoke: ok")
-        ok = True
-    finally:
-        bench_stack.close()
-        if ok:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"rls failed; logs kept in {workdir}")
+    alone.run("rls", __doc__, measure, settings, section, smoke.check_rls, bridge_args)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,13 @@ starts its own Valkey and bridge, prints the section. Every process is a stack.P
 stopped in `finally`.
 """
 
-import argparse
 import json
-import shutil
 import statistics
-import tempfile
 from pathlib import Path
 
 from testbed import stack
 
-from . import smoke
+from . import alone, smoke
 from .cells import statuses
 from .diagnostics import Probe
 from .envoys import SSE_UPSTREAM, Gateway
@@ -245,29 +242,7 @@ ratio.
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
-    args = parser.parse_args()
-    workdir = tempfile.mkdtemp(prefix="ratelimit-streams-")
-    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir)
-    ok = False
-    try:
-        bench_stack.start()
-        streams = measure(bench_stack, workdir, settings(short=args.smoke))
-        print(json.dumps({c["key"]: {k: c[k] for k in ("rps", "rps_runs", "x_noop",
-                                                         "x_unmetered", "counters")}
-                          for c in streams["configs"]}, indent=1))
-        print(section(streams))
-        if args.smoke:
-            smoke.check_streams(streams)
-            print("smoke: ok")
-        ok = True
-    finally:
-        bench_stack.close()
-        if ok:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"streams failed; logs kept in {workdir}")
+    alone.run("streams", __doc__, measure, settings, section, smoke.check_streams)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""One section of `make bench` run on its own, `.venv/bin/python -m bench.<section>
+[--smoke]` (after `make bench-build`): its own Valkey and bridge (testbed/stack.py), the
+section's runs, its part of REPORT.md printed, and with `--smoke` its sanity checks. Every
+process is a stack.Process, stopped in `finally`; the logs stay when a run fails."""
+
+import argparse
+import shutil
+import tempfile
+
+from testbed import stack
+
+
+def run(name, doc, measure, settings, section, check, bridge_args=None):
+    """`measure(stack, workdir, settings(short))`, then `section` of its results printed
+    and, with `--smoke`, `check` of them; `bridge_args(workdir)`: the bridge's flags."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
+    args = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix=f"ratelimit-{name}-")
+    flags = bridge_args(workdir) if bridge_args else ()
+    bench_stack = stack.Stack(plugin={}, gateways=0, workdir=workdir, bridge_args=flags)
+    ok = False
+    try:
+        bench_stack.start()
+        results = measure(bench_stack, workdir, settings(short=args.smoke))
+        print(section(results))
+        if args.smoke:
+            check(results)
+            print("smoke: ok")
+        ok = True
+    finally:
+        bench_stack.close()
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"{name} failed; logs kept in {workdir}")
