@@ -127,27 +127,22 @@ pub fn plan(
         let rule = rule.filter(|r| r.name.is_empty() || !replaced.contains(&r.name));
         let own = descriptor.hits_addend.as_ref().map(|h| h.value);
         let hits = own.unwrap_or(wide_hits).min(MAX_EXACT - 1);
-        let limit = match rule.as_deref().map(|r| r.quota) {
-            None | Some(Quota::Unlimited) => None,
-            Some(Quota::Blocked) => {
+        let (limit, found) = match rule.as_deref().map(|r| (r.quota, r)) {
+            Some((Quota::Bucket(limit), found)) => (limit, found),
+            // Answered without Redis: no limit, or a limit of 0.
+            other => {
+                let ask = match other {
+                    Some((Quota::Blocked, _)) => Ask::Over,
+                    _ => Ask::Free,
+                };
                 plan.descriptors.push(Planned {
                     rule,
-                    ask: Ask::Over,
+                    ask,
                     hits,
                     at: 0,
                 });
                 continue;
             }
-            Some(Quota::Bucket(limit)) => Some(limit),
-        };
-        let (Some(limit), Some(found)) = (limit, rule.as_deref()) else {
-            plan.descriptors.push(Planned {
-                rule,
-                ask: Ask::Free,
-                hits,
-                at: 0,
-            });
-            continue;
         };
         let (ask, at) = match (marker, own) {
             (Marker::Reserved(reserved), Some(_)) => {
