@@ -155,7 +155,6 @@ def test_failure_modes_and_the_gateways_token(rls_stack, tmp_path):
     assert stack.get(1, "/", {"x-user": "erin"})[0] == 500
     stack.bridge.kill()
     assert stack.get(0, "/", dave)[0] == 200
-    stack.envoys[1].stop()
 
 
 def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):

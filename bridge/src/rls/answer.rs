@@ -9,7 +9,7 @@ use super::proto::{
     CODE_OK, CODE_OVER_LIMIT,
 };
 use crate::check::RuleOutcome;
-use crate::rls_metrics::{Hits, RuleLabel};
+use crate::rls_metrics::Hits;
 use crate::store::Store;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -99,11 +99,7 @@ impl Service {
                 (false, _) if near(rule, outcome.as_ref()) => Hits::Near,
                 (false, _) => Hits::Within,
             };
-            let label = RuleLabel {
-                domain: request.domain.clone(),
-                key: rule.path.clone(),
-            };
-            metrics.hits(&label, planned.hits, became);
+            metrics.hits(&rule.label, planned.hits, became);
             let code = if became == Hits::Over {
                 response.overall_code = CODE_OVER_LIMIT;
                 CODE_OVER_LIMIT

@@ -11,6 +11,7 @@
 //! client through twice. Anything else (an unknown field, a unit that does not exist, a
 //! composite key twice) is refused with one line naming the file and the descriptor.
 
+use crate::rls_metrics::RuleLabel;
 use ratelimit_config::limit::Limit;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -91,8 +92,9 @@ pub enum Quota {
 /// A configured descriptor's limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    /// The descriptor's path, `key_value.key` (the metrics' `key` label).
-    pub path: String,
+    /// Its domain and path, `key_value.key`: the labels of its series, made once here rather
+    /// than on every call.
+    pub label: RuleLabel,
     pub name: String,
     pub quota: Quota,
     /// `requests_per_unit` and `unit` as configured, for the answer's `current_limit`.
@@ -147,7 +149,7 @@ impl Limits {
                 ));
             }
             let mut level = Level::default();
-            build(&mut level, raw.descriptors, "", &[], 0)
+            build(&mut level, &raw.domain, raw.descriptors, "", &[], 0)
                 .map_err(|e| format!("{file}: domain {:?}: {e}", raw.domain))?;
             limits.domains.insert(raw.domain, level);
         }
@@ -194,6 +196,7 @@ const MAX_DEPTH: usize = 16;
 
 fn build(
     level: &mut Level,
+    domain: &str,
     raws: Vec<RawDescriptor>,
     parent: &str,
     shared: &[(usize, String)],
@@ -226,13 +229,14 @@ fn build(
         let mut node = Node {
             rule: raw
                 .rate_limit
-                .map(|r| rule(r, &path, raw.shadow_mode, &shared))
+                .map(|r| rule(r, domain, &path, raw.shadow_mode, &shared))
                 .transpose()?
                 .map(Arc::new),
             children: Level::default(),
         };
         build(
             &mut node.children,
+            domain,
             raw.descriptors,
             &path,
             &shared,
@@ -266,6 +270,7 @@ fn build(
 
 fn rule(
     raw: RawRateLimit,
+    domain: &str,
     path: &str,
     shadow: bool,
     shared: &[(usize, String)],
@@ -301,7 +306,10 @@ fn rule(
         (quota, unit)
     };
     Ok(Rule {
-        path: path.to_owned(),
+        label: RuleLabel {
+            domain: domain.to_owned(),
+            key: path.to_owned(),
+        },
         name: raw.name.unwrap_or_default(),
         quota,
         requests_per_unit: raw.requests_per_unit.unwrap_or(0),

@@ -23,7 +23,7 @@ fn the_documented_examples_load_and_find_their_limits() {
     // 1: exact values.
     let users = find(&l, "mongo_cps", &[("database", "users")]).unwrap();
     assert_eq!(
-        (per(users), users.path.as_str()),
+        (per(users), users.label.key.as_str()),
         ((500, 1), "database_users")
     );
     assert!(find(&l, "mongo_cps", &[("database", "other")]).is_none());
@@ -32,7 +32,7 @@ fn the_documented_examples_load_and_find_their_limits() {
     let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
     let rule = find(&l, "messaging", &marketing).unwrap();
     assert_eq!(
-        (per(rule), rule.path.as_str()),
+        (per(rule), rule.label.key.as_str()),
         ((5, 4), "message_type_marketing.to_number")
     );
     assert!(find(&l, "messaging", &marketing[..1]).is_none());

@@ -38,7 +38,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Largest request message read: 64 descriptors of 16 entries of short strings fit well.
+/// Largest request message read: 32 descriptors of 16 entries of short strings fit well.
 pub const MAX_REQUEST: usize = 64 * 1024;
 /// How often the configuration's files are looked at for a change.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);

@@ -19,6 +19,7 @@
 use super::limits::{unit_ms, Limits, Quota, Rule};
 use super::proto::{Entry, RateLimitDescriptor, RateLimitRequest};
 use crate::check::{Check, RuleSpec};
+use crate::rls_metrics::RuleLabel;
 use ratelimit_config::digest::sha256_hex;
 use ratelimit_config::keys::{bucket_key, key_safe};
 use ratelimit_config::limit::Limit;
@@ -223,7 +224,7 @@ fn marked(entries: &[Entry]) -> Result<(&[Entry], Marker), Refusal> {
             Ok(n) if n < MAX_EXACT => Ok((rest, Marker::Reserved(n))),
             _ => Err(Refusal::Invalid(format!(
                 "{RESERVED} {:?} is not a number of hits",
-                last.value
+                last.value.chars().take(32).collect::<String>()
             ))),
         },
         _ => Ok((entries, Marker::None)),
@@ -262,7 +263,10 @@ fn rule_of(
     };
     let mut rule = found.map_or_else(
         || Rule {
-            path: "override".into(),
+            label: RuleLabel {
+                domain: domain.to_owned(),
+                key: "override".into(),
+            },
             name: String::new(),
             quota,
             requests_per_unit: 0,
