@@ -19,6 +19,7 @@
 //! - `keyspace`: the keys the bridge may touch: its prefixes, and the keys' grammar.
 //! - `overrides`: what an emergency override is, its records, the table that applies them.
 //! - `override_cache`: the overrides in force, and the bound on their staleness.
+//! - `pem`: PEM files named by flags (certificates, keys, CA bundles), checked at startup.
 //! - `redis_tls`: TLS to Redis: the rustls provider, CA and client certificate files.
 //! - `connect`: credentials and TLS for the Redis clients, and the URL as logged.
 //! - `sentinel`: asking Redis Sentinels where the master is, their answers read strictly.
@@ -40,11 +41,15 @@
 //! - `deadlines`: what one connection may hold (`ConnectionBounds`): header, body and
 //!   write deadlines.
 //! - `access`: who may check (the gateways' token) and who may change limits.
+//! - `listen_tls`: TLS on the bridge's own port (`--tls-cert`), mutual with
+//!   `--tls-client-ca`.
 //! - `grpc`: the stream transport, one long-lived gRPC stream per gateway worker.
 //! - `registry`: overrides in Redis: set, clear, list, and the refresh every 250 ms.
 //! - `usage`: a client's bucket, read without spending or writing anything (`read`).
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
+//! - `probes`: health and metrics, on the bridge's port and on plaintext probe ports of
+//!   their own (`--probe-listen`).
 //! - `rls_metrics`: the rate limit service's per-limit series, registered with the others.
 //! - `rls`: Envoy's Rate Limit Service (`ShouldRateLimit`), read from envoyproxy/ratelimit's
 //!   YAML and answered from the same buckets (`--rls-config`).
@@ -72,9 +77,12 @@ pub mod global_metrics;
 pub mod grpc;
 pub mod health;
 pub mod keyspace;
+pub mod listen_tls;
 pub mod metrics;
 pub mod override_cache;
 pub mod overrides;
+pub mod pem;
+pub mod probes;
 pub mod redis_args;
 pub mod redis_memory;
 pub mod redis_tls;

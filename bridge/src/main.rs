@@ -6,9 +6,11 @@ use ratelimit_bridge::commands::{self, Command, RedisArgs};
 use ratelimit_bridge::connect::redact;
 use ratelimit_bridge::deadlines::ConnectionBounds;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
+use ratelimit_bridge::listen_tls::ListenTlsArgs;
+use ratelimit_bridge::probes;
 use ratelimit_bridge::regions::flags::RegionArgs;
-use ratelimit_bridge::rls::answer::ResponseHeaders;
-use ratelimit_bridge::rls::{compat, Rls};
+use ratelimit_bridge::rls::args::RlsArgs;
+use ratelimit_bridge::rls::{compat, xds};
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::StoreOptions;
 use ratelimit_bridge::usage;
@@ -49,6 +51,18 @@ struct Args {
     )]
     listen: SocketAddr,
     #[command(flatten)]
+    tls: ListenTlsArgs,
+    /// More addresses (comma-separated) serving only GET /healthz (/healthcheck) and
+    /// /metrics, in plaintext HTTP/1.1: for probes and scrapes that cannot use --listen's
+    /// TLS or token.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_PROBE_LISTEN",
+        value_name = "ADDR",
+        value_delimiter = ','
+    )]
+    probe_listen: Vec<SocketAddr>,
+    #[command(flatten)]
     redis: RedisArgs,
     #[command(flatten)]
     regions: RegionArgs,
@@ -70,19 +84,8 @@ struct Args {
     /// any check naming another key (the filter's `key_prefix` must be one of them).
     #[arg(long, env = "RATELIMIT_BRIDGE_KEY_PREFIX", default_value = DEFAULT_PREFIX)]
     key_prefix: String,
-    /// Serve Envoy's Rate Limit Service (`ShouldRateLimit`, gRPC on this port) from
-    /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of them,
-    /// reloaded when they change.
-    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_CONFIG", value_name = "PATH")]
-    rls_config: Option<PathBuf>,
-    /// The headers the rate limit service asks Envoy to add to responses.
-    #[arg(
-        long,
-        env = "RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS",
-        value_enum,
-        default_value = "draft03"
-    )]
-    rls_response_headers: ResponseHeaders,
+    #[command(flatten)]
+    rls: RlsArgs,
     /// The plugin configuration (JSON) the gateways load, for `GET /admin/usage`.
     #[arg(long, env = "RATELIMIT_BRIDGE_CONFIG", value_name = "PLUGIN.json")]
     config: Option<PathBuf>,
@@ -254,16 +257,24 @@ async fn serve(args: Args) -> Result<(), String> {
         .regions
         .regions(&args.redis, &store, options)?
         .map(Arc::new);
-    let rls = match &args.rls_config {
-        Some(path) => {
-            let prefix = store.keyspace().prefixes().next().unwrap_or(DEFAULT_PREFIX);
-            let rls = Rls::load(path.clone(), prefix, args.rls_response_headers)
-                .map_err(|e| format!("--rls-config {e}"))?;
-            Some(Arc::new(rls))
-        }
-        None => None,
+    let prefix = store.keyspace().prefixes().next().unwrap_or(DEFAULT_PREFIX);
+    let (rls, xds) = match args.rls.service(prefix)? {
+        Some((rls, xds)) => (Some(rls), xds),
+        None => (None, None),
     };
     let reloading = rls.clone().map(|rls| tokio::spawn(rls.watch()));
+    let following = rls
+        .clone()
+        .zip(xds)
+        .map(|(rls, xds)| tokio::spawn(xds::follow(rls, xds)));
+    let tls = args.tls.acceptor()?;
+    let mut probing = Vec::new();
+    for addr in &args.probe_listen {
+        let probes = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("--probe-listen {addr}: {e}"))?;
+        probing.push(tokio::spawn(probes::serve(probes, store.clone())));
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
@@ -306,12 +317,13 @@ async fn serve(args: Args) -> Result<(), String> {
             plugin,
             regions,
             rls,
+            tls,
         },
         shutdown,
     )
     .await;
-    if let Some(reloading) = reloading {
-        reloading.abort();
+    for task in reloading.into_iter().chain(following).chain(probing) {
+        task.abort();
     }
     // Leases not spent go back to their ledgers.
     let _ = stop_leasing.send(true);

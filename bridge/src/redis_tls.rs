@@ -5,12 +5,9 @@
 //! the flag's name; redis-rs would otherwise accept, say, a CA file without a certificate and
 //! fail every connection later with an unknown issuer.
 
+use crate::pem;
 use redis::{ClientTlsConfig, TlsCertificates};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::sign::CertifiedKey;
-use rustls::RootCertStore;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const CA_FLAG: &str = "--redis-ca-file";
 const CERT_FLAG: &str = "--redis-client-cert";
@@ -36,13 +33,19 @@ impl TlsFiles {
 
     /// The files' contents as redis-rs takes them, checked; `None` without any file.
     pub fn load(&self) -> Result<Option<TlsCertificates>, String> {
-        let client_tls = match (&self.client_cert, &self.client_key) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => Some(identity(cert, key)?),
-            (Some(_), None) => return Err(format!("{CERT_FLAG} needs {KEY_FLAG}")),
-            (None, Some(_)) => return Err(format!("{KEY_FLAG} needs {CERT_FLAG}")),
-        };
-        let root_cert = self.ca_file.as_deref().map(trust_anchors).transpose()?;
+        let client_tls = pem::optional_identity(
+            (CERT_FLAG, self.client_cert.as_deref()),
+            (KEY_FLAG, self.client_key.as_deref()),
+        )?
+        .map(|id| ClientTlsConfig {
+            client_cert: id.cert_pem,
+            client_key: id.key_pem,
+        });
+        let root_cert = self
+            .ca_file
+            .as_deref()
+            .map(|path| pem::trust_anchors(CA_FLAG, path).map(|(pem, _)| pem))
+            .transpose()?;
         if client_tls.is_none() && root_cert.is_none() {
             return Ok(None);
         }
@@ -59,63 +62,4 @@ impl TlsFiles {
 /// earlier by someone else stays, hence the ignored result.
 pub fn use_ring() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-fn read(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
-}
-
-fn certificates(
-    flag: &str,
-    path: &Path,
-    pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{flag} {}: unreadable PEM: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{flag} {}: no certificate in the file (expected PEM blocks \
-             `-----BEGIN CERTIFICATE-----`)",
-            path.display()
-        ));
-    }
-    Ok(certs)
-}
-
-/// The CA file, once every certificate in it is known to be a usable trust anchor.
-fn trust_anchors(path: &Path) -> Result<Vec<u8>, String> {
-    let pem = read(CA_FLAG, path)?;
-    let mut roots = RootCertStore::empty();
-    for (n, cert) in certificates(CA_FLAG, path, &pem)?.into_iter().enumerate() {
-        roots.add(cert).map_err(|e| {
-            format!(
-                "{CA_FLAG} {}: certificate {} is no usable CA certificate: {e}",
-                path.display(),
-                n + 1
-            )
-        })?;
-    }
-    Ok(pem)
-}
-
-/// The client certificate and key, once rustls accepts the key and finds that it belongs to
-/// the certificate.
-fn identity(cert_path: &Path, key_path: &Path) -> Result<ClientTlsConfig, String> {
-    let client_cert = read(CERT_FLAG, cert_path)?;
-    let chain = certificates(CERT_FLAG, cert_path, &client_cert)?;
-    let client_key = read(KEY_FLAG, key_path)?;
-    let key = PrivateKeyDer::from_pem_slice(&client_key)
-        .map_err(|e| format!("{KEY_FLAG} {}: no PEM private key: {e}", key_path.display()))?;
-    CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider()).map_err(|e| {
-        format!(
-            "{KEY_FLAG} {} does not go with {CERT_FLAG} {}: {e}",
-            key_path.display(),
-            cert_path.display()
-        )
-    })?;
-    Ok(ClientTlsConfig {
-        client_cert,
-        client_key,
-    })
 }

@@ -10,7 +10,8 @@ use crate::budget::{Budget, Charge, Share};
 use crate::deadlines::{
     self, Activity, Busy, Connection, ConnectionBounds, Unwritten, DRAIN_TIMEOUT,
 };
-use crate::metrics::{self, Failure, Transport};
+use crate::metrics::{Failure, Transport};
+use crate::probes::{self, reply};
 use crate::regions::Regions;
 use crate::rls::{self, Rls};
 use crate::slots::{Peer, Slots};
@@ -19,7 +20,7 @@ use crate::{grpc, health, registry, wire};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited, StreamBody};
+use http_body_util::{BodyExt, LengthLimitError, Limited, StreamBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode, Version};
@@ -35,6 +36,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+use tokio_rustls::TlsAcceptor;
 
 /// HTTP/2 keep-alive: a connection whose peer stops answering pings (a gateway gone without
 /// a FIN) is closed, so that a long-lived stream does not hold its slot forever. A live
@@ -61,6 +63,8 @@ pub struct Config {
     pub regions: Option<Arc<Regions>>,
     /// Envoy's Rate Limit Service (`--rls-config`).
     pub rls: Option<Arc<Rls>>,
+    /// TLS on the port (`--tls-cert`); plaintext without.
+    pub tls: Option<TlsAcceptor>,
 }
 
 /// Serves connections from `listener` until `shutdown` completes, then drains.
@@ -103,23 +107,37 @@ pub async fn run(
                 // Over the cap: closed at once (dropped), see `slots`.
                 let Some((slot, peer)) = slots.take(store.metrics()).await else { continue };
                 let _ = stream.set_nodelay(true);
-                let activity = Activity::default();
                 let served = Served {
                     store: store.clone(),
                     stop: stop_seen.clone(),
                     config: config.clone(),
                     share: budget.share(),
-                    activity: activity.clone(),
+                    activity: Activity::default(),
                     peer: Arc::clone(&peer),
                 };
-                let service = hyper::service::service_fn(move |req| {
-                    let served = served.clone();
-                    async move { Ok::<_, hyper::Error>(served.handle(req).await) }
-                });
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let held = Connection { activity, peer, slot };
-                let (stop, store) = (stop_seen.clone(), store.clone());
-                tokio::spawn(deadlines::drive(conn, held, bounds, stop, store));
+                let held = Connection { activity: served.activity.clone(), peer, slot };
+                let builder = builder.clone();
+                match config.tls.clone() {
+                    None => {
+                        tokio::spawn(serve(builder, TokioIo::new(stream), served, held));
+                    }
+                    // The handshake runs on the connection's own task, under the header
+                    // deadline, holding its slot: a peer that never finishes one takes
+                    // nothing from the accept loop.
+                    Some(acceptor) => {
+                        tokio::spawn(async move {
+                            let shake = tokio::time::timeout(
+                                bounds.header_timeout,
+                                acceptor.accept(stream),
+                            );
+                            match shake.await {
+                                Ok(Ok(tls)) => serve(builder, TokioIo::new(tls), served, held).await,
+                                Ok(Err(e)) => log::debug!("TLS handshake failed: {e}"),
+                                Err(_) => log::debug!("TLS handshake not done in time"),
+                            }
+                        });
+                    }
+                }
             }
             () = &mut shutdown => break,
         }
@@ -135,7 +153,29 @@ pub async fn run(
     refreshing.abort();
 }
 
-type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
+/// Serves one connection's requests under its deadlines until it ends.
+async fn serve<S>(
+    builder: auto::Builder<TokioExecutor>,
+    io: TokioIo<S>,
+    served: Served,
+    held: Connection,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (bounds, stop, store) = (
+        served.config.bounds,
+        served.stop.clone(),
+        served.store.clone(),
+    );
+    let service = hyper::service::service_fn(move |req| {
+        let served = served.clone();
+        async move { Ok::<_, hyper::Error>(served.handle(req).await) }
+    });
+    let conn = builder.serve_connection(io, service).into_owned();
+    deadlines::drive(conn, held, bounds, stop, store).await;
+}
+
+type Reply = probes::Reply;
 
 /// What a connection's requests are served with.
 #[derive(Clone)]
@@ -207,12 +247,6 @@ impl Body for Held {
     }
 }
 
-fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
-    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
-    *response.status_mut() = status;
-    response
-}
-
 impl Served {
     /// Serves one request: a gRPC stream holds its connection busy while it is open; any
     /// other answer ends its request once it is made, written or not.
@@ -255,14 +289,14 @@ impl Served {
         }
         let (answer, charge) = match (req.method(), path) {
             (&Method::POST, PATH) => check(&self.store, &self.config, &self.share, req).await,
-            // `/healthcheck`: envoyproxy/ratelimit's, which its deployments probe.
-            (&Method::GET, "/healthz" | "/healthcheck") => (healthz(&self.store).await, None),
-            (&Method::GET, "/metrics") => (scrape(&self.store), None),
-            (_, PATH | "/healthz" | "/healthcheck" | "/metrics") => (
+            (_, PATH) => (
                 reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
                 None,
             ),
-            _ => (reply(StatusCode::NOT_FOUND, "not found\n"), None),
+            (method, path) => match probes::answer(&self.store, method, path).await {
+                Some(answer) => (answer, None),
+                None => (reply(StatusCode::NOT_FOUND, "not found\n"), None),
+            },
         };
         drop(busy);
         self.answered(answer, charge)
@@ -295,14 +329,6 @@ impl Served {
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
         answer
-    }
-}
-
-async fn healthz(store: &Store) -> Reply {
-    if store.ping().await {
-        reply(StatusCode::OK, "ok\n")
-    } else {
-        reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
     }
 }
 
@@ -349,23 +375,6 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
 }
 
 /// `GET /metrics`: Prometheus scrapes it without the gateways' token, like `/healthz`.
-fn scrape(store: &Store) -> Reply {
-    match store.metrics().render() {
-        Ok(text) => {
-            let mut answer = reply(StatusCode::OK, text);
-            answer.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static(metrics::CONTENT_TYPE),
-            );
-            answer
-        }
-        Err(e) => reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the metrics: {e}\n"),
-        ),
-    }
-}
-
 /// One exchange over HTTP, and its share of the budget. A body announced larger than the
 /// bound is refused before it is read; one that takes longer than `body_timeout` to arrive
 /// is given up (408). The share is taken before the body is read: the size announced, or

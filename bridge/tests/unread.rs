@@ -79,6 +79,7 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
         plugin: None,
         regions: None,
         rls: None,
+        tls: None,
     };
     let bridge = start_with(&valkey.url(), config).await;
     // Every slot: a request without the token (401) or a health check, whose answer can

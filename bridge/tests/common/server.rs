@@ -34,6 +34,7 @@ pub fn without_token(bounds: ConnectionBounds) -> Config {
         plugin: None,
         regions: None,
         rls: None,
+        tls: None,
     }
 }
 
@@ -55,6 +56,7 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
         plugin: None,
         regions: None,
         rls: None,
+        tls: None,
     };
     start_with(redis_url, config).await
 }

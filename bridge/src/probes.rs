@@ -1,0 +1,108 @@
+//! Health and metrics (`GET /healthz`, its alias `/healthcheck`, `GET /metrics`): answered on
+//! the bridge's port, and on plaintext probe ports of their own (`--probe-listen`) for a
+//! deployment whose kubelet probes and Prometheus scrapes cannot speak the port's TLS, as
+//! envoyproxy/ratelimit's deployments (Envoy Gateway's) probe its HTTP port and scrape a
+//! Prometheus port beside its TLS gRPC port.
+
+use crate::metrics;
+use crate::store::Store;
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::header::HeaderValue;
+use hyper::{Method, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
+
+/// Connections a probe port serves at once: a kubelet and a scraper need a few.
+const PROBE_CONNECTIONS: usize = 32;
+/// A probe's request must arrive whole within this.
+const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
+    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
+    *response.status_mut() = status;
+    response
+}
+
+/// The answer to a probe's `method` and `path`; `None` for a path that is not a probe's.
+pub async fn answer(store: &Store, method: &Method, path: &str) -> Option<Reply> {
+    let probe = matches!(path, "/healthz" | "/healthcheck" | "/metrics");
+    Some(match (method, path) {
+        (_, _) if !probe => return None,
+        (&Method::GET, "/metrics") => scrape(store),
+        (&Method::GET, _) => healthz(store).await,
+        _ => reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+    })
+}
+
+async fn healthz(store: &Store) -> Reply {
+    if store.ping().await {
+        reply(StatusCode::OK, "ok\n")
+    } else {
+        reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
+    }
+}
+
+fn scrape(store: &Store) -> Reply {
+    match store.metrics().render() {
+        Ok(text) => {
+            let mut answer = reply(StatusCode::OK, text);
+            answer.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            answer
+        }
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the metrics: {e}\n"),
+        ),
+    }
+}
+
+/// Serves probes alone on `listener` (HTTP/1.1, plaintext) until dropped (aborted): any
+/// other path is not found, and a connection past the few it serves at once waits.
+pub async fn serve(listener: TcpListener, store: Store) {
+    let room = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    loop {
+        let Ok(permit) = Arc::clone(&room).acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                log::warn!("probe port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let store = store.clone();
+        let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+            let store = store.clone();
+            async move {
+                let answer = answer(&store, req.method(), req.uri().path()).await;
+                Ok::<_, Infallible>(
+                    answer.unwrap_or_else(|| reply(StatusCode::NOT_FOUND, "not found\n")),
+                )
+            }
+        });
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(PROBE_HEADER_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                log::debug!("probe port: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
