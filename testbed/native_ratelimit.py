@@ -11,6 +11,7 @@ routes that go to a cluster, never to a `direct_response`.
 import json
 from pathlib import Path
 
+from .pki import make_pki
 from .stack import ENVOY, Process, Stack, free_port, request
 
 RATELIMIT_TYPE = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit"
@@ -46,12 +47,30 @@ def listener(name, port, routes, http_filters):
                                      "router.v3.Router"}}]}}]}]}
 
 
+def upstream_tls(pki):
+    """A cluster's transport socket to the bridge over TLS, trusting `pki`'s CA (made by
+    `testbed.pki.make_pki`) and presenting its client certificate."""
+    return {"name": "envoy.transport_sockets.tls", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                 "UpstreamTlsContext",
+        "sni": "localhost",
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [{"certificate_chain": {"filename": pki["client_cert"]},
+                                  "private_key": {"filename": pki["client_key"]}}],
+            "validation_context": {"trusted_ca": {"filename": pki["ca"]},
+                                   "match_typed_subject_alt_names": [{
+                                       "san_type": "DNS",
+                                       "matcher": {"exact": "localhost"}}]}}}}
+
+
 def native_config(listen_port, admin_port, origin_port, bridge_port, rate_limits,
                   domain="api", failure_mode_deny=False, token=None, origin_headers=None,
-                  ratelimit_options=None):
+                  ratelimit_options=None, pki=None):
     """An Envoy bootstrap: `listen_port` serves every path through the `ratelimit` filter
     (domain `domain`) with `rate_limits` on its route, to the origin on `origin_port`,
-    which answers 200 with `origin_headers`."""
+    which answers 200 with `origin_headers`; with `pki`, it reaches the bridge over
+    mutual TLS (`upstream_tls`)."""
     service = {"envoy_grpc": {"cluster_name": "ratelimit_bridge"}, "timeout": "2s"}
     if token is not None:
         service["initial_metadata"] = [{"key": "authorization", "value": f"Bearer {token}"}]
@@ -70,25 +89,36 @@ def native_config(listen_port, admin_port, origin_port, bridge_port, rate_limits
         "response_headers_to_add": [
             {"header": {"key": k, "value": v}} for k, v in (origin_headers or {}).items()]}],
         [])
+    bridge = cluster("ratelimit_bridge", bridge_port, http2=True)
+    if pki is not None:
+        bridge["transport_socket"] = upstream_tls(pki)
     return {"admin": {"address": {"socket_address": {"address": "127.0.0.1",
                                                      "port_value": admin_port}}},
             "static_resources": {
                 "listeners": [front, origin],
-                "clusters": [cluster("origin", origin_port),
-                             cluster("ratelimit_bridge", bridge_port, http2=True)]}}
+                "clusters": [cluster("origin", origin_port), bridge]}}
 
 
 class RlsStack(Stack):
     """Valkey, the bridge serving `rls_yaml` (text, written to a file it watches), and
     `gateways` Envoys made by `native_config` with the other options, and gateway i with
-    `per_gateway[i]`'s over them."""
+    `per_gateway[i]`'s over them. With `tls`, the bridge serves mutual TLS (`self.pki`'s
+    files) and its health on a plaintext probe port, and the gateways reach it so."""
 
     def __init__(self, rls_yaml, rate_limits, gateways=2, bridge_args=(), per_gateway=(),
-                 **options):
+                 tls=False, **options):
         super().__init__(plugin={}, gateways=0, bridge_args=bridge_args)
         self.rls_file = Path(self.workdir) / "rls.yaml"
         self.rls_file.write_text(rls_yaml)
         self.bridge.argv += ["--rls-config", str(self.rls_file)]
+        self.pki = make_pki(self.workdir) if tls else None
+        if tls:
+            self.health_port = free_port()
+            self.bridge.argv += [
+                "--tls-cert", self.pki["server_cert"], "--tls-key", self.pki["server_key"],
+                "--tls-client-ca", self.pki["ca"],
+                "--probe-listen", f"127.0.0.1:{self.health_port}"]
+            options["pki"] = self.pki
         for i in range(gateways):
             port, admin, origin = free_port(), free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"

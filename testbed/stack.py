@@ -282,6 +282,9 @@ class Stack:
         self.workdir = workdir or tempfile.mkdtemp(prefix="ratelimit-testbed-")
         self.redis_port = free_port()
         self.bridge_port = free_port()
+        # Where the bridge answers /healthz in plaintext: its port, or a probe port of its
+        # own (`--probe-listen`) when that one speaks TLS.
+        self.health_port = self.bridge_port
         self.valkey = Process("valkey", [
             VALKEY, "--port", str(self.redis_port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", *valkey_args], self.workdir)
@@ -341,7 +344,7 @@ class Stack:
 
     def start_bridge(self):
         self.bridge.start()
-        wait_for("bridge", lambda: request(self.bridge_port, "/healthz", timeout=1)[0] == 200,
+        wait_for("bridge", lambda: request(self.health_port, "/healthz", timeout=1)[0] == 200,
                  proc=self.bridge.proc, log=self.bridge.log)
 
     def redis(self, *args):

@@ -38,6 +38,7 @@ WASM_NAME = "plugin.wasm"
 # Where the bridge's image keeps its files, and who runs it: the uid distroless images
 # call `nonroot`, owning nothing in the image (every file is root's and read-only to it).
 BRIDGE_PATH = "usr/local/bin/ratelimit-bridge"
+RATELIMIT_PATH = "bin/ratelimit"
 CA_PATH = "etc/ssl/certs/ca-certificates.crt"
 BRIDGE_USER = "65532:65532"
 
@@ -52,8 +53,9 @@ def canonical(document):
 
 
 def tar_of(files):
-    """A reproducible tar of `files`: name -> bytes, or (bytes, mode); a name ending in /
-    is a directory. Every entry is root's, dated 1970."""
+    """A reproducible tar of `files`: name -> bytes, or (bytes, mode), or a str: a symbolic
+    link to that path; a name ending in / is a directory. Every entry is root's, dated
+    1970."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for name, data in files.items():
@@ -62,6 +64,9 @@ def tar_of(files):
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
             if name.endswith("/"):
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif isinstance(data, str):
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, data, 0o777
                 tar.addfile(info)
             else:
                 info.mode, info.size = mode, len(data)
@@ -110,7 +115,11 @@ def wasm_image(wasm):
 def bridge_image(binary, ca_bundle, version):
     """The bridge's container image: its static linux/amd64 `binary` and `ca_bundle`."""
     files = {**directories(BRIDGE_PATH), BRIDGE_PATH: (binary, 0o755),
-             **directories(CA_PATH), CA_PATH: ca_bundle}
+             **directories(CA_PATH), CA_PATH: ca_bundle,
+             # Where envoyproxy/ratelimit's image has its binary, which Envoy Gateway's
+             # Deployment runs by path (`/bin/ratelimit`): the image swapped in runs the
+             # bridge, reading that service's environment (docs/rate-limit-service.md).
+             **directories(RATELIMIT_PATH), RATELIMIT_PATH: "/" + BRIDGE_PATH}
     runtime = {
         "Entrypoint": ["/" + BRIDGE_PATH],
         "User": BRIDGE_USER,

@@ -45,13 +45,27 @@ pub const INVALID_ARGUMENT: u32 = 3;
 pub const DEADLINE_EXCEEDED: u32 = 4;
 pub const UNAVAILABLE: u32 = 14;
 
-/// Splits a byte stream into gRPC messages.
-#[derive(Default)]
+/// Splits a byte stream into gRPC messages of at most `max` bytes.
 pub struct Deframer {
     buf: BytesMut,
+    max: usize,
+}
+
+impl Default for Deframer {
+    /// For the stream transport's messages.
+    fn default() -> Deframer {
+        Deframer::with_limit(MAX_MESSAGE)
+    }
 }
 
 impl Deframer {
+    pub fn with_limit(max: usize) -> Deframer {
+        Deframer {
+            buf: BytesMut::new(),
+            max,
+        }
+    }
+
     pub fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
     }
@@ -70,8 +84,8 @@ impl Deframer {
             return Err("compressed messages are not supported".into());
         }
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-        if len > MAX_MESSAGE {
-            return Err(format!("message of {len} bytes exceeds {MAX_MESSAGE}"));
+        if len > self.max {
+            return Err(format!("message of {len} bytes exceeds {}", self.max));
         }
         if self.buf.len() < 5 + len {
             return Ok(None);

@@ -88,7 +88,9 @@ impl Drop for TlsProxy {
     }
 }
 
-fn server_config(server: &Identity, clients: Option<&Ca>) -> ServerConfig {
+/// A server configuration presenting `server`, requiring a client certificate issued by
+/// `clients` if given.
+pub fn server_config(server: &Identity, clients: Option<&Ca>) -> ServerConfig {
     let chain = CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .expect("server certificate PEM");

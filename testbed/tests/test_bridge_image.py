@@ -78,6 +78,9 @@ def test_a_runtime_finds_a_static_binary_run_by_a_non_root_user_and_nothing_else
     assert ca.count(b"-----BEGIN CERTIFICATE-----") > 100
     assert not ca_member.mode & 0o111
     assert set(image_files) == {path}
+    # Envoy Gateway runs envoyproxy/ratelimit's image by its binary's path.
+    links = {m.name: m.linkname for m, _ in layout.members() if m.issym()}
+    assert links == {"bin/ratelimit": "/" + path}, links
     assert not any(m.issym() or m.islnk() for m, _ in layout.members())
 
 

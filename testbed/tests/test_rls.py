@@ -5,6 +5,8 @@ gateways, costs reported at stream end (`apply_on_stream_done`), shadow mode, th
 modes, the gateways' token, and a bridge restarted with nothing lost."""
 
 import re
+import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.native_ratelimit import RlsStack
-from testbed.stack import BRIDGE, request, wait_for
+from testbed.stack import BRIDGE, free_port, request, wait_for
 
 LIMITS = """
 domain: api
@@ -194,16 +196,58 @@ def test_a_deployment_made_for_envoyproxy_ratelimit_runs_the_bridge_unchanged():
         (data / "ratelimit" / "config" / "api.yaml").write_text(LIMITS)
         (data / "ratelimit" / "config" / ".hidden.yaml").write_text("not: [yaml")
         stack.bridge.argv = [BRIDGE, "--threads", "1"]
+        http_port = free_port()
         stack.bridge.env = {"RUNTIME_ROOT": str(data), "RUNTIME_SUBDIRECTORY": "ratelimit",
                             "RUNTIME_WATCH_ROOT": "false", "REDIS_SOCKET_TYPE": "tcp",
                             "REDIS_URL": f"127.0.0.1:{stack.redis_port}",
                             "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(stack.bridge_port),
+                            "HOST": "127.0.0.1", "PORT": str(http_port),
                             "USE_STATSD": "false"}
         stack.start()
         assert request(stack.bridge_port, "/healthcheck")[0] == 200
+        # Its HTTP port, which such deployments probe, answers too.
+        assert request(http_port, "/healthcheck")[0] == 200
         got = [stack.get(0, "/", {"x-user": "gina"})[0] for _ in range(6)]
         assert got == [200] * 5 + [429], got
         log = stack.logs("bridge")
         assert "envoyproxy/ratelimit's environment read as RATELIMIT_BRIDGE_RLS_CONFIG" in log, log
+    finally:
+        stack.close()
+
+
+def tls_answer(port, context):
+    """What the bridge's port says to an HTTP/2 preface over TLS made with `context`; None
+    when the handshake or the read fails."""
+    context.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                return tls.recv(64)
+    except (ssl.SSLError, OSError):
+        return None
+
+
+def test_envoy_reaches_the_bridge_over_mutual_tls():
+    # A bridge reached across a network it does not trust (and Envoy Gateway's rate limit
+    # service, which serves TLS): TLS on its port, a client certificate required, health on
+    # a plaintext probe port. Both gateways fail open, so a broken TLS path would let
+    # every request through rather than refuse the sixth.
+    stack = RlsStack(LIMITS, [USER], gateways=2, tls=True).start()
+    try:
+        got = [stack.get(i % 2, "/", {"x-user": "tess"})[0] for i in range(6)]
+        assert got == [200] * 5 + [429], got
+        for gateway in (0, 1):
+            assert stack.counter(gateway, "cluster.ratelimit_bridge.ssl.handshake") >= 1
+            assert stack.counter(gateway, "cluster.origin.ratelimit.over_limit") \
+                == (1 if gateway == 1 else 0)
+        trusted = ssl.create_default_context(cafile=stack.pki["ca"])
+        assert tls_answer(stack.bridge_port, trusted) in (None, b""), \
+            "served a client without a certificate"
+        trusted = ssl.create_default_context(cafile=stack.pki["ca"])
+        trusted.load_cert_chain(stack.pki["client_cert"], stack.pki["client_key"])
+        settings = tls_answer(stack.bridge_port, trusted)
+        assert settings and settings[3] == 4, settings  # an HTTP/2 SETTINGS frame
+        assert request(stack.health_port, "/healthz")[0] == 200
     finally:
         stack.close()

@@ -9,6 +9,10 @@
 //! | `RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`/`RUNTIME_APPDIRECTORY` (`config`) | `--rls-config` |
 //! | `REDIS_URL` (`host:port`, comma-separated), `REDIS_TYPE` (`single`, `cluster`, `sentinel`: `master,host:port,...`), `REDIS_TLS`, `REDIS_AUTH` (`password` or `user:password`) | `--redis`, `--cluster`, `--sentinel` |
 //! | `GRPC_HOST` (`0.0.0.0`), `GRPC_PORT` (`8081`) | `--listen` |
+//! | `GRPC_SERVER_USE_TLS`, `GRPC_SERVER_TLS_CERT`/`_KEY`, `GRPC_CLIENT_TLS_CACERT` | `--tls-cert`, `--tls-key`, `--tls-client-ca` |
+//! | `HOST`/`PORT` (`0.0.0.0:8080`, `/healthcheck`), `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`) | `--probe-listen` |
+//! | `CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_SERVER_URL`, `CONFIG_GRPC_XDS_NODE_ID`, `CONFIG_GRPC_XDS_SERVER_USE_TLS`, `CONFIG_GRPC_XDS_CLIENT_TLS_CERT`/`_KEY`, `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`, `CONFIG_GRPC_XDS_SERVER_TLS_SAN` | `--rls-xds`, `--rls-xds-node`, `--rls-xds-tls`, `--rls-xds-client-cert`/`-key`, `--rls-xds-ca`, `--rls-xds-server-name` |
+//! | `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`/`_KEY` | `--redis-ca-file`, `--redis-client-cert`/`-key` |
 
 /// The bridge's variables `get` (theirs) stands for, or why it cannot; empty without
 /// `RUNTIME_ROOT`.
@@ -18,42 +22,107 @@ pub fn translate(
     let Some(root) = get("RUNTIME_ROOT") else {
         return Ok(Vec::new());
     };
-    // What Envoy Gateway's deployment of it sets, which the bridge cannot serve yet: say
-    // so rather than start without limits.
-    if let Some(kind) = get("CONFIG_TYPE").filter(|k| !k.eq_ignore_ascii_case("FILE")) {
+    let truthy = |name: &str| {
+        get(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"))
+    };
+    let mut out = Vec::new();
+    let kind = get("CONFIG_TYPE").unwrap_or_else(|| "FILE".into());
+    if kind.eq_ignore_ascii_case("GRPC_XDS_SOTW") {
+        let server = get("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into());
+        out.push(("RATELIMIT_BRIDGE_RLS_XDS", server));
+        let node = get("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| "default".into());
+        out.push(("RATELIMIT_BRIDGE_RLS_XDS_NODE", node));
+        if truthy("CONFIG_GRPC_XDS_SERVER_USE_TLS") {
+            out.push(("RATELIMIT_BRIDGE_RLS_XDS_TLS", "true".into()));
+            for (theirs, ours) in [
+                (
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                    "RATELIMIT_BRIDGE_RLS_XDS_CLIENT_CERT",
+                ),
+                (
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                    "RATELIMIT_BRIDGE_RLS_XDS_CLIENT_KEY",
+                ),
+                (
+                    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                    "RATELIMIT_BRIDGE_RLS_XDS_CA",
+                ),
+                (
+                    "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+                    "RATELIMIT_BRIDGE_RLS_XDS_SERVER_NAME",
+                ),
+            ] {
+                out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
+            }
+        }
+    } else if kind.eq_ignore_ascii_case("FILE") {
+        let mut path = root;
+        for (name, default) in [
+            ("RUNTIME_SUBDIRECTORY", ""),
+            ("RUNTIME_APPDIRECTORY", "config"),
+        ] {
+            let part = get(name).unwrap_or_else(|| default.to_owned());
+            if !part.is_empty() {
+                path = format!("{}/{}", path.trim_end_matches('/'), part.trim_matches('/'));
+            }
+        }
+        out.push(("RATELIMIT_BRIDGE_RLS_CONFIG", path));
+    } else {
         return Err(format!(
-            "CONFIG_TYPE={kind}: the bridge reads its configuration from files only \
-             (RUNTIME_ROOT), not from an xDS server"
+            "CONFIG_TYPE={kind}: the bridge reads its configuration from files (FILE) or an \
+             xDS server (GRPC_XDS_SOTW)"
         ));
     }
-    if get("GRPC_SERVER_USE_TLS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        return Err("GRPC_SERVER_USE_TLS=true: the bridge serves h2c only; \
-                    terminate TLS in front of it"
-            .into());
-    }
-    let mut path = root;
-    for (name, default) in [
-        ("RUNTIME_SUBDIRECTORY", ""),
-        ("RUNTIME_APPDIRECTORY", "config"),
-    ] {
-        let part = get(name).unwrap_or_else(|| default.to_owned());
-        if !part.is_empty() {
-            path = format!("{}/{}", path.trim_end_matches('/'), part.trim_matches('/'));
+    // As theirs does, GRPC_SERVER_USE_TLS asks for client certificates only with
+    // GRPC_CLIENT_TLS_CACERT (Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which it ignores).
+    if truthy("GRPC_SERVER_USE_TLS") {
+        for (theirs, ours) in [
+            ("GRPC_SERVER_TLS_CERT", "RATELIMIT_BRIDGE_TLS_CERT"),
+            ("GRPC_SERVER_TLS_KEY", "RATELIMIT_BRIDGE_TLS_KEY"),
+            ("GRPC_CLIENT_TLS_CACERT", "RATELIMIT_BRIDGE_TLS_CLIENT_CA"),
+        ] {
+            out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
         }
     }
-    let mut out = vec![("RATELIMIT_BRIDGE_RLS_CONFIG", path)];
     let host = get("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".into());
     let port = get("GRPC_PORT").unwrap_or_else(|| "8081".into());
     out.push(("RATELIMIT_BRIDGE_LISTEN", format!("{host}:{port}")));
+    // Their HTTP port answers /healthcheck, which their deployments probe; their Prometheus
+    // port, /metrics.
+    let host = get("HOST").unwrap_or_else(|| "0.0.0.0".into());
+    let mut probes = vec![format!(
+        "{host}:{}",
+        get("PORT").unwrap_or_else(|| "8080".into())
+    )];
+    if truthy("USE_PROMETHEUS") {
+        let addr = get("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        probes.push(match addr.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => addr,
+        });
+    }
+    out.push(("RATELIMIT_BRIDGE_PROBE_LISTEN", probes.join(",")));
+    for (theirs, ours) in [
+        ("REDIS_TLS_CACERT", "RATELIMIT_BRIDGE_REDIS_CA_FILE"),
+        (
+            "REDIS_TLS_CLIENT_CERT",
+            "RATELIMIT_BRIDGE_REDIS_CLIENT_CERT",
+        ),
+        ("REDIS_TLS_CLIENT_KEY", "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY"),
+    ] {
+        out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
+    }
     if let Some(socket) = get("REDIS_SOCKET_TYPE").filter(|s| !s.eq_ignore_ascii_case("tcp")) {
         return Err(format!("REDIS_SOCKET_TYPE={socket}: only tcp is supported"));
     }
     let Some(urls) = get("REDIS_URL") else {
         return Ok(out);
     };
-    let tls =
-        get("REDIS_TLS").is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"));
-    let scheme = if tls { "rediss" } else { "redis" };
+    let scheme = if truthy("REDIS_TLS") {
+        "rediss"
+    } else {
+        "redis"
+    };
     let login = get("REDIS_AUTH").map(|auth| match auth.split_once(':') {
         Some((user, password)) => format!("{}:{}@", escape(user), escape(password)),
         None => format!(":{}@", escape(&auth)),
@@ -151,6 +220,72 @@ mod tests {
         assert_eq!(got["RATELIMIT_BRIDGE_REDIS"], "redis://redis:6379");
         assert_eq!(got["RATELIMIT_BRIDGE_LISTEN"], "0.0.0.0:8081");
         assert!(!got.contains_key("RATELIMIT_BRIDGE_CLUSTER"));
+        assert_eq!(got["RATELIMIT_BRIDGE_PROBE_LISTEN"], "0.0.0.0:8080");
+        assert!(!got.contains_key("RATELIMIT_BRIDGE_TLS_CERT"));
+    }
+
+    /// What Envoy Gateway's rate limit Deployment sets (internal/infrastructure/kubernetes/
+    /// ratelimit/resource.go), with Prometheus on and Redis over TLS.
+    #[test]
+    fn envoy_gateways_deployment_is_read() {
+        let got = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("LOG_LEVEL", "info"),
+            ("USE_STATSD", "false"),
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CLIENT_CERT", "/redis-certs/tls.crt"),
+            ("REDIS_TLS_CLIENT_KEY", "/redis-certs/tls.key"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":19001"),
+        ])
+        .unwrap();
+        assert!(!got.contains_key("RATELIMIT_BRIDGE_RLS_CONFIG"));
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_XDS"], "envoy-gateway:18001");
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_XDS_NODE"], "envoy-ratelimit");
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_XDS_TLS"], "true");
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_RLS_XDS_CLIENT_CERT"],
+            "/certs/tls.crt"
+        );
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_XDS_CLIENT_KEY"], "/certs/tls.key");
+        assert_eq!(got["RATELIMIT_BRIDGE_RLS_XDS_CA"], "/certs/ca.crt");
+        assert_eq!(got["RATELIMIT_BRIDGE_TLS_CERT"], "/certs/tls.crt");
+        assert_eq!(got["RATELIMIT_BRIDGE_TLS_KEY"], "/certs/tls.key");
+        assert!(!got.contains_key("RATELIMIT_BRIDGE_TLS_CLIENT_CA"));
+        assert_eq!(got["RATELIMIT_BRIDGE_LISTEN"], "0.0.0.0:8081");
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_PROBE_LISTEN"],
+            "0.0.0.0:8080,0.0.0.0:19001"
+        );
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_REDIS"],
+            "rediss://redis.redis-system.svc.cluster.local:6379"
+        );
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_REDIS_CLIENT_CERT"],
+            "/redis-certs/tls.crt"
+        );
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_REDIS_CLIENT_KEY"],
+            "/redis-certs/tls.key"
+        );
     }
 
     #[test]
@@ -201,10 +336,9 @@ mod tests {
                 "REDIS_TYPE=ring",
             ),
             (
-                vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")],
-                "not from an xDS server",
+                vec![("CONFIG_TYPE", "GRPC_XDS_DELTA")],
+                "CONFIG_TYPE=GRPC_XDS_DELTA",
             ),
-            (vec![("GRPC_SERVER_USE_TLS", "true")], "h2c only"),
         ] {
             let mut vars = vars;
             vars.push(("RUNTIME_ROOT", "/data"));

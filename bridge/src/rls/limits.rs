@@ -34,48 +34,53 @@ pub fn unit_ms(unit: i32) -> Option<u64> {
     UNITS.iter().find(|u| u.1 == unit).map(|u| u.2)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDomain {
-    domain: String,
-    #[serde(default)]
-    descriptors: Vec<RawDescriptor>,
+/// The name of a unit, by its number in the protocol (`None`: not a unit).
+pub fn unit_name(unit: i32) -> Option<&'static str> {
+    UNITS.iter().find(|u| u.1 == unit).map(|u| u.0)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawDescriptor {
-    key: String,
-    value: Option<String>,
-    rate_limit: Option<RawRateLimit>,
+pub(crate) struct RawDomain {
+    pub(crate) domain: String,
     #[serde(default)]
-    descriptors: Vec<RawDescriptor>,
+    pub(crate) descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDescriptor {
+    pub(crate) key: String,
+    pub(crate) value: Option<String>,
+    pub(crate) rate_limit: Option<RawRateLimit>,
     #[serde(default)]
-    shadow_mode: bool,
+    pub(crate) descriptors: Vec<RawDescriptor>,
     #[serde(default)]
-    share_threshold: bool,
+    pub(crate) shadow_mode: bool,
+    #[serde(default)]
+    pub(crate) share_threshold: bool,
     /// Accepted and ignored: the bridge's series are per configured descriptor, never per
     /// client value, so their number stays bounded.
     #[serde(default, rename = "detailed_metric")]
-    _detailed_metric: bool,
+    pub(crate) _detailed_metric: bool,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRateLimit {
-    unit: Option<String>,
-    requests_per_unit: Option<u32>,
+pub(crate) struct RawRateLimit {
+    pub(crate) unit: Option<String>,
+    pub(crate) requests_per_unit: Option<u32>,
     #[serde(default)]
-    unlimited: bool,
-    name: Option<String>,
+    pub(crate) unlimited: bool,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    replaces: Vec<RawReplaces>,
+    pub(crate) replaces: Vec<RawReplaces>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawReplaces {
-    name: String,
+pub(crate) struct RawReplaces {
+    pub(crate) name: String,
 }
 
 /// What a configured descriptor's limit does.
@@ -135,22 +140,33 @@ impl Limits {
     pub fn parse<'a>(
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Limits, String> {
+        let domains = files
+            .into_iter()
+            .map(|(file, text)| {
+                let raw: RawDomain =
+                    serde_yaml_ng::from_str(text).map_err(|e| format!("{file}: {e}"))?;
+                Ok((file.to_owned(), raw))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Limits::build(domains)
+    }
+
+    /// The limits of `domains`, each named by where it came from (a file, a resource).
+    pub(crate) fn build(domains: Vec<(String, RawDomain)>) -> Result<Limits, String> {
         let mut limits = Limits::default();
-        for (file, text) in files {
-            let raw: RawDomain =
-                serde_yaml_ng::from_str(text).map_err(|e| format!("{file}: {e}"))?;
+        for (origin, raw) in domains {
             if raw.domain.is_empty() {
-                return Err(format!("{file}: the domain is empty"));
+                return Err(format!("{origin}: the domain is empty"));
             }
             if limits.domains.contains_key(&raw.domain) {
                 return Err(format!(
-                    "{file}: domain {:?} is configured twice",
+                    "{origin}: domain {:?} is configured twice",
                     raw.domain
                 ));
             }
             let mut level = Level::default();
             build(&mut level, &raw.domain, raw.descriptors, "", &[], 0)
-                .map_err(|e| format!("{file}: domain {:?}: {e}", raw.domain))?;
+                .map_err(|e| format!("{origin}: domain {:?}: {e}", raw.domain))?;
             limits.domains.insert(raw.domain, level);
         }
         Ok(limits)

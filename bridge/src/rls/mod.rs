@@ -9,14 +9,18 @@
 //! - `source`: the configuration's files, and what tells that they changed.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
+//! - `xds`: the configuration from an xDS server, as Envoy Gateway serves it.
+//! - `args`: the service's flags, and the service they make.
 //! - `compat`: envoyproxy/ratelimit's environment variables, read as the bridge's.
 
 pub mod answer;
+pub mod args;
 pub mod compat;
 pub mod limits;
 pub mod plan;
 pub mod proto;
 pub mod source;
+pub mod xds;
 
 use crate::budget::{Charge, Share};
 use crate::grpc::{self, Deframer};
@@ -45,7 +49,8 @@ const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// The service: the configuration in force and how answers are made.
 pub struct Rls {
-    path: PathBuf,
+    /// The files it was read from (`None`: it comes from xDS).
+    path: Option<PathBuf>,
     limits: RwLock<Arc<Limits>>,
     service: Service,
 }
@@ -62,10 +67,21 @@ impl Rls {
             limits.domains(),
             path.display()
         );
+        Ok(Rls::new(limits, Some(path), prefix, headers))
+    }
+
+    /// The service with no domain configured yet, until an xDS server (`xds::follow`)
+    /// configures some: every descriptor meanwhile has no limit, as envoyproxy/ratelimit
+    /// answers with `FORCE_START_WITHOUT_INITIAL_CONFIG`, which Envoy Gateway sets.
+    pub fn unconfigured(prefix: &str, headers: ResponseHeaders) -> Rls {
+        Rls::new(Limits::default(), None, prefix, headers)
+    }
+
+    fn new(limits: Limits, path: Option<PathBuf>, prefix: &str, headers: ResponseHeaders) -> Rls {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        Ok(Rls {
+        Rls {
             path,
             limits: RwLock::new(Arc::new(limits)),
             service: Service {
@@ -74,31 +90,40 @@ impl Rls {
                 costs: AtomicU64::new(0),
                 cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
             },
-        })
+        }
+    }
+
+    /// Puts `limits` in force.
+    fn install(&self, limits: Limits) {
+        *self.limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(limits);
     }
 
     fn limits(&self) -> Arc<Limits> {
         Arc::clone(&self.limits.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Reads the configuration again whenever its files change, until dropped (aborted).
+    /// Reads the configuration again whenever its files change, until dropped (aborted);
+    /// returns at once for a configuration from xDS.
     pub async fn watch(self: Arc<Rls>) {
-        let mut seen = source::stamp(&self.path);
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        let mut seen = source::stamp(&path);
         loop {
             tokio::time::sleep(RELOAD_EVERY).await;
-            let now = source::stamp(&self.path);
+            let now = source::stamp(&path);
             if now == seen {
                 continue;
             }
             seen = now;
-            match source::load(&self.path) {
+            match source::load(&path) {
                 Ok(limits) => {
                     log::info!(
                         "rate limit service: reloaded {} domain(s) from {}",
                         limits.domains(),
-                        self.path.display()
+                        path.display()
                     );
-                    *self.limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(limits);
+                    self.install(limits);
                 }
                 Err(e) => log::error!("rate limit service: kept the configuration in force: {e}"),
             }

@@ -1,0 +1,150 @@
+//! The rate limit service's flags (`RlsArgs`): where its configuration comes from (files, or
+//! an xDS server as Envoy Gateway runs one) and what its answers add, and the service they
+//! make.
+
+use super::answer::ResponseHeaders;
+use super::xds::Server;
+use super::Rls;
+use crate::pem;
+use clap::Args;
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_rustls::TlsConnector;
+
+const XDS_CA_FLAG: &str = "--rls-xds-ca";
+const XDS_CERT_FLAG: &str = "--rls-xds-client-cert";
+const XDS_KEY_FLAG: &str = "--rls-xds-client-key";
+
+#[derive(Args, Debug, Clone)]
+pub struct RlsArgs {
+    /// Serve Envoy's Rate Limit Service (`ShouldRateLimit`, gRPC on this port) from
+    /// envoyproxy/ratelimit's YAML configuration: one file, or a directory of them,
+    /// reloaded when they change.
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_CONFIG", value_name = "PATH")]
+    pub rls_config: Option<PathBuf>,
+    /// Serve Envoy's Rate Limit Service with its configuration from this xDS server
+    /// (`host:port`, `RateLimitConfig` resources over `StreamAggregatedResources`, state of
+    /// the world), as Envoy Gateway serves its rate limit service's.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_XDS",
+        value_name = "HOST:PORT",
+        conflicts_with = "rls_config"
+    )]
+    pub rls_xds: Option<String>,
+    /// The node id to subscribe as (Envoy Gateway keys its snapshot on `envoy-ratelimit`).
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_XDS_NODE",
+        value_name = "ID",
+        default_value = "default"
+    )]
+    pub rls_xds_node: String,
+    /// Reach the xDS server over TLS (implied by any --rls-xds-* file).
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_XDS_TLS")]
+    pub rls_xds_tls: bool,
+    /// PEM bundle of the CAs the xDS server's certificate must chain to (else the
+    /// system's roots).
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_XDS_CA", value_name = "PEM")]
+    pub rls_xds_ca: Option<PathBuf>,
+    /// PEM certificate chain presented to the xDS server (mutual TLS; needs the key).
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_XDS_CLIENT_CERT", value_name = "PEM")]
+    pub rls_xds_client_cert: Option<PathBuf>,
+    /// The PEM private key of --rls-xds-client-cert.
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_XDS_CLIENT_KEY", value_name = "PEM")]
+    pub rls_xds_client_key: Option<PathBuf>,
+    /// The name the xDS server's certificate must carry (else the host of --rls-xds).
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_XDS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub rls_xds_server_name: Option<String>,
+    /// The headers the rate limit service asks Envoy to add to responses.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS",
+        value_enum,
+        default_value = "draft03"
+    )]
+    pub rls_response_headers: ResponseHeaders,
+}
+
+/// The service, and the xDS server it follows for its configuration (none: from files).
+pub type Configured = (Arc<Rls>, Option<Server>);
+
+impl RlsArgs {
+    /// The service the flags configure, keying buckets under `prefix`, and the xDS server
+    /// to follow for its configuration; `None` without the service.
+    pub fn service(&self, prefix: &str) -> Result<Option<Configured>, String> {
+        let headers = self.rls_response_headers;
+        if let Some(path) = &self.rls_config {
+            let rls = Rls::load(path.clone(), prefix, headers)
+                .map_err(|e| format!("--rls-config {e}"))?;
+            return Ok(Some((Arc::new(rls), None)));
+        }
+        let Some(address) = &self.rls_xds else {
+            return Ok(None);
+        };
+        let server = Server {
+            address: address.clone(),
+            node: self.rls_xds_node.clone(),
+            tls: self.xds_tls(address)?,
+        };
+        Ok(Some((
+            Arc::new(Rls::unconfigured(prefix, headers)),
+            Some(server),
+        )))
+    }
+
+    fn xds_tls(
+        &self,
+        address: &str,
+    ) -> Result<Option<(TlsConnector, ServerName<'static>)>, String> {
+        let files = self.rls_xds_ca.is_some()
+            || self.rls_xds_client_cert.is_some()
+            || self.rls_xds_client_key.is_some();
+        if !self.rls_xds_tls && !files {
+            return Ok(None);
+        }
+        let host = match &self.rls_xds_server_name {
+            Some(name) => name.clone(),
+            None => address
+                .rsplit_once(':')
+                .map_or(address, |(host, _)| host)
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        };
+        let name = ServerName::try_from(host.clone())
+            .map_err(|e| format!("--rls-xds-server-name {host:?}: {e}"))?;
+        let roots = match &self.rls_xds_ca {
+            Some(path) => pem::trust_anchors(XDS_CA_FLAG, path)?.1,
+            None => {
+                let mut roots = rustls::RootCertStore::empty();
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+                roots
+            }
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("--rls-xds TLS: {e}"))?
+            .with_root_certificates(roots);
+        let identity = pem::optional_identity(
+            (XDS_CERT_FLAG, self.rls_xds_client_cert.as_deref()),
+            (XDS_KEY_FLAG, self.rls_xds_client_key.as_deref()),
+        )?;
+        let mut config = match identity {
+            Some(id) => builder
+                .with_client_auth_cert(id.chain, id.key)
+                .map_err(|e| format!("{XDS_CERT_FLAG}: {e}"))?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Some((TlsConnector::from(Arc::new(config)), name)))
+    }
+}
