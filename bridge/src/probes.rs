@@ -20,10 +20,14 @@ use tokio::sync::Semaphore;
 
 pub type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
-/// Connections a probe port serves at once: a kubelet and a scraper need a few.
-const PROBE_CONNECTIONS: usize = 32;
-/// A probe's request must arrive whole within this.
-const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections a probe port serves at once: a kubelet and a scraper need a few, and a peer
+/// that opens many idle ones to starve the probes (so that the pod is restarted) must hold
+/// this many, each for no longer than the header timeout; an idle connection costs a task
+/// and a small buffer.
+const PROBE_CONNECTIONS: usize = 1024;
+/// A probe's request must arrive whole within this: a kubelet's probe times out after 1 s
+/// by default, and sends its request at once.
+const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut response = Response::new(Full::new(body.into()).boxed_unsync());

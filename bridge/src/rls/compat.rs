@@ -22,6 +22,13 @@ pub fn translate(
     let Some(root) = get("RUNTIME_ROOT") else {
         return Ok(Vec::new());
     };
+    // Their variables that name a file the bridge's name too, copied where set.
+    let copied = |pairs: &[(&str, &'static str)]| -> Vec<(&'static str, String)> {
+        let set = |(theirs, ours): &(&str, &'static str)| {
+            get(theirs).filter(|v| !v.is_empty()).map(|v| (*ours, v))
+        };
+        pairs.iter().filter_map(set).collect()
+    };
     let truthy = |name: &str| {
         get(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"))
     };
@@ -34,7 +41,7 @@ pub fn translate(
         out.push(("RATELIMIT_BRIDGE_RLS_XDS_NODE", node));
         if truthy("CONFIG_GRPC_XDS_SERVER_USE_TLS") {
             out.push(("RATELIMIT_BRIDGE_RLS_XDS_TLS", "true".into()));
-            for (theirs, ours) in [
+            out.extend(copied(&[
                 (
                     "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
                     "RATELIMIT_BRIDGE_RLS_XDS_CLIENT_CERT",
@@ -51,9 +58,7 @@ pub fn translate(
                     "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
                     "RATELIMIT_BRIDGE_RLS_XDS_SERVER_NAME",
                 ),
-            ] {
-                out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
-            }
+            ]));
         }
     } else if kind.eq_ignore_ascii_case("FILE") {
         let mut path = root;
@@ -76,13 +81,11 @@ pub fn translate(
     // As theirs does, GRPC_SERVER_USE_TLS asks for client certificates only with
     // GRPC_CLIENT_TLS_CACERT (Envoy Gateway sets GRPC_SERVER_TLS_CA_CERT, which it ignores).
     if truthy("GRPC_SERVER_USE_TLS") {
-        for (theirs, ours) in [
+        out.extend(copied(&[
             ("GRPC_SERVER_TLS_CERT", "RATELIMIT_BRIDGE_TLS_CERT"),
             ("GRPC_SERVER_TLS_KEY", "RATELIMIT_BRIDGE_TLS_KEY"),
             ("GRPC_CLIENT_TLS_CACERT", "RATELIMIT_BRIDGE_TLS_CLIENT_CA"),
-        ] {
-            out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
-        }
+        ]));
     }
     let host = get("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".into());
     let port = get("GRPC_PORT").unwrap_or_else(|| "8081".into());
@@ -102,16 +105,14 @@ pub fn translate(
         });
     }
     out.push(("RATELIMIT_BRIDGE_PROBE_LISTEN", probes.join(",")));
-    for (theirs, ours) in [
+    out.extend(copied(&[
         ("REDIS_TLS_CACERT", "RATELIMIT_BRIDGE_REDIS_CA_FILE"),
         (
             "REDIS_TLS_CLIENT_CERT",
             "RATELIMIT_BRIDGE_REDIS_CLIENT_CERT",
         ),
         ("REDIS_TLS_CLIENT_KEY", "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY"),
-    ] {
-        out.extend(get(theirs).filter(|v| !v.is_empty()).map(|v| (ours, v)));
-    }
+    ]));
     if let Some(socket) = get("REDIS_SOCKET_TYPE").filter(|s| !s.eq_ignore_ascii_case("tcp")) {
         return Err(format!("REDIS_SOCKET_TYPE={socket}: only tcp is supported"));
     }
