@@ -40,9 +40,11 @@ impl BridgeProcess {
                 log,
                 _dir: dir,
             };
+            // Its own log line, not only a connection: another process may hold the port
+            // (then this bridge exits with EADDRINUSE, and the next try takes another).
             let deadline = Instant::now() + Duration::from_secs(15);
             while Instant::now() < deadline && bridge.running() {
-                if TcpStream::connect(addr).is_ok() {
+                if bridge.log().contains("listening on") && TcpStream::connect(addr).is_ok() {
                     return bridge;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -81,7 +83,7 @@ impl BridgeProcess {
 
     /// `POST /v1/check` with `body`: the status code and the answer.
     pub fn check(&self, body: &str) -> (u16, String) {
-        http(self.addr, "POST", "/v1/check", body, None)
+        self.http("POST", "/v1/check", body, None)
     }
 
     /// `method path` (HTTP/1.1) with `body`, as a caller holding `token` (`authorization:
@@ -93,12 +95,24 @@ impl BridgeProcess {
         body: &str,
         token: Option<&str>,
     ) -> (u16, String) {
-        http(self.addr, method, path, body, token)
+        self.http(method, path, body, token)
     }
 
     /// `GET /healthz`'s status code.
     pub fn health(&self) -> u16 {
-        http(self.addr, "GET", "/healthz", "", None).0
+        self.http("GET", "/healthz", "", None).0
+    }
+
+    fn http(&self, method: &str, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
+        match TcpStream::connect(self.addr) {
+            Ok(conn) => http(conn, method, path, body, token),
+            // Says why: a bridge that died, or a port taken from under it.
+            Err(e) => panic!(
+                "{method} {path}: connecting to {}: {e}; the bridge's log:\n{}",
+                self.addr,
+                self.log()
+            ),
+        }
     }
 }
 
@@ -110,13 +124,12 @@ impl Drop for BridgeProcess {
 }
 
 fn http(
-    addr: SocketAddr,
+    mut conn: TcpStream,
     method: &str,
     path: &str,
     body: &str,
     token: Option<&str>,
 ) -> (u16, String) {
-    let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let authorization = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
