@@ -21,6 +21,8 @@ WASM_BUILT := target/$(WASM_TARGET)/release/ratelimit_filter.wasm
 REDIS_TARGET_DIR := target/redis-call
 WASM_REDIS_BUILT := $(REDIS_TARGET_DIR)/$(WASM_TARGET)/release/ratelimit_filter.wasm
 BRIDGE := dist/ratelimit-bridge
+# The same filter as a native Envoy dynamic module (docs/hosts.md).
+MODULE := dist/libratelimit.so
 # The bridge's container image holds a static build: musl, linked by zig (cargo-zigbuild,
 # from PyPI like the rest of .venv), so that the image needs no C library.
 STATIC_TARGET := x86_64-unknown-linux-musl
@@ -81,7 +83,9 @@ build: .rust-target
 	cp $(WASM_REDIS_BUILT) $(WASM_REDIS).new && mv -f $(WASM_REDIS).new $(WASM_REDIS)
 	$(CARGO) build --release -p ratelimit-bridge
 	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
-	@ls -l $(WASM) $(WASM_REDIS) $(BRIDGE)
+	$(CARGO) build --profile module -p ratelimit-dynamic-module
+	cp target/module/libratelimit.so $(MODULE).new && mv -f $(MODULE).new $(MODULE)
+	@ls -l $(WASM) $(WASM_REDIS) $(BRIDGE) $(MODULE)
 
 ## package: what each host takes, from dist/ratelimit.wasm: dist/ratelimit.schema.json,
 ## dist/kong/ (the filter + ratelimit.meta.json), Istio's Wasm image as dist/oci/ and

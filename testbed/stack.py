@@ -34,6 +34,16 @@ ENVOY = os.environ.get("RATELIMIT_ENVOY", str(VENV_BIN / "envoy"))
 VALKEY = os.environ.get("RATELIMIT_VALKEY", str(VENV_BIN / "valkey-server"))
 BRIDGE = os.environ.get("RATELIMIT_BRIDGE", str(ROOT / "dist" / "ratelimit-bridge"))
 WASM = os.environ.get("RATELIMIT_WASM", str(ROOT / "dist" / "ratelimit.wasm"))
+# Which build of the filter the gateways load: `wasm` (ratelimit.wasm), or `module`, the same
+# filter as a native dynamic module (dist/libratelimit.so, in Envoy's
+# envoy.filters.http.dynamic_modules): `RATELIMIT_FILTER=module pytest ...` runs a test
+# against it (`make test-module`).
+FILTER = os.environ.get("RATELIMIT_FILTER", "wasm")
+MODULE_DIR = os.environ.get("RATELIMIT_MODULE_DIR", str(ROOT / "dist"))
+# Where each build's counters are in Envoy's /stats.
+COUNTERS = {"wasm": "wasmcustom.ratelimit", "module": "dynamicmodulescustom.ratelimit"}[FILTER]
+# Every Envoy the testbed starts finds the module there (it looks for lib<name>.so).
+os.environ.setdefault("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", MODULE_DIR)
 
 
 # Test ports come from below Linux's ephemeral range (32768 and up), so no outgoing
@@ -204,6 +214,17 @@ def route_to_upstream(config, port, prefix="/"):
     return config
 
 
+def module_filter(plugin):
+    """The HTTP filter entry that loads `plugin` into the dynamic module build."""
+    return {"name": "ratelimit", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3."
+                 "DynamicModuleFilter",
+        "dynamic_module_config": {"name": "ratelimit"},
+        "filter_name": "ratelimit",
+        "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                          "value": json.dumps(plugin)}}}
+
+
 def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
                  filters_before=(), upstream=None, upstream_prefix="/"):
     """envoy.yaml with this gateway's ports, the wasm path and the plugin configuration.
@@ -221,6 +242,8 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
     wasm = hcm["http_filters"][0]["typed_config"]["config"]
     wasm["vm_config"]["code"]["local"]["filename"] = WASM
     wasm["configuration"]["value"] = json.dumps(plugin)
+    if FILTER == "module":
+        hcm["http_filters"][0] = module_filter(plugin)
     if raw_paths:
         hcm["normalize_path"] = False
         hcm["merge_slashes"] = False
@@ -241,14 +264,14 @@ def default_plugin():
 
 
 def filter_counters(admin_port):
-    """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats) by short name:
-    {"allowed": 3, "callouts": 3, "denied_rule=per-user": 1, ...}; empty if the admin port
-    does not answer."""
-    status, _, body = request(admin_port, "/stats?filter=wasmcustom.ratelimit", timeout=5)
+    """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats, `COUNTERS`) by
+    short name: {"allowed": 3, "callouts": 3, "denied_rule=per-user": 1, ...}; empty if the
+    admin port does not answer."""
+    status, _, body = request(admin_port, f"/stats?filter={COUNTERS}", timeout=5)
     if status != 200:
         return {}
     pairs = (line.partition(": ") for line in body.splitlines())
-    return {name.removeprefix("wasmcustom.ratelimit."): int(value) for name, _, value in pairs
+    return {name.removeprefix(f"{COUNTERS}."): int(value) for name, _, value in pairs
             if value.strip().isdigit()}
 
 
@@ -318,7 +341,8 @@ class Stack:
             path.write_text(json.dumps(config))
             self.envoys.append(Process(f"envoy-{i}", [
                 ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-                "--log-level", "warn", "--component-log-level", "wasm:info"], self.workdir))
+                "--log-level", "warn", "--component-log-level",
+                "wasm:info,dynamic_modules:info"], self.workdir))
             self.ports.append(port)
             self.admin_ports.append(admin)
         atexit.register(self.close)

@@ -259,7 +259,7 @@ impl Dispatcher {
     fn pump(&mut self, host: &impl Proxy, link: &mut impl Link) -> Verdicts {
         let mut verdicts = Vec::new();
         while let Some((id, body)) = self.take(host) {
-            match self.send(id, &body, link) {
+            match self.send(id, &body, None, link) {
                 Ok(Some(call)) => {
                     self.calls.insert(call.0, call.1);
                 }
@@ -276,12 +276,13 @@ impl Dispatcher {
         ready.then(|| self.exchanges.take(host.now_ms())).flatten()
     }
 
-    /// Sends exchange `id` under the current configuration's backend; a callout or redis
-    /// call to remember by its token.
+    /// Sends exchange `id` under the current configuration's backend (`owner`: the request
+    /// whose own check it is); a callout or redis call to remember by its token.
     fn send(
         &mut self,
         id: u32,
         body: &str,
+        owner: Option<u32>,
         link: &mut impl Link,
     ) -> Result<Option<(u32, Call)>, String> {
         let backend = &self
@@ -300,7 +301,13 @@ impl Dispatcher {
                 link.stream_send(token, id, body)?;
                 None
             }
-            Transport::Http => Some((link.callout(backend, body)?, Call { id, redis: None })),
+            Transport::Http => {
+                let token = match owner {
+                    Some(context_id) => link.own_callout(context_id, backend, body)?,
+                    None => link.callout(backend, body)?,
+                };
+                Some((token, Call { id, redis: None }))
+            }
             Transport::Redis => {
                 let token = link.redis_call(backend, body, Invoke::Sha)?;
                 let redis = Some((body.to_string(), Invoke::Sha));

@@ -17,6 +17,18 @@ pub trait Link {
     /// Sends `body` as an HTTP callout to the bridge; the token its reply will name (to
     /// the context running now).
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String>;
+    /// Sends request `context_id`'s own check as an HTTP callout, whose reply comes to
+    /// `Dispatcher::own_callout_reply`: a callout the request owns, where a host tells
+    /// those apart from the worker's (a native module's die with their request).
+    fn own_callout(
+        &mut self,
+        context_id: u32,
+        backend: &Backend,
+        body: &str,
+    ) -> Result<u32, String> {
+        let _ = context_id;
+        self.callout(backend, body)
+    }
     /// Sends `body` as one script call on Redis (the redis-call build); the token its
     /// reply will name. A build without the redis call answers an error.
     fn redis_call(&mut self, backend: &Backend, body: &str, invoke: Invoke) -> Result<u32, String>;
@@ -35,8 +47,10 @@ pub trait Link {
 
 impl Dispatcher {
     /// Hands the counts to the host: the worker's, and each configuration's per rule; a
-    /// configuration no request holds any more is dropped once its counts are out.
-    pub(super) fn flush(&mut self, link: &mut impl Link) {
+    /// configuration no request holds any more is dropped once its counts are out. Each
+    /// tick does; a host whose counters cost nothing to add to (a native module's) may
+    /// after every event.
+    pub fn flush(&mut self, link: &mut impl Link) {
         for (counter, n) in self.counters.drain() {
             let id = self.counter_ids.iter().find(|(c, _)| *c == counter);
             if let Some(id) = id.and_then(|(_, id)| *id) {

@@ -163,7 +163,7 @@ impl Dispatcher {
         let Some((id, body)) = self.take(host) else {
             return Vec::new();
         };
-        match self.send(id, &body, link) {
+        match self.send(id, &body, Some(context_id), link) {
             Ok(_) => {
                 if let Some(held) = self.requests.get_mut(&context_id) {
                     held.phase = Phase::Carrying(id);

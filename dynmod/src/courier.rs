@@ -1,0 +1,120 @@
+//! The worker's own exchanges (settlements, lease returns and top-ups: none of them one
+//! request's check) cannot travel in a request's callout, which Envoy cancels when that
+//! request ends, and Envoy gives a module's workers nothing that outlives a request. So
+//! they go by Envoy's main thread: a worker leaves a parcel and wakes the main thread
+//! through the configuration's scheduler; the main thread sends it as a callout the
+//! configuration owns (only ever from that thread: Envoy keeps those in a map no lock
+//! guards); its answer goes into the worker's mailbox, which the worker empties into its
+//! dispatcher at its next event.
+
+use crate::abi::{self, ConfigEnvoyPtr, SchedulerPtr};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// An answer: the dispatcher's token, the HTTP status (`None`: reset, timed out, or never
+/// sent) and the body.
+pub type Answer = (u32, Option<u32>, Vec<u8>);
+
+/// Where a worker's answers wait for it.
+#[derive(Default)]
+pub struct Mailbox {
+    answers: Mutex<Vec<Answer>>,
+}
+
+impl Mailbox {
+    fn deliver(&self, answer: Answer) {
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(answer);
+    }
+
+    /// Every answer that came since the last look.
+    pub fn take(&self) -> Vec<Answer> {
+        std::mem::take(&mut *self.answers.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A callout to send.
+pub struct Parcel {
+    pub mailbox: Arc<Mailbox>,
+    pub token: u32,
+    pub cluster: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// One configuration's courier.
+pub struct Courier {
+    scheduler: SchedulerPtr,
+    parcels: Mutex<Vec<Parcel>>,
+    /// Callouts out, by Envoy's id: whose answer, and its token (the main thread's alone).
+    out: Mutex<HashMap<u64, (Arc<Mailbox>, u32)>>,
+}
+
+impl Courier {
+    pub fn new(config: ConfigEnvoyPtr) -> Courier {
+        Courier {
+            scheduler: abi::config_scheduler(config),
+            parcels: Mutex::new(Vec::new()),
+            out: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// From a worker: leaves `parcel` and wakes the main thread.
+    pub fn post(&self, parcel: Parcel) {
+        self.parcels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(parcel);
+        abi::commit(self.scheduler, 0);
+    }
+
+    /// On the main thread: sends every parcel left.
+    pub fn send(&self, config: ConfigEnvoyPtr) {
+        let parcels =
+            std::mem::take(&mut *self.parcels.lock().unwrap_or_else(PoisonError::into_inner));
+        for parcel in parcels {
+            let headers: Vec<(&str, &[u8])> = parcel
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_slice()))
+                .collect();
+            match abi::config_callout(
+                config,
+                &parcel.cluster,
+                &headers,
+                &parcel.body,
+                parcel.timeout_ms,
+            ) {
+                Ok(id) => {
+                    let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+                    out.insert(id, (parcel.mailbox, parcel.token));
+                }
+                Err(result) => {
+                    log::warn!("callout to {:?} failed to start ({result})", parcel.cluster);
+                    parcel.mailbox.deliver((parcel.token, None, Vec::new()));
+                }
+            }
+        }
+    }
+
+    /// On the main thread: callout `id` was answered.
+    pub fn answered(&self, id: u64, status: Option<u32>, body: Vec<u8>) {
+        let found = self
+            .out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        if let Some((mailbox, token)) = found {
+            mailbox.deliver((token, status, body));
+        }
+    }
+}
+
+impl Drop for Courier {
+    fn drop(&mut self) {
+        abi::delete_scheduler(self.scheduler);
+    }
+}

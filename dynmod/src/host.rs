@@ -1,0 +1,246 @@
+//! The dispatcher's view of Envoy through the module ABI: `ModuleHost` (the request being
+//! handled, the clock, shared data) and `ModuleLink` (callouts to the bridge, the tick, the
+//! counters). A hook of a request that is gone gets a null filter pointer: every call then
+//! answers nothing rather than reach Envoy.
+
+use crate::abi::{self, FilterEnvoyPtr};
+use crate::config::FilterConfig;
+use crate::courier::{Mailbox, Parcel};
+use ratelimit_config::backend::Backend;
+use ratelimit_filter::host::header_map::{serialize, HeaderMap};
+use ratelimit_filter::host::{Kept, Proxy, RequestView, SharedData, Sole};
+use ratelimit_filter::wire;
+use ratelimit_filter::wire::redis_call::Invoke;
+use ratelimit_filter::worker::dispatch::Link;
+use std::cell::{Cell, OnceCell};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The request a hook is about (null: none), its headers fetched once, when first read.
+pub struct ModuleHost {
+    filter: FilterEnvoyPtr,
+    headers: OnceCell<HeaderMap>,
+}
+
+impl ModuleHost {
+    pub fn new(filter: FilterEnvoyPtr) -> ModuleHost {
+        ModuleHost {
+            filter,
+            headers: OnceCell::new(),
+        }
+    }
+
+    fn live(&self) -> Option<FilterEnvoyPtr> {
+        (!self.filter.is_null()).then_some(self.filter)
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        self.headers.get_or_init(|| {
+            let pairs = self
+                .live()
+                .map(|f| abi::headers(f, abi::REQUEST_HEADERS))
+                .unwrap_or_default();
+            HeaderMap::new(serialize(&pairs))
+        })
+    }
+}
+
+impl RequestView for ModuleHost {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers().values(name).next()
+    }
+
+    fn sole_header(&self, name: &str) -> Sole<'_> {
+        Sole::of(self.headers().values(name))
+    }
+
+    fn header_list(&self, name: &str) -> Vec<&[u8]> {
+        self.headers().values(name).collect()
+    }
+
+    fn source_address(&self) -> Option<Vec<u8>> {
+        abi::attribute(self.live()?, abi::SOURCE_ADDRESS)
+    }
+
+    fn route_name(&self) -> Option<Vec<u8>> {
+        abi::attribute(self.live()?, abi::XDS_ROUTE_NAME)
+    }
+}
+
+/// `failure_mode: "local"`'s buckets: one store for the process, as proxy-wasm's shared
+/// data is one for every worker.
+static SHARED: Mutex<Option<HashMap<String, (Vec<u8>, u32)>>> = Mutex::new(None);
+
+impl SharedData for ModuleHost {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.as_ref()?.get(key).cloned()
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: u32) -> bool {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = shared.get_or_insert_with(HashMap::new);
+        let version = entries.get(key).map_or(0, |(_, v)| *v);
+        if cas != 0 && cas != version {
+            return false;
+        }
+        entries.insert(
+            key.to_owned(),
+            (value.to_vec(), version.wrapping_add(1).max(1)),
+        );
+        true
+    }
+}
+
+impl Proxy for ModuleHost {
+    fn now_ms(&self) -> u64 {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn set_request_header(&self, name: &str, value: &[u8]) {
+        let set = self
+            .live()
+            .is_some_and(|f| abi::set_header(f, abi::REQUEST_HEADERS, name, Some(value)));
+        if !set {
+            log::warn!("could not set request header {name}");
+        }
+    }
+
+    fn remove_request_header(&self, name: &str) {
+        if let Some(filter) = self.live() {
+            abi::set_header(filter, abi::REQUEST_HEADERS, name, None);
+        }
+    }
+
+    /// What Envoy holds of the body: the chunks buffered so far, then the one being
+    /// delivered (Envoy buffers it only once the hook returns).
+    fn request_body(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        if let Some(filter) = self.live() {
+            for kind in [abi::BUFFERED_REQUEST_BODY, abi::RECEIVED_REQUEST_BODY] {
+                abi::each_body_chunk(filter, kind, |chunk| body.extend_from_slice(chunk));
+            }
+        }
+        body
+    }
+
+    fn replace_request_body(&self, _held: usize, body: &[u8]) {
+        let replaced = self.live().is_some_and(|f| {
+            abi::replace_body(f, abi::BUFFERED_REQUEST_BODY, &[])
+                && abi::replace_body(f, abi::RECEIVED_REQUEST_BODY, body)
+        });
+        if !replaced {
+            log::warn!("could not replace the request body");
+        }
+    }
+
+    fn keep(&self) -> Kept {
+        Kept::new(
+            self.headers().clone(),
+            self.source_address(),
+            self.route_name(),
+        )
+    }
+}
+
+/// When a worker's dispatcher wants its tick next: Envoy gives a module no timer, so a
+/// request's event that finds the tick due runs it first.
+#[derive(Default)]
+pub struct Tick {
+    pub period_ms: Cell<u64>,
+    pub next_ms: Cell<u64>,
+}
+
+/// How the dispatcher reaches out during one hook.
+pub struct ModuleLink<'a> {
+    pub filter: FilterEnvoyPtr,
+    pub config: &'a FilterConfig,
+    pub tick: &'a Tick,
+    pub mailbox: &'a Arc<Mailbox>,
+    /// A wake-up was asked for during the event.
+    pub wake: bool,
+}
+
+impl Link for ModuleLink<'_> {
+    fn stream_send(&mut self, _: u32, _: u32, _: &str) -> Result<(), String> {
+        Err("this build has no stream to the bridge".into())
+    }
+
+    /// The worker's own exchange: by the courier, from Envoy's main thread.
+    fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
+        let token = crate::worker::token();
+        let headers = wire::callout_headers(backend)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        self.config.courier.post(Parcel {
+            mailbox: Arc::clone(self.mailbox),
+            token,
+            cluster: backend.cluster.clone(),
+            headers,
+            body: body.as_bytes().to_vec(),
+            timeout_ms: backend.timeout_ms,
+        });
+        Ok(token)
+    }
+
+    /// Owned by the request whose hook this is: its answer comes to that request.
+    fn own_callout(
+        &mut self,
+        context_id: u32,
+        backend: &Backend,
+        body: &str,
+    ) -> Result<u32, String> {
+        if self.filter.is_null() {
+            return Err("no request to send a callout from".into());
+        }
+        let headers = wire::callout_headers(backend);
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        let id = abi::callout(
+            self.filter,
+            &backend.cluster,
+            &headers,
+            body.as_bytes(),
+            backend.timeout_ms,
+        )
+        .map_err(|result| {
+            format!(
+                "callout to {:?} failed to start ({result})",
+                backend.cluster
+            )
+        })?;
+        Ok(crate::worker::sent(context_id, id))
+    }
+
+    fn redis_call(&mut self, _: &Backend, _: &str, _: Invoke) -> Result<u32, String> {
+        Err("this build has no redis call".into())
+    }
+
+    fn open_stream(&mut self, _: &Backend) -> Result<u32, String> {
+        Err("this build has no stream to the bridge".into())
+    }
+
+    fn close_stream(&mut self, _: u32) {}
+
+    fn post_wake(&mut self) -> bool {
+        self.wake = true;
+        true
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.tick.period_ms.set(ms);
+    }
+
+    fn define_counter(&mut self, name: &str) -> Option<u32> {
+        self.config.counter(name)
+    }
+
+    fn add_to_counter(&mut self, id: u32, n: u64) {
+        self.config.add_to_counter(id, n);
+    }
+}
