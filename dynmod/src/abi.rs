@@ -149,6 +149,7 @@ extern "C" {
         timeout_milliseconds: u64,
     ) -> i32;
     fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
+    fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoyPtr);
     fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
         config: ConfigEnvoyPtr,
     ) -> SchedulerPtr;
@@ -463,6 +464,11 @@ pub fn callout(
     } else {
         Err(result)
     }
+}
+
+pub fn continue_encoding(filter: FilterEnvoyPtr) {
+    // SAFETY: a live filter pointer, on its worker.
+    unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(filter) }
 }
 
 pub fn continue_decoding(filter: FilterEnvoyPtr) {

@@ -38,6 +38,8 @@ struct Request {
     reading_body: Cell<bool>,
     /// Its response body is metered.
     metered: Cell<bool>,
+    /// Its response's end waits for the callouts it carries (its settlement's).
+    holding_end: Cell<bool>,
 }
 
 impl Request {
@@ -53,7 +55,9 @@ impl Request {
         ) -> (T, Verdicts),
     ) -> Option<T> {
         let id = self.context_id;
-        worker::run(&self.lane, filter, |d, host, link| event(d, id, host, link))
+        worker::run(&self.lane, filter, id, |d, host, link| {
+            event(d, id, host, link)
+        })
     }
 
     /// What Envoy does with the request now, as the dispatcher says it goes on.
@@ -93,6 +97,15 @@ impl Request {
     /// answered 503.
     fn failed(&self, filter: FilterEnvoyPtr) -> i32 {
         failed(&self.lane.config, filter)
+    }
+
+    /// The response has ended here: it goes on once the callouts it carries (the
+    /// settlement its end queued) are answered, so that a settlement never depends on a
+    /// request that is gone.
+    fn ended(&self) -> bool {
+        let hold = worker::carries(self.context_id);
+        self.holding_end.set(hold);
+        !hold
     }
 }
 
@@ -170,6 +183,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
             waiting,
             reading_body: Cell::new(false),
             metered: Cell::new(false),
+            holding_end: Cell::new(false),
         };
         Box::into_raw(Box::new(request)).cast_const().cast()
     })
@@ -274,6 +288,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
                 }
                 ((), verdicts)
             });
+            if request.holding_end.get() && !worker::carries(request.context_id) {
+                request.holding_end.set(false);
+                abi::continue_encoding(filter);
+            }
         },
     )
 }
@@ -382,6 +400,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
                     }
                     ((), Vec::new())
                 });
+                if end_of_stream && !request.ended() {
+                    return STOP_AND_BUFFER;
+                }
             }
             CONTINUE
         },
@@ -406,6 +427,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
                         Vec::new()
                     })
                 });
+                if !request.ended() {
+                    return STOP;
+                }
             }
             CONTINUE
         },

@@ -158,6 +158,8 @@ pub struct Tick {
 /// How the dispatcher reaches out during one hook.
 pub struct ModuleLink<'a> {
     pub filter: FilterEnvoyPtr,
+    /// The request whose hook this is (0: none).
+    pub context: u32,
     pub config: &'a FilterConfig,
     pub tick: &'a Tick,
     pub mailbox: &'a Arc<Mailbox>,
@@ -170,8 +172,13 @@ impl Link for ModuleLink<'_> {
         Err("this build has no stream to the bridge".into())
     }
 
-    /// The worker's own exchange: by the courier, from Envoy's main thread.
+    /// The worker's own exchange (settlements, lease lines): carried by the request whose
+    /// hook this is, which Envoy keeps alive until the answer (a response's end waits for
+    /// it: `hooks`), or, in a hook of no request, by the courier from Envoy's main thread.
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
+        if !self.filter.is_null() {
+            return self.own_callout(self.context, backend, body);
+        }
         let token = crate::worker::token();
         let headers = wire::callout_headers(backend)
             .into_iter()

@@ -65,7 +65,7 @@ pub fn lane(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Lane {
         tick: Rc::new(Tick::default()),
         mailbox: Arc::new(Mailbox::default()),
     };
-    run(&lane, filter, |d, host, link| {
+    run(&lane, filter, 0, |d, host, link| {
         ((), d.configure(config.config.clone(), host, link))
     });
     WORKER.with_borrow_mut(|w| w.lanes.push(lane.clone()));
@@ -118,6 +118,11 @@ pub fn sent(context_id: u32, envoy_id: u64) -> u32 {
     token
 }
 
+/// Whether request `context_id` has callouts out.
+pub fn carries(context_id: u32) -> bool {
+    WORKER.with_borrow(|w| w.callouts.keys().any(|(context, _)| *context == context_id))
+}
+
 /// The token of the callout answered now.
 pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
     WORKER.with_borrow_mut(|w| w.callouts.remove(&(context_id, envoy_id)))
@@ -129,6 +134,7 @@ pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
 pub fn run<T>(
     lane: &Lane,
     filter: FilterEnvoyPtr,
+    context: u32,
     event: impl FnOnce(&mut Dispatcher, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
 ) -> Option<T> {
     let Ok(mut dispatcher) = lane.dispatcher.try_borrow_mut() else {
@@ -138,6 +144,7 @@ pub fn run<T>(
     let host = ModuleHost::new(filter);
     let mut link = ModuleLink {
         filter,
+        context,
         config: &lane.config,
         tick: &lane.tick,
         mailbox: &lane.mailbox,
