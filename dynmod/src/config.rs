@@ -6,12 +6,16 @@
 
 use crate::abi::{self, ConfigEnvoyPtr};
 use crate::courier::Courier;
+use crate::courier::TICK;
+use crate::worker::{Lane, LaneState};
 use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
 use ratelimit_config::loading::{self, Build};
 use ratelimit_filter::decision::counters::{per_rule_name, Counter, PER_RULE};
+use ratelimit_filter::worker::dispatch::Dispatcher;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 pub struct FilterConfig {
     /// Tells this configuration's dispatchers apart on a worker.
@@ -19,8 +23,10 @@ pub struct FilterConfig {
     pub config: Config,
     envoy: ConfigEnvoyPtr,
     counters: HashMap<String, usize>,
-    /// How the workers' own exchanges travel.
+    /// How the workers' own exchanges travel, and the main thread is woken.
     pub courier: Courier,
+    /// Its lane on each worker that has had one of its requests.
+    lanes: Mutex<Vec<Weak<LaneState>>>,
     /// Cleared when Envoy destroys the configuration: its pointer is then gone.
     alive: AtomicBool,
 }
@@ -68,6 +74,7 @@ impl FilterConfig {
             envoy,
             counters,
             courier: Courier::new(envoy),
+            lanes: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
         })
     }
@@ -89,7 +96,41 @@ impl FilterConfig {
         self.alive.load(Ordering::Acquire)
     }
 
+    /// Envoy destroys the configuration: nothing of it reaches Envoy after this.
     pub fn retire(&self) {
         self.alive.store(false, Ordering::Release);
+        self.courier.close();
+    }
+
+    pub fn adopt(&self, lane: &Lane) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.retain(|lane| lane.strong_count() > 0);
+        lanes.push(Arc::downgrade(lane));
+    }
+
+    /// Its lanes, on every worker.
+    pub fn lanes(&self) -> Vec<Lane> {
+        let lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        lanes.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// Wakes the main thread to tick `config`'s lanes (`worker::tick_all`) every base tick of
+/// the dispatcher, from a thread of its own, until the configuration is gone: the only
+/// timer Envoy lets an HTTP filter module have is one it keeps itself.
+pub fn start_ticker(config: &Arc<FilterConfig>) {
+    let period = Dispatcher::base_tick(&config.config);
+    let config = Arc::downgrade(config);
+    let started = std::thread::Builder::new()
+        .name("ratelimit-tick".into())
+        .spawn(move || loop {
+            std::thread::sleep(period);
+            match config.upgrade() {
+                Some(config) if config.is_alive() => config.courier.wake(TICK),
+                _ => return,
+            }
+        });
+    if let Err(e) = started {
+        log::error!("no ticker thread ({e}): idle workers' leases end at their next request");
     }
 }

@@ -45,9 +45,14 @@ pub struct Parcel {
     pub timeout_ms: u64,
 }
 
+/// The configuration scheduler's events.
+pub const PARCELS: u64 = 0;
+pub const TICK: u64 = 1;
+
 /// One configuration's courier.
 pub struct Courier {
-    scheduler: SchedulerPtr,
+    /// Gone once the configuration is (`close`): Envoy deletes it on the main thread.
+    scheduler: Mutex<Option<SchedulerPtr>>,
     parcels: Mutex<Vec<Parcel>>,
     /// Callouts out, by Envoy's id: whose answer, and its token (the main thread's alone).
     out: Mutex<HashMap<u64, (Arc<Mailbox>, u32)>>,
@@ -56,7 +61,7 @@ pub struct Courier {
 impl Courier {
     pub fn new(config: ConfigEnvoyPtr) -> Courier {
         Courier {
-            scheduler: abi::config_scheduler(config),
+            scheduler: Mutex::new(Some(abi::config_scheduler(config))),
             parcels: Mutex::new(Vec::new()),
             out: Mutex::new(HashMap::new()),
         }
@@ -68,7 +73,31 @@ impl Courier {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(parcel);
-        abi::commit(self.scheduler, 0);
+        self.wake(PARCELS);
+    }
+
+    /// From any thread: has the main thread run `event` (`PARCELS`, `TICK`), unless the
+    /// configuration is gone.
+    pub fn wake(&self, event: u64) {
+        let scheduler = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(scheduler) = *scheduler {
+            abi::commit(scheduler, event);
+        }
+    }
+
+    /// On the main thread, when the configuration is destroyed: no event after this.
+    pub fn close(&self) {
+        let scheduler = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(scheduler) = scheduler {
+            abi::delete_scheduler(scheduler);
+        }
     }
 
     /// On the main thread: sends every parcel left.
@@ -110,11 +139,5 @@ impl Courier {
         if let Some((mailbox, token)) = found {
             mailbox.deliver((token, status, body));
         }
-    }
-}
-
-impl Drop for Courier {
-    fn drop(&mut self) {
-        abi::delete_scheduler(self.scheduler);
     }
 }

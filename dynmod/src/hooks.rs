@@ -7,11 +7,13 @@
 use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
 use crate::config::FilterConfig;
 use crate::guard::guard;
+use crate::host::{ModuleHost, ModuleLink};
 use crate::worker::{self, carry_out, Lane};
 use ratelimit_config::options::FailureMode;
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
 use ratelimit_filter::wire::MAX_REPLY_LEN;
+use ratelimit_filter::worker::dispatch::Dispatcher;
 use ratelimit_filter::worker::dispatch::{Go, Verdicts};
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -47,17 +49,26 @@ impl Request {
     fn run<T>(
         &self,
         filter: FilterEnvoyPtr,
-        event: impl FnOnce(
-            &mut ratelimit_filter::worker::dispatch::Dispatcher,
-            u32,
-            &crate::host::ModuleHost,
-            &mut crate::host::ModuleLink,
-        ) -> (T, Verdicts),
+        event: impl FnOnce(&mut Dispatcher, u32, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
     ) -> Option<T> {
         let id = self.context_id;
-        worker::run(&self.lane, filter, id, |d, host, link| {
+        worker::run(&self.lane, filter, id, false, |d, host, link| {
             event(d, id, host, link)
         })
+    }
+
+    /// The response has ended: the dispatcher reads its end, and what it sends (the
+    /// settlement) this request carries; the response goes on once that is answered, so
+    /// that a settlement depends on no request that is gone.
+    fn end_response(&self, filter: FilterEnvoyPtr) -> bool {
+        let id = self.context_id;
+        worker::run(&self.lane, filter, id, true, |d, host, link| {
+            d.response_body(id, &[], true, host, link);
+            ((), Vec::new())
+        });
+        let hold = worker::carries(id);
+        self.holding_end.set(hold);
+        !hold
     }
 
     /// What Envoy does with the request now, as the dispatcher says it goes on.
@@ -98,15 +109,6 @@ impl Request {
     fn failed(&self, filter: FilterEnvoyPtr) -> i32 {
         failed(&self.lane.config, filter)
     }
-
-    /// The response has ended here: it goes on once the callouts it carries (the
-    /// settlement its end queued) are answered, so that a settlement never depends on a
-    /// request that is gone.
-    fn ended(&self) -> bool {
-        let hold = worker::carries(self.context_id);
-        self.holding_end.set(hold);
-        !hold
-    }
 }
 
 fn failed(config: &FilterConfig, filter: FilterEnvoyPtr) -> i32 {
@@ -143,7 +145,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             return null();
         }
         match FilterConfig::new(envoy, json) {
-            Some(config) => Arc::into_raw(Arc::new(config)).cast(),
+            Some(config) => {
+                let config = Arc::new(config);
+                crate::config::start_ticker(&config);
+                Arc::into_raw(config).cast()
+            }
             None => null(),
         }
     })
@@ -391,16 +397,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
                     chunks.push(c.to_vec())
                 });
                 request.run(filter, |d, id, host, link| {
-                    let last = chunks.len().saturating_sub(1);
-                    for (n, chunk) in chunks.iter().enumerate() {
-                        d.response_body(id, chunk, end_of_stream && n == last, host, link);
-                    }
-                    if chunks.is_empty() && end_of_stream {
-                        d.response_body(id, &[], true, host, link);
+                    for chunk in &chunks {
+                        d.response_body(id, chunk, false, host, link);
                     }
                     ((), Vec::new())
                 });
-                if end_of_stream && !request.ended() {
+                if end_of_stream && !request.end_response(filter) {
                     return STOP_AND_BUFFER;
                 }
             }
@@ -421,13 +423,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
         || CONTINUE,
         || {
             if request.metered.replace(false) {
-                request.run(filter, |d, id, host, link| {
-                    ((), {
-                        d.response_body(id, &[], true, host, link);
-                        Vec::new()
-                    })
-                });
-                if !request.ended() {
+                if !request.end_response(filter) {
                     return STOP;
                 }
             }
@@ -453,25 +449,24 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             let request = unsafe { Box::from_raw(module.cast_mut().cast::<Request>()) };
             // The batches its callouts carried failed with it: the dispatcher gives their
             // members' work back (a settlement is retried).
-            let lost = worker::leave(request.context_id);
+            for parcel in worker::leave(request.context_id) {
+                request.lane.config.courier.post(parcel);
+            }
             request.run(std::ptr::null_mut(), |d, id, host, link| {
-                let mut verdicts = Vec::new();
-                for token in lost {
-                    verdicts.extend(d.callout_reply(token, None, &[], host, link));
-                }
                 d.request_gone(id, host, link);
-                ((), verdicts)
+                ((), Vec::new())
             });
         },
     )
 }
 
-/// The main thread's turn: a worker left parcels for the courier.
+/// The main thread's turn: a worker left parcels for the courier, or the ticker says the
+/// lanes' tick is due.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     envoy: ConfigEnvoyPtr,
     config: *const c_void,
-    _event_id: u64,
+    event_id: u64,
 ) {
     guard(
         "config_scheduled",
@@ -479,6 +474,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
         || {
             // SAFETY: the live configuration `config_new` made.
             let config = unsafe { &*config.cast::<FilterConfig>() };
+            if event_id == crate::courier::TICK {
+                worker::tick_all(config);
+            }
             config.courier.send(envoy);
         },
     )

@@ -4,16 +4,17 @@
 //! answers nothing rather than reach Envoy.
 
 use crate::abi::{self, FilterEnvoyPtr};
-use crate::config::FilterConfig;
-use crate::courier::{Mailbox, Parcel};
+use crate::courier::Parcel;
+use crate::worker::LaneState;
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::host::header_map::{serialize, HeaderMap};
 use ratelimit_filter::host::{Kept, Proxy, RequestView, SharedData, Sole};
 use ratelimit_filter::wire;
 use ratelimit_filter::wire::redis_call::Invoke;
 use ratelimit_filter::worker::dispatch::Link;
-use std::cell::{Cell, OnceCell};
+use std::cell::OnceCell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -147,24 +148,34 @@ impl Proxy for ModuleHost {
     }
 }
 
-/// When a worker's dispatcher wants its tick next: Envoy gives a module no timer, so a
-/// request's event that finds the tick due runs it first.
-#[derive(Default)]
-pub struct Tick {
-    pub period_ms: Cell<u64>,
-    pub next_ms: Cell<u64>,
+/// How the dispatcher reaches out during one turn.
+pub struct ModuleLink<'a> {
+    /// The request whose hook this is (null: none).
+    filter: FilterEnvoyPtr,
+    /// Its context id (0: none).
+    context: u32,
+    /// The request carries the worker's batches (a response's end, which waits for them).
+    carry: bool,
+    lane: &'a LaneState,
+    /// A wake-up was asked for during the turn.
+    pub wake: bool,
 }
 
-/// How the dispatcher reaches out during one hook.
-pub struct ModuleLink<'a> {
-    pub filter: FilterEnvoyPtr,
-    /// The request whose hook this is (0: none).
-    pub context: u32,
-    pub config: &'a FilterConfig,
-    pub tick: &'a Tick,
-    pub mailbox: &'a Arc<Mailbox>,
-    /// A wake-up was asked for during the event.
-    pub wake: bool,
+impl ModuleLink<'_> {
+    pub fn new(
+        filter: FilterEnvoyPtr,
+        context: u32,
+        carry: bool,
+        lane: &LaneState,
+    ) -> ModuleLink<'_> {
+        ModuleLink {
+            filter,
+            context,
+            carry,
+            lane,
+            wake: false,
+        }
+    }
 }
 
 impl Link for ModuleLink<'_> {
@@ -173,25 +184,41 @@ impl Link for ModuleLink<'_> {
     }
 
     /// The worker's own exchange (settlements, lease lines): carried by the request whose
-    /// hook this is, which Envoy keeps alive until the answer (a response's end waits for
-    /// it: `hooks`), or, in a hook of no request, by the courier from Envoy's main thread.
+    /// hook this is when it waits for the answer (a metered response's end waits for its
+    /// settlement: `hooks`), otherwise by the courier from Envoy's main thread. A request
+    /// that goes first hands what it carried back to the courier (`worker::leave`).
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
-        if !self.filter.is_null() {
-            return self.own_callout(self.context, backend, body);
-        }
-        let token = crate::worker::token();
-        let headers = wire::callout_headers(backend)
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
-            .collect();
-        self.config.courier.post(Parcel {
-            mailbox: Arc::clone(self.mailbox),
-            token,
+        let parcel = Parcel {
+            mailbox: Arc::clone(&self.lane.mailbox),
+            token: self.lane.token(),
             cluster: backend.cluster.clone(),
-            headers,
+            headers: wire::callout_headers(backend)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()))
+                .collect(),
             body: body.as_bytes().to_vec(),
             timeout_ms: backend.timeout_ms,
-        });
+        };
+        let token = parcel.token;
+        if !self.carry || self.filter.is_null() {
+            self.lane.config.courier.post(parcel);
+            return Ok(token);
+        }
+        let headers: Vec<(&str, &[u8])> = parcel
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        match abi::callout(
+            self.filter,
+            &parcel.cluster,
+            &headers,
+            &parcel.body,
+            parcel.timeout_ms,
+        ) {
+            Ok(id) => crate::worker::carried(self.context, id, parcel),
+            Err(_) => self.lane.config.courier.post(parcel),
+        }
         Ok(token)
     }
 
@@ -220,7 +247,9 @@ impl Link for ModuleLink<'_> {
                 backend.cluster
             )
         })?;
-        Ok(crate::worker::sent(context_id, id))
+        let token = self.lane.token();
+        crate::worker::sent(context_id, id, token);
+        Ok(token)
     }
 
     fn redis_call(&mut self, _: &Backend, _: &str, _: Invoke) -> Result<u32, String> {
@@ -240,14 +269,14 @@ impl Link for ModuleLink<'_> {
 
     fn set_tick(&mut self, period: Duration) {
         let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.tick.period_ms.set(ms);
+        self.lane.period_ms.store(ms, Ordering::Relaxed);
     }
 
     fn define_counter(&mut self, name: &str) -> Option<u32> {
-        self.config.counter(name)
+        self.lane.config.counter(name)
     }
 
     fn add_to_counter(&mut self, id: u32, n: u64) {
-        self.config.add_to_counter(id, n);
+        self.lane.config.add_to_counter(id, n);
     }
 }

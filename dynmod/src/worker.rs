@@ -1,29 +1,49 @@
-//! What one Envoy worker keeps: a dispatcher for each filter configuration in use (made the
-//! first time one of its requests comes to this worker), and its live requests, by the
-//! context id the dispatcher knows them by. Thread-local: Envoy runs a request's hooks on
-//! its worker only. Also running one event on a dispatcher and carrying out its verdicts,
-//! each on its own request.
+//! What each configuration keeps per Envoy worker (a `Lane`: its dispatcher, tick and
+//! mailbox), and what a worker keeps (its live requests, by the context id the dispatcher
+//! knows them by, and the callouts they carry). A lane's dispatcher is behind a mutex
+//! because Envoy's main thread ticks every lane (`tick_all`): Envoy gives an HTTP filter
+//! module no timer on a worker, and an idle worker's leases must still end and its
+//! settlements still be retried. Its hooks' turns are the worker's; the main thread's
+//! tick, every `Tick::period_ms`, only meets them at the lock.
+//!
+//! Also running one event on a lane's dispatcher and carrying out its verdicts, each on
+//! its own request.
 
 use crate::abi::{self, FilterEnvoyPtr};
 use crate::config::FilterConfig;
-use crate::courier::Mailbox;
-use crate::host::{ModuleHost, ModuleLink, Tick};
+use crate::courier::{Mailbox, Parcel};
+use crate::host::{ModuleHost, ModuleLink};
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
 use ratelimit_filter::worker::dispatch::{Dispatcher, Verdicts};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// A configuration's dispatcher on this worker, and its tick.
-#[derive(Clone)]
-pub struct Lane {
+/// A configuration's state on one worker.
+pub struct LaneState {
     pub config: Arc<FilterConfig>,
-    pub dispatcher: Rc<RefCell<Dispatcher>>,
-    pub tick: Rc<Tick>,
+    dispatcher: Mutex<Dispatcher>,
+    /// The dispatcher's tick period (what it asks for), and when it is next due.
+    pub period_ms: AtomicU64,
+    next_ms: AtomicU64,
     /// The answers to the exchanges it sent by the courier.
     pub mailbox: Arc<Mailbox>,
+    next_token: AtomicU32,
+}
+
+pub type Lane = Arc<LaneState>;
+
+impl LaneState {
+    /// A token for a callout of this lane, never the same as another's out.
+    pub fn token(&self) -> u32 {
+        self.next_token
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1)
+            .max(1)
+    }
 }
 
 /// A live request: its filter, and whether it waits for a verdict.
@@ -37,14 +57,34 @@ struct Worker {
     lanes: Vec<Lane>,
     requests: HashMap<u32, Live>,
     next_context: u32,
-    /// The dispatcher's token for each callout out, by the request that sent it and
-    /// Envoy's id for it (Envoy numbers a request's callouts on their own).
-    callouts: HashMap<(u32, u64), u32>,
-    next_token: u32,
+    /// Each callout out, by the request that sent it and Envoy's id for it (Envoy numbers
+    /// a request's callouts on their own).
+    callouts: HashMap<(u32, u64), Out>,
+}
+
+/// A callout out.
+enum Out {
+    /// A request's own check: the dispatcher's token.
+    Check(u32),
+    /// A batch of the worker's that a request carries (a response's end its settlement),
+    /// kept to be sent again by the courier should the request go first.
+    Carried(Parcel),
+}
+
+impl Out {
+    fn token(&self) -> u32 {
+        match self {
+            Out::Check(token) => *token,
+            Out::Carried(parcel) => parcel.token,
+        }
+    }
 }
 
 thread_local! {
     static WORKER: RefCell<Worker> = RefCell::new(Worker::default());
+    /// This thread holds a lane's dispatcher: a hook re-entered from a verdict carried out
+    /// must not wait for itself.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `config`'s lane on this worker, made (and configured over `filter`) the first time.
@@ -59,16 +99,19 @@ pub fn lane(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Lane {
     if let Some(lane) = found {
         return lane;
     }
-    let lane = Lane {
+    let lane = Arc::new(LaneState {
         config: Arc::clone(config),
-        dispatcher: Rc::new(RefCell::new(Dispatcher::default())),
-        tick: Rc::new(Tick::default()),
+        dispatcher: Mutex::new(Dispatcher::default()),
+        period_ms: AtomicU64::new(100),
+        next_ms: AtomicU64::new(0),
         mailbox: Arc::new(Mailbox::default()),
-    };
-    run(&lane, filter, 0, |d, host, link| {
+        next_token: AtomicU32::new(0),
+    });
+    run(&lane, filter, 0, false, |d, host, link| {
         ((), d.configure(config.config.clone(), host, link))
     });
-    WORKER.with_borrow_mut(|w| w.lanes.push(lane.clone()));
+    config.adopt(&lane);
+    WORKER.with_borrow_mut(|w| w.lanes.push(Arc::clone(&lane)));
     lane
 }
 
@@ -86,36 +129,39 @@ pub fn arrive(filter: FilterEnvoyPtr) -> (u32, Rc<Cell<bool>>) {
     })
 }
 
-/// Request `context_id` is gone: the tokens of the callouts it had out, which Envoy
-/// cancelled with it.
-pub fn leave(context_id: u32) -> Vec<u32> {
+/// Request `context_id` is gone, and Envoy cancelled its callouts with it: the batches it
+/// carried, to send again by the courier under the same tokens (its own check ends with
+/// it).
+pub fn leave(context_id: u32) -> Vec<Parcel> {
     WORKER.with_borrow_mut(|w| {
         w.requests.remove(&context_id);
-        let mut lost = Vec::new();
-        w.callouts.retain(|(context, _), token| {
-            let ours = *context == context_id;
-            if ours {
-                lost.push(*token);
-            }
-            !ours
-        });
-        lost
+        let ours: Vec<(u32, u64)> = w
+            .callouts
+            .keys()
+            .filter(|(context, _)| *context == context_id)
+            .copied()
+            .collect();
+        ours.into_iter()
+            .filter_map(|key| match w.callouts.remove(&key)? {
+                Out::Carried(parcel) => Some(parcel),
+                Out::Check(_) => None,
+            })
+            .collect()
     })
 }
 
-/// A token for a callout, never the same as another's out on this worker.
-pub fn token() -> u32 {
+/// Records request `context_id`'s own check, which Envoy calls `envoy_id` and the
+/// dispatcher `token`.
+pub fn sent(context_id: u32, envoy_id: u64, token: u32) {
+    WORKER.with_borrow_mut(|w| w.callouts.insert((context_id, envoy_id), Out::Check(token)));
+}
+
+/// Records a batch request `context_id` carries, which Envoy calls `envoy_id`.
+pub fn carried(context_id: u32, envoy_id: u64, parcel: Parcel) {
     WORKER.with_borrow_mut(|w| {
-        w.next_token = w.next_token.wrapping_add(1).max(1);
-        w.next_token
-    })
-}
-
-/// The token of a callout request `context_id` sent, which Envoy calls `envoy_id`.
-pub fn sent(context_id: u32, envoy_id: u64) -> u32 {
-    let token = token();
-    WORKER.with_borrow_mut(|w| w.callouts.insert((context_id, envoy_id), token));
-    token
+        w.callouts
+            .insert((context_id, envoy_id), Out::Carried(parcel))
+    });
 }
 
 /// Whether request `context_id` has callouts out.
@@ -125,53 +171,77 @@ pub fn carries(context_id: u32) -> bool {
 
 /// The token of the callout answered now.
 pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
-    WORKER.with_borrow_mut(|w| w.callouts.remove(&(context_id, envoy_id)))
+    WORKER.with_borrow_mut(|w| {
+        w.callouts
+            .remove(&(context_id, envoy_id))
+            .map(|out| out.token())
+    })
 }
 
-/// Runs one event on `lane`'s dispatcher over `filter` (null: no request), the tick first
-/// if it is due, then carries out the verdicts reached. An event that finds the dispatcher
-/// busy (a hook re-entered from a verdict carried out) is logged and dropped.
+fn hold(lane: &LaneState) -> Option<MutexGuard<'_, Dispatcher>> {
+    if HOLDING.get() {
+        return None;
+    }
+    HOLDING.set(true);
+    Some(
+        lane.dispatcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    )
+}
+
+/// What every turn on a dispatcher starts with: the courier's answers, and the tick if it
+/// is due.
+fn catch_up(
+    lane: &LaneState,
+    d: &mut Dispatcher,
+    host: &ModuleHost,
+    link: &mut ModuleLink,
+) -> Verdicts {
+    let mut verdicts = Vec::new();
+    for (token, status, body) in lane.mailbox.take() {
+        verdicts.extend(d.callout_reply(token, status, &body, host, link));
+    }
+    let now = host.now_ms();
+    if d.is_configured() && now >= lane.next_ms.load(Ordering::Relaxed) {
+        verdicts.extend(d.tick(host, link));
+        let next = now.saturating_add(lane.period_ms.load(Ordering::Relaxed));
+        lane.next_ms.store(next, Ordering::Relaxed);
+    }
+    verdicts
+}
+
+/// Runs one event on `lane`'s dispatcher over `filter` (null: no request) for request
+/// `context` (0: none), which carries what the worker sends if `carry`, after
+/// `catch_up`, then carries out the verdicts reached. An event
+/// that finds the dispatcher held by this thread (a hook re-entered from a verdict carried
+/// out) is logged and dropped.
 pub fn run<T>(
-    lane: &Lane,
+    lane: &LaneState,
     filter: FilterEnvoyPtr,
     context: u32,
+    carry: bool,
     event: impl FnOnce(&mut Dispatcher, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
 ) -> Option<T> {
-    let Ok(mut dispatcher) = lane.dispatcher.try_borrow_mut() else {
+    let Some(mut dispatcher) = hold(lane) else {
         log::error!("an event came while the dispatcher was busy; it was dropped");
         return None;
     };
     let host = ModuleHost::new(filter);
-    let mut link = ModuleLink {
-        filter,
-        context,
-        config: &lane.config,
-        tick: &lane.tick,
-        mailbox: &lane.mailbox,
-        wake: false,
-    };
-    let now = host.now_ms();
-    let mut verdicts = Vec::new();
-    for (token, status, body) in lane.mailbox.take() {
-        verdicts.extend(dispatcher.callout_reply(token, status, &body, &host, &mut link));
-    }
-    if dispatcher.is_configured() && now >= lane.tick.next_ms.get() {
-        verdicts.extend(dispatcher.tick(&host, &mut link));
-        lane.tick
-            .next_ms
-            .set(now.saturating_add(lane.tick.period_ms.get()));
-    }
+    let mut link = ModuleLink::new(filter, context, carry, lane);
+    let mut verdicts = catch_up(lane, &mut dispatcher, &host, &mut link);
     let (out, more) = event(&mut dispatcher, &host, &mut link);
     verdicts.extend(more);
     // A wake-up asked for during the event comes right after it, as `Link::post_wake`
-    // promises; one that asks again waits for the next event's.
+    // promises; one that asks again waits for the next turn.
     if std::mem::take(&mut link.wake) {
         verdicts.extend(dispatcher.wake(&host, &mut link));
     }
     // Adding to Envoy's counters is a native atomic add here, not a call out of a VM, so
-    // the counts go out at once rather than wait for a tick that no timer drives.
+    // the counts go out at once.
     dispatcher.flush(&mut link);
     drop(dispatcher);
+    HOLDING.set(false);
     for (context_id, verdict) in &verdicts {
         let live = WORKER.with_borrow(|w| {
             let live = w.requests.get(context_id)?;
@@ -183,6 +253,33 @@ pub fn run<T>(
         }
     }
     Some(out)
+}
+
+/// On Envoy's main thread: every lane of `config` takes its turn (`catch_up`), whatever
+/// traffic its worker has. What they send leaves by the courier.
+pub fn tick_all(config: &FilterConfig) {
+    for lane in config.lanes() {
+        let Some(mut dispatcher) = hold(&lane) else {
+            continue;
+        };
+        let host = ModuleHost::new(std::ptr::null_mut());
+        let mut link = ModuleLink::new(std::ptr::null_mut(), 0, false, &lane);
+        let mut verdicts = catch_up(&lane, &mut dispatcher, &host, &mut link);
+        if std::mem::take(&mut link.wake) {
+            verdicts.extend(dispatcher.wake(&host, &mut link));
+        }
+        dispatcher.flush(&mut link);
+        drop(dispatcher);
+        HOLDING.set(false);
+        // Requests live on their worker: a verdict for one cannot be carried out here.
+        // Checks travel in their requests' own callouts, so no tick decides one.
+        if !verdicts.is_empty() {
+            log::warn!(
+                "{} verdict(s) reached on the main thread were dropped",
+                verdicts.len()
+            );
+        }
+    }
 }
 
 /// A verdict on a paused request.
