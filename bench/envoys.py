@@ -12,6 +12,8 @@ Kinds (the HTTP filter of the gateway listener):
             floor of any filter that admits without a callout and shows the limit
   local     Envoy's native local_ratelimit filter instead of the wasm
   ratelimit dist/ratelimit.wasm with a given plugin configuration, through the bridge
+  module    dist/libratelimit.so, the same filter as a native dynamic module, with the
+            given plugin configuration
   rls       Envoy's own ratelimit filter, the bridge as its rate limit service
             (`--rls-config`), one descriptor per request: the `x-user-id` header
 
@@ -140,6 +142,8 @@ def gateway_config(kind, listen, admin, bridge_port, plugin=None, local=(10**6, 
         vm["configuration"]["value"] = json.dumps(noop_plugin) if noop_plugin else ""
     elif kind == "local":
         filters[:] = [local_ratelimit_filter(*local), router]
+    elif kind == "module":
+        filters[0] = stack.module_filter(plugin or {})
     elif kind == "rls":
         filters[:] = [rls_filter(), router]
         user = {"request_headers": {"header_name": "x-user-id", "descriptor_key": RLS_KEY}}

@@ -162,15 +162,14 @@ class Process:
 
 # The wasm filter's configuration as Envoy discovers it from a file (ECDS) in a
 # reloadable stack: the filter entry that names it, and the resource the file holds.
-WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 FILTER_NAME = "envoy.filters.http.wasm"
 
 
-def discovered_filter(path):
+def discovered_filter(path, filter_type):
     return {"name": FILTER_NAME, "config_discovery": {
         "config_source": {"path_config_source": {"path": str(path)},
                           "resource_api_version": "V3"},
-        "type_urls": [WASM_TYPE]}}
+        "type_urls": [filter_type]}}
 
 
 def filter_resource(wasm_filter):
@@ -244,6 +243,13 @@ def envoy_config(plugin, listen_port, admin_port, bridge_port, raw_paths=False,
     wasm["configuration"]["value"] = json.dumps(plugin)
     if FILTER == "module":
         hcm["http_filters"][0] = module_filter(plugin)
+        # The module's counters under the wasm filter's names at /stats/prometheus
+        # (`ratelimit_*`, the rule a tag), as docs/hosts.md tells its users to set.
+        tags = config["stats_config"]["stats_tags"]
+        tags.append({"tag_name": "rule", "regex": tags[0]["regex"].replace(
+            "wasmcustom", "dynamicmodulescustom")})
+        config["layered_runtime"] = {"layers": [{"name": "static", "static_layer": {
+            "envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix": True}}]}
     if raw_paths:
         hcm["normalize_path"] = False
         hcm["merge_slashes"] = False
@@ -336,7 +342,8 @@ class Stack:
                     "filters"][0]["typed_config"]["http_filters"]
                 self.filter_files.append(Path(self.workdir) / f"filter-{i}.json")
                 self.filter_files[i].write_text(json.dumps(filter_resource(filters[0])))
-                filters[0] = discovered_filter(self.filter_files[i])
+                filters[0] = discovered_filter(self.filter_files[i],
+                                               filters[0]["typed_config"]["@type"])
                 config["node"] = {"id": f"gateway-{i}", "cluster": "testbed"}
             path.write_text(json.dumps(config))
             self.envoys.append(Process(f"envoy-{i}", [
