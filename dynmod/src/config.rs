@@ -7,7 +7,6 @@
 use crate::abi::{self, ConfigEnvoyPtr};
 use crate::courier::Courier;
 use crate::courier::TICK;
-use crate::worker::{Lane, LaneState};
 use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
 use ratelimit_config::loading::{self, Build};
@@ -15,7 +14,7 @@ use ratelimit_filter::decision::counters::{per_rule_name, Counter, PER_RULE};
 use ratelimit_filter::worker::dispatch::Dispatcher;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 pub struct FilterConfig {
     /// Tells this configuration's dispatchers apart on a worker.
@@ -25,8 +24,6 @@ pub struct FilterConfig {
     counters: HashMap<String, usize>,
     /// How the workers' own exchanges travel, and the main thread is woken.
     pub courier: Courier,
-    /// Its lane on each worker that has had one of its requests.
-    lanes: Mutex<Vec<Weak<LaneState>>>,
     /// Cleared when Envoy destroys the configuration: its pointer is then gone.
     alive: AtomicBool,
 }
@@ -74,7 +71,6 @@ impl FilterConfig {
             envoy,
             counters,
             courier: Courier::new(envoy),
-            lanes: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
         })
     }
@@ -100,18 +96,6 @@ impl FilterConfig {
     pub fn retire(&self) {
         self.alive.store(false, Ordering::Release);
         self.courier.close();
-    }
-
-    pub fn adopt(&self, lane: &Lane) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes.retain(|lane| lane.strong_count() > 0);
-        lanes.push(Arc::downgrade(lane));
-    }
-
-    /// Its lanes, on every worker.
-    pub fn lanes(&self) -> Vec<Lane> {
-        let lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes.iter().filter_map(Weak::upgrade).collect()
     }
 }
 

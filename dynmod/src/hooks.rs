@@ -5,10 +5,12 @@
 //! answer now. Hooks Envoy requires but the module has no use for answer nothing.
 
 use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
+use crate::callouts;
 use crate::config::FilterConfig;
 use crate::guard::guard;
 use crate::host::{ModuleHost, ModuleLink};
-use crate::worker::{self, carry_out, Lane};
+use crate::lane::Lane;
+use crate::worker::{self, carry_out};
 use ratelimit_config::options::FailureMode;
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
@@ -66,7 +68,7 @@ impl Request {
             d.response_body(id, &[], true, host, link);
             ((), Vec::new())
         });
-        let hold = worker::carries(id);
+        let hold = callouts::carries(id);
         self.holding_end.set(hold);
         !hold
     }
@@ -285,7 +287,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             } else {
                 (None, Vec::new())
             };
-            let token = worker::answered(request.context_id, callout_id);
+            let token = callouts::answered(request.context_id, callout_id);
             request.run(filter, |d, id, host, link| {
                 // Its own check, or a batch the dispatcher sent while this request's hook ran.
                 let mut verdicts = d.own_callout_reply(id, status, &body, host, link);
@@ -294,7 +296,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
                 }
                 ((), verdicts)
             });
-            if request.holding_end.get() && !worker::carries(request.context_id) {
+            if request.holding_end.get() && !callouts::carries(request.context_id) {
                 request.holding_end.set(false);
                 abi::continue_encoding(filter);
             }
@@ -422,10 +424,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
         "response_trailers",
         || CONTINUE,
         || {
-            if request.metered.replace(false) {
-                if !request.end_response(filter) {
-                    return STOP;
-                }
+            if request.metered.replace(false) && !request.end_response(filter) {
+                return STOP;
             }
             CONTINUE
         },

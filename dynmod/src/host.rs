@@ -4,8 +4,9 @@
 //! answers nothing rather than reach Envoy.
 
 use crate::abi::{self, FilterEnvoyPtr};
+use crate::callouts;
 use crate::courier::Parcel;
-use crate::worker::LaneState;
+use crate::lane::LaneState;
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::host::header_map::{serialize, HeaderMap};
 use ratelimit_filter::host::{Kept, Proxy, RequestView, SharedData, Sole};
@@ -71,7 +72,10 @@ impl RequestView for ModuleHost {
 
 /// `failure_mode: "local"`'s buckets: one store for the process, as proxy-wasm's shared
 /// data is one for every worker.
-static SHARED: Mutex<Option<HashMap<String, (Vec<u8>, u32)>>> = Mutex::new(None);
+static SHARED: Mutex<Option<Entries>> = Mutex::new(None);
+
+/// Shared data's entries: each value and its version.
+type Entries = HashMap<String, (Vec<u8>, u32)>;
 
 impl SharedData for ModuleHost {
     fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
@@ -216,7 +220,7 @@ impl Link for ModuleLink<'_> {
             &parcel.body,
             parcel.timeout_ms,
         ) {
-            Ok(id) => crate::worker::carried(self.context, id, parcel),
+            Ok(id) => callouts::carried(self.context, id, parcel),
             Err(_) => self.lane.config.courier.post(parcel),
         }
         Ok(token)
@@ -248,7 +252,7 @@ impl Link for ModuleLink<'_> {
             )
         })?;
         let token = self.lane.token();
-        crate::worker::sent(context_id, id, token);
+        callouts::sent(context_id, id, token);
         Ok(token)
     }
 

@@ -12,17 +12,21 @@
 //!   defined.
 //! - `courier`: the workers' own exchanges (settlements, leases), sent from Envoy's main
 //!   thread.
+//! - `lane`: a configuration's state on one worker: its dispatcher, tick and mailbox.
+//! - `callouts`: what each callout a worker has out stands for.
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
 //!   requests.
 //! - `host`: the dispatcher's `Proxy` and `Link` over the ABI.
 //! - `hooks`: the event hooks Envoy calls.
 
 mod abi;
+mod callouts;
 mod config;
 mod courier;
 mod guard;
 mod hooks;
 mod host;
+mod lane;
 mod worker;
 
 /// The ABI version Envoy 1.40 was built with; another version only makes Envoy warn.

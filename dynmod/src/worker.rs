@@ -1,50 +1,27 @@
-//! What each configuration keeps per Envoy worker (a `Lane`: its dispatcher, tick and
-//! mailbox), and what a worker keeps (its live requests, by the context id the dispatcher
-//! knows them by, and the callouts they carry). A lane's dispatcher is behind a mutex
-//! because Envoy's main thread ticks every lane (`tick_all`): Envoy gives an HTTP filter
-//! module no timer on a worker, and an idle worker's leases must still end and its
-//! settlements still be retried. Its hooks' turns are the worker's; the main thread's
-//! tick, every `Tick::period_ms`, only meets them at the lock.
+//! What a worker keeps: its lanes (`lane`) and its live requests, by the context id the
+//! dispatcher knows them by. A lane's dispatcher is behind a mutex because Envoy's main
+//! thread ticks every lane (`tick_all`): Envoy gives an HTTP filter module no timer on a
+//! worker, and an idle worker's leases must still end and its settlements still be
+//! retried. Its hooks' turns are the worker's; the main thread's tick only meets them at
+//! the lock.
 //!
 //! Also running one event on a lane's dispatcher and carrying out its verdicts, each on
 //! its own request.
 
 use crate::abi::{self, FilterEnvoyPtr};
+use crate::callouts;
 use crate::config::FilterConfig;
-use crate::courier::{Mailbox, Parcel};
+use crate::courier::Parcel;
 use crate::host::{ModuleHost, ModuleLink};
+use crate::lane::{self, Lane, LaneState};
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
 use ratelimit_filter::worker::dispatch::{Dispatcher, Verdicts};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-/// A configuration's state on one worker.
-pub struct LaneState {
-    pub config: Arc<FilterConfig>,
-    dispatcher: Mutex<Dispatcher>,
-    /// The dispatcher's tick period (what it asks for), and when it is next due.
-    pub period_ms: AtomicU64,
-    next_ms: AtomicU64,
-    /// The answers to the exchanges it sent by the courier.
-    pub mailbox: Arc<Mailbox>,
-    next_token: AtomicU32,
-}
-
-pub type Lane = Arc<LaneState>;
-
-impl LaneState {
-    /// A token for a callout of this lane, never the same as another's out.
-    pub fn token(&self) -> u32 {
-        self.next_token
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1)
-            .max(1)
-    }
-}
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard, PoisonError};
 
 /// A live request: its filter, and whether it waits for a verdict.
 struct Live {
@@ -57,27 +34,6 @@ struct Worker {
     lanes: Vec<Lane>,
     requests: HashMap<u32, Live>,
     next_context: u32,
-    /// Each callout out, by the request that sent it and Envoy's id for it (Envoy numbers
-    /// a request's callouts on their own).
-    callouts: HashMap<(u32, u64), Out>,
-}
-
-/// A callout out.
-enum Out {
-    /// A request's own check: the dispatcher's token.
-    Check(u32),
-    /// A batch of the worker's that a request carries (a response's end its settlement),
-    /// kept to be sent again by the courier should the request go first.
-    Carried(Parcel),
-}
-
-impl Out {
-    fn token(&self) -> u32 {
-        match self {
-            Out::Check(token) => *token,
-            Out::Carried(parcel) => parcel.token,
-        }
-    }
 }
 
 thread_local! {
@@ -99,18 +55,10 @@ pub fn lane(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Lane {
     if let Some(lane) = found {
         return lane;
     }
-    let lane = Arc::new(LaneState {
-        config: Arc::clone(config),
-        dispatcher: Mutex::new(Dispatcher::default()),
-        period_ms: AtomicU64::new(100),
-        next_ms: AtomicU64::new(0),
-        mailbox: Arc::new(Mailbox::default()),
-        next_token: AtomicU32::new(0),
-    });
+    let lane = LaneState::new(config);
     run(&lane, filter, 0, false, |d, host, link| {
         ((), d.configure(config.config.clone(), host, link))
     });
-    config.adopt(&lane);
     WORKER.with_borrow_mut(|w| w.lanes.push(Arc::clone(&lane)));
     lane
 }
@@ -133,49 +81,8 @@ pub fn arrive(filter: FilterEnvoyPtr) -> (u32, Rc<Cell<bool>>) {
 /// carried, to send again by the courier under the same tokens (its own check ends with
 /// it).
 pub fn leave(context_id: u32) -> Vec<Parcel> {
-    WORKER.with_borrow_mut(|w| {
-        w.requests.remove(&context_id);
-        let ours: Vec<(u32, u64)> = w
-            .callouts
-            .keys()
-            .filter(|(context, _)| *context == context_id)
-            .copied()
-            .collect();
-        ours.into_iter()
-            .filter_map(|key| match w.callouts.remove(&key)? {
-                Out::Carried(parcel) => Some(parcel),
-                Out::Check(_) => None,
-            })
-            .collect()
-    })
-}
-
-/// Records request `context_id`'s own check, which Envoy calls `envoy_id` and the
-/// dispatcher `token`.
-pub fn sent(context_id: u32, envoy_id: u64, token: u32) {
-    WORKER.with_borrow_mut(|w| w.callouts.insert((context_id, envoy_id), Out::Check(token)));
-}
-
-/// Records a batch request `context_id` carries, which Envoy calls `envoy_id`.
-pub fn carried(context_id: u32, envoy_id: u64, parcel: Parcel) {
-    WORKER.with_borrow_mut(|w| {
-        w.callouts
-            .insert((context_id, envoy_id), Out::Carried(parcel))
-    });
-}
-
-/// Whether request `context_id` has callouts out.
-pub fn carries(context_id: u32) -> bool {
-    WORKER.with_borrow(|w| w.callouts.keys().any(|(context, _)| *context == context_id))
-}
-
-/// The token of the callout answered now.
-pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
-    WORKER.with_borrow_mut(|w| {
-        w.callouts
-            .remove(&(context_id, envoy_id))
-            .map(|out| out.token())
-    })
+    WORKER.with_borrow_mut(|w| w.requests.remove(&context_id));
+    callouts::lost(context_id)
 }
 
 fn hold(lane: &LaneState) -> Option<MutexGuard<'_, Dispatcher>> {
@@ -258,7 +165,7 @@ pub fn run<T>(
 /// On Envoy's main thread: every lane of `config` takes its turn (`catch_up`), whatever
 /// traffic its worker has. What they send leaves by the courier.
 pub fn tick_all(config: &FilterConfig) {
-    for lane in config.lanes() {
+    for lane in lane::of(config.id) {
         let Some(mut dispatcher) = hold(&lane) else {
             continue;
         };
