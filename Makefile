@@ -36,7 +36,7 @@ export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
 export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
-.PHONY: all help build quick-build package setup test test-unit test-wasm test-e2e test-package test-rules lint demo \
+.PHONY: all help build quick-build package setup test test-unit test-wasm test-e2e test-module test-package test-rules lint demo \
 	testbed soak soak-regions clean bench bench-smoke bench-build
 
 all: build
@@ -135,7 +135,18 @@ test-rules: $(PROM_STAMP)
 	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 test-e2e: setup build
-	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS))
+	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
+
+## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
+## of the filter's core, and its test build (target/planted/) through a planted panic
+MODULE_ONLY := testbed/tests/test_module.py
+MODULE_TESTS := testbed/tests/test_e2e.py testbed/tests/test_metered.py \
+	testbed/tests/test_hot_keys.py testbed/tests/test_reload.py
+test-module: setup build
+	$(CARGO) build --profile module -p ratelimit-dynamic-module --features planted-panic \
+		--target-dir target/planted
+	RATELIMIT_FILTER=module $(PY) -m pytest -q $(MODULE_TESTS)
+	$(PY) -m pytest -q $(MODULE_ONLY)
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
 ## filter and the configuration it compiles in)

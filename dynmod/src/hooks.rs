@@ -123,6 +123,15 @@ fn failed(config: &FilterConfig, filter: FilterEnvoyPtr) -> i32 {
     }
 }
 
+/// The test build's planted panic (`planted-panic`).
+#[cfg(feature = "planted-panic")]
+#[allow(clippy::panic)]
+fn planted_panic(filter: FilterEnvoyPtr) {
+    if abi::header(filter, abi::REQUEST_HEADERS, "x-ratelimit-test-panic").is_some() {
+        panic!("planted by the test build");
+    }
+}
+
 /// # Safety
 /// `module` must be a pointer `on_http_filter_new` returned and Envoy has not destroyed.
 unsafe fn request<'a>(module: *const c_void) -> &'a Request {
@@ -209,6 +218,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
         "request_headers",
         || request.failed(filter),
         || {
+            #[cfg(feature = "planted-panic")]
+            planted_panic(filter);
             let go = request.run(filter, |d, id, host, link| {
                 d.request_headers(id, end_of_stream, host, link)
             });
