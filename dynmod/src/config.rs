@@ -48,13 +48,10 @@ impl FilterConfig {
                 return None;
             }
         };
-        // Each request's check travels in its own callout, whatever the transport: Envoy
-        // gives an HTTP filter module no stream or timer that outlives a request, so none
-        // could carry other requests' checks. The bridge serves a check over HTTP/1.1 and
-        // HTTP/2 alike, so the cluster of a gRPC configuration serves it too, and the
-        // bridge merges every gateway's checks into its script calls all the same.
+        // A batch travels as an HTTP callout, whatever the transport: Envoy gives an HTTP
+        // filter module no stream that outlives a request. The bridge serves a check over
+        // HTTP/1.1 and HTTP/2 alike, so the cluster of a gRPC configuration serves it too.
         config.backend.transport = Transport::Http;
-        config.backend.max_inflight = 0;
         let names = Counter::ALL.iter().map(|c| c.name().to_owned()).chain(
             config
                 .rules
@@ -99,7 +96,7 @@ impl FilterConfig {
     }
 }
 
-/// Wakes the main thread to tick `config`'s lanes (`worker::tick_all`) every base tick of
+/// Wakes the main thread to tick `config`'s roots (`worker::tick_all`) every base tick of
 /// the dispatcher, from a thread of its own, until the configuration is gone: the only
 /// timer Envoy lets an HTTP filter module have is one it keeps itself.
 pub fn start_ticker(config: &Arc<FilterConfig>) {

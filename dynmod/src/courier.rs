@@ -1,13 +1,14 @@
-//! The worker's own exchanges (settlements, lease returns and top-ups: none of them one
-//! request's check) cannot travel in a request's callout, which Envoy cancels when that
-//! request ends, and Envoy gives a module's workers nothing that outlives a request. So
-//! they go by Envoy's main thread: a worker leaves a parcel and wakes the main thread
-//! through the configuration's scheduler; the main thread sends it as a callout the
-//! configuration owns (only ever from that thread: Envoy keeps those in a map no lock
-//! guards); its answer goes into the worker's mailbox, which the worker empties into its
-//! dispatcher at its next event.
+//! The worker's batches (group commit: many requests' checks in one exchange; and its own
+//! settlements, lease returns and top-ups) cannot travel in one request's callout, which
+//! Envoy cancels when that request ends, and Envoy gives a module's workers nothing that
+//! outlives a request. So they go by Envoy's main thread: a worker leaves a parcel and
+//! wakes the main thread through the configuration's scheduler; the main thread sends it
+//! as a callout the configuration owns (only ever from that thread: Envoy keeps those in a
+//! map no lock guards); its answer goes into the worker's mailbox, and the main thread
+//! wakes the worker through the scheduler of one of its requests (a waker), whose
+//! `on_http_filter_scheduled` hook empties the mailbox into the dispatcher.
 
-use crate::abi::{self, ConfigEnvoyPtr, SchedulerPtr};
+use crate::abi::{self, ConfigEnvoyPtr, FilterSchedulerPtr, SchedulerPtr};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,11 +16,25 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// sent) and the body.
 pub type Answer = (u32, Option<u32>, Vec<u8>);
 
-/// Where a worker's answers wait for it.
+/// A worker's way in from another thread: the scheduler of one of its requests.
+struct Waker {
+    context: u32,
+    scheduler: FilterSchedulerPtr,
+}
+
+// SAFETY: Envoy makes committing to and deleting a request's scheduler safe from any thread.
+unsafe impl Send for Waker {}
+
+/// Where a worker's answers wait for it, and the wakers that bring it to them.
 #[derive(Default)]
 pub struct Mailbox {
     answers: Mutex<Vec<Answer>>,
+    /// Every request of the worker that has waited on a batch, until it ends.
+    wakers: Mutex<Vec<Waker>>,
 }
+
+/// The event a waker's commit runs (`on_http_filter_scheduled`).
+pub const WAKE: u64 = 0;
 
 impl Mailbox {
     fn deliver(&self, answer: Answer) {
@@ -27,11 +42,53 @@ impl Mailbox {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(answer);
+        self.wake();
     }
 
     /// Every answer that came since the last look.
     pub fn take(&self) -> Vec<Answer> {
         std::mem::take(&mut *self.answers.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// From any thread: has the worker take its turn through one of its wakers; false if it
+    /// has none, when no request of it waits on a batch. A waker whose request is ending
+    /// drops the event, but that request's last turn comes after it left the wakers, and
+    /// finds what was delivered before (`leave`).
+    pub fn wake(&self) -> bool {
+        let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        match wakers.first() {
+            Some(waker) => {
+                abi::commit_filter(waker.scheduler, WAKE);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn has_wakers(&self) -> bool {
+        !self
+            .wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// On the worker: request `context`'s scheduler becomes a waker.
+    pub fn add_waker(&self, context: u32, scheduler: FilterSchedulerPtr) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Waker { context, scheduler });
+    }
+
+    /// On the worker, as request `context` ends: its waker is deleted.
+    pub fn leave(&self, context: u32) {
+        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = wakers.iter().position(|w| w.context == context) {
+            let waker = wakers.swap_remove(at);
+            drop(wakers);
+            abi::delete_filter_scheduler(waker.scheduler);
+        }
     }
 }
 

@@ -1,183 +1,19 @@
-//! The event hooks Envoy calls, each behind `guard`: a configuration made and destroyed, and
-//! a request's life (headers, body, trailers, its check's callout answered, the response's
-//! headers, body and trailers, its end). A request's hooks hand its events to its worker's
-//! dispatcher (`worker::run`) and answer Envoy as the dispatcher decides: go on, wait,
-//! answer now. Hooks Envoy requires but the module has no use for answer nothing.
+//! The hooks of a request's life, each behind `guard`: made, its headers, body and
+//! trailers, its callouts answered, the response's headers, body and trailers, its end. They
+//! hand its events to its worker's dispatcher (`worker::run`) and answer Envoy as the
+//! dispatcher decides.
 
-use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
+use crate::abi::{self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
+use crate::answer::reply;
 use crate::callouts;
 use crate::config::FilterConfig;
 use crate::guard::guard;
-use crate::host::{ModuleHost, ModuleLink};
-use crate::lane::Lane;
+use crate::request::{request, Request, CONTINUE, STOP, STOP_AND_BUFFER};
 use crate::worker::{self, carry_out};
-use ratelimit_config::options::FailureMode;
 use ratelimit_filter::decision::admission::Verdict;
-use ratelimit_filter::host::Proxy;
-use ratelimit_filter::wire::MAX_REPLY_LEN;
-use ratelimit_filter::worker::dispatch::Dispatcher;
-use ratelimit_filter::worker::dispatch::{Go, Verdicts};
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr::null;
-use std::rc::Rc;
 use std::sync::Arc;
-
-/// The filter's name in Envoy's configuration (`filter_name`).
-const FILTER_NAME: &[u8] = b"ratelimit";
-
-/// Envoy's answers to a request's hooks (`FilterHeadersStatus`, `FilterDataStatus`,
-/// `FilterTrailersStatus`).
-const CONTINUE: i32 = 0;
-const STOP: i32 = 1;
-const STOP_AND_BUFFER: i32 = 1;
-
-/// One request, as its hooks see it.
-struct Request {
-    context_id: u32,
-    lane: Lane,
-    /// Its check is out: its body and trailers wait with its headers.
-    waiting: Rc<Cell<bool>>,
-    /// Its check waits for its whole body, which Envoy buffers meanwhile.
-    reading_body: Cell<bool>,
-    /// Its response body is metered.
-    metered: Cell<bool>,
-    /// Its response's end waits for the callouts it carries (its settlement's).
-    holding_end: Cell<bool>,
-}
-
-impl Request {
-    /// Runs one of this request's events on its dispatcher.
-    fn run<T>(
-        &self,
-        filter: FilterEnvoyPtr,
-        event: impl FnOnce(&mut Dispatcher, u32, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
-    ) -> Option<T> {
-        let id = self.context_id;
-        worker::run(&self.lane, filter, id, false, |d, host, link| {
-            event(d, id, host, link)
-        })
-    }
-
-    /// The response has ended: the dispatcher reads its end, and what it sends (the
-    /// settlement) this request carries; the response goes on once that is answered, so
-    /// that a settlement depends on no request that is gone.
-    fn end_response(&self, filter: FilterEnvoyPtr) -> bool {
-        let id = self.context_id;
-        worker::run(&self.lane, filter, id, true, |d, host, link| {
-            d.response_body(id, &[], true, host, link);
-            ((), Vec::new())
-        });
-        let hold = callouts::carries(id);
-        self.holding_end.set(hold);
-        !hold
-    }
-
-    /// What Envoy does with the request now, as the dispatcher says it goes on.
-    fn go_on(&self, filter: FilterEnvoyPtr, go: Option<Go>) -> i32 {
-        match go {
-            Some(Go::Continue) | None => CONTINUE,
-            Some(Go::Wait) => {
-                self.waiting.set(true);
-                STOP
-            }
-            // Headers and body are held until the body has ended and the check is done.
-            Some(Go::ReadBody) => {
-                self.reading_body.set(true);
-                STOP
-            }
-            Some(Go::Answer(verdict)) => match verdict {
-                Verdict::Resume => CONTINUE,
-                Verdict::Reply(_) => {
-                    carry_out(filter, &verdict);
-                    STOP
-                }
-            },
-        }
-    }
-
-    /// The body has ended: the dispatcher reads it and starts the check.
-    fn body_ended(&self, filter: FilterEnvoyPtr) -> i32 {
-        self.reading_body.set(false);
-        let go = self.run(filter, |d, id, host, link| {
-            d.request_body(id, &host.request_body());
-            d.request_body_end(id, host, link)
-        });
-        self.go_on(filter, go)
-    }
-
-    /// A request hook's answer when it panicked: per the failure mode, it goes on or is
-    /// answered 503.
-    fn failed(&self, filter: FilterEnvoyPtr) -> i32 {
-        failed(&self.lane.config, filter)
-    }
-}
-
-fn failed(config: &FilterConfig, filter: FilterEnvoyPtr) -> i32 {
-    match config.config.failure_mode {
-        FailureMode::Open => CONTINUE,
-        FailureMode::Closed | FailureMode::Local => {
-            abi::send_response(filter, 503, &[], b"rate limiter error\n");
-            STOP
-        }
-    }
-}
-
-/// The test build's planted panic (`planted-panic`).
-#[cfg(feature = "planted-panic")]
-#[allow(clippy::panic)]
-fn planted_panic(filter: FilterEnvoyPtr) {
-    if abi::header(filter, abi::REQUEST_HEADERS, "x-ratelimit-test-panic").is_some() {
-        panic!("planted by the test build");
-    }
-}
-
-/// # Safety
-/// `module` must be a pointer `on_http_filter_new` returned and Envoy has not destroyed.
-unsafe fn request<'a>(module: *const c_void) -> &'a Request {
-    // SAFETY: as the caller promises; only shared references are ever made.
-    unsafe { &*(module as *const Request) }
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    envoy: ConfigEnvoyPtr,
-    name: EnvoyBuffer,
-    config: EnvoyBuffer,
-) -> *const c_void {
-    guard("config_new", null, || {
-        // SAFETY: buffers Envoy lends for this call.
-        let (name, json) = unsafe { (abi::borrow(&name), abi::borrow(&config)) };
-        if name != FILTER_NAME {
-            log::error!(
-                "filter_name {:?}: this module's filter is \"ratelimit\"",
-                String::from_utf8_lossy(name)
-            );
-            return null();
-        }
-        match FilterConfig::new(envoy, json) {
-            Some(config) => {
-                let config = Arc::new(config);
-                crate::config::start_ticker(&config);
-                Arc::into_raw(config).cast()
-            }
-            None => null(),
-        }
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
-    guard(
-        "config_destroy",
-        || (),
-        || {
-            // SAFETY: the pointer `config_new` made from an Arc, destroyed once.
-            let config = unsafe { Arc::from_raw(config.cast::<FilterConfig>()) };
-            config.retire();
-        },
-    )
-}
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
@@ -192,16 +28,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
             Arc::increment_strong_count(config);
             Arc::from_raw(config)
         };
-        let lane = worker::lane(&config, filter);
-        let (context_id, waiting) = worker::arrive(filter);
-        let request = Request {
-            context_id,
-            lane,
-            waiting,
-            reading_body: Cell::new(false),
-            metered: Cell::new(false),
-            holding_end: Cell::new(false),
-        };
+        let request = Request::new(config, filter);
         Box::into_raw(Box::new(request)).cast_const().cast()
     })
 }
@@ -219,7 +46,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
         || request.failed(filter),
         || {
             #[cfg(feature = "planted-panic")]
-            planted_panic(filter);
+            crate::request::planted_panic(filter);
             let go = request.run(filter, |d, id, host, link| {
                 d.request_headers(id, end_of_stream, host, link)
             });
@@ -313,46 +140,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             }
         },
     )
-}
-
-/// A callout's answer: its HTTP status and its body, bounded.
-///
-/// # Safety
-/// The arrays must hold the sizes given, and be Envoy's for the current hook.
-unsafe fn reply(
-    headers: *const EnvoyHeader,
-    headers_size: usize,
-    chunks: *const EnvoyBuffer,
-    chunks_size: usize,
-) -> (Option<u32>, Vec<u8>) {
-    let headers = match headers.is_null() {
-        true => &[][..],
-        // SAFETY: as the caller promises.
-        false => unsafe { std::slice::from_raw_parts(headers, headers_size) },
-    };
-    let status = headers
-        .iter()
-        // SAFETY: Envoy's buffers for this hook.
-        .find(|h| unsafe { abi::borrow(&h.key) } == b":status")
-        .and_then(|h| {
-            std::str::from_utf8(unsafe { abi::borrow(&h.value) })
-                .ok()?
-                .parse()
-                .ok()
-        });
-    let chunks = match chunks.is_null() {
-        true => &[][..],
-        // SAFETY: as the caller promises.
-        false => unsafe { std::slice::from_raw_parts(chunks, chunks_size) },
-    };
-    let mut body = Vec::new();
-    for chunk in chunks {
-        // SAFETY: Envoy's buffers for this hook.
-        let chunk = unsafe { abi::borrow(chunk) };
-        let room = (MAX_REPLY_LEN + 1).saturating_sub(body.len());
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-    (status, body)
 }
 
 #[no_mangle]
@@ -460,8 +247,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             let request = unsafe { Box::from_raw(module.cast_mut().cast::<Request>()) };
             // The batches its callouts carried failed with it: the dispatcher gives their
             // members' work back (a settlement is retried).
-            for parcel in worker::leave(request.context_id) {
-                request.lane.config.courier.post(parcel);
+            for parcel in worker::leave(&request.root, request.context_id) {
+                request.root.config.courier.post(parcel);
             }
             request.run(std::ptr::null_mut(), |d, id, host, link| {
                 d.request_gone(id, host, link);
@@ -471,126 +258,21 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
     )
 }
 
-/// The main thread's turn: a worker left parcels for the courier, or the ticker says the
-/// lanes' tick is due.
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    envoy: ConfigEnvoyPtr,
-    config: *const c_void,
-    event_id: u64,
-) {
-    guard(
-        "config_scheduled",
-        || (),
-        || {
-            // SAFETY: the live configuration `config_new` made.
-            let config = unsafe { &*config.cast::<FilterConfig>() };
-            if event_id == crate::courier::TICK {
-                worker::tick_all(config);
-            }
-            config.courier.send(envoy);
-        },
-    )
-}
-
-/// A courier's callout was answered, on the main thread.
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _envoy: ConfigEnvoyPtr,
-    config: *const c_void,
-    callout_id: u64,
-    result: i32,
-    headers: *const EnvoyHeader,
-    headers_size: usize,
-    chunks: *const EnvoyBuffer,
-    chunks_size: usize,
-) {
-    guard(
-        "config_http_callout_done",
-        || (),
-        || {
-            // SAFETY: the live configuration `config_new` made.
-            let config = unsafe { &*config.cast::<FilterConfig>() };
-            let (status, body) = if result == abi::CALLOUT_OK {
-                // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
-                unsafe { reply(headers, headers_size, chunks, chunks_size) }
-            } else {
-                (None, Vec::new())
-            };
-            config.courier.answered(callout_id, status, body);
-        },
-    )
-}
-
-// Required by Envoy; the module starts no streams and schedules nothing per request.
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
-    _: *const EnvoyHeader,
-    _: usize,
-    _: bool,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
-    _: *const EnvoyBuffer,
-    _: usize,
-    _: bool,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
-    _: *const EnvoyHeader,
-    _: usize,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
-    _: i32,
-) {
-}
-
+/// The worker's turn, brought by a waker (`courier`): the answers the courier delivered,
+/// and the verdicts they reach, each carried out on its own request.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-    _: u64,
+    filter: FilterEnvoyPtr,
+    module: *const c_void,
+    _event_id: u64,
 ) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
-    _: FilterEnvoyPtr,
-    _: *const c_void,
-) {
+    // SAFETY: Envoy's live filter (it drops the event of one that is gone).
+    let request = unsafe { request(module) };
+    guard(
+        "scheduled",
+        || (),
+        || {
+            request.run(filter, |_, _, _, _| ((), Vec::new()));
+        },
+    )
 }

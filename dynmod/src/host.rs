@@ -6,7 +6,7 @@
 use crate::abi::{self, FilterEnvoyPtr};
 use crate::callouts;
 use crate::courier::Parcel;
-use crate::lane::LaneState;
+use crate::root::RootState;
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::host::header_map::{serialize, HeaderMap};
 use ratelimit_filter::host::{Kept, Proxy, RequestView, SharedData, Sole};
@@ -160,7 +160,7 @@ pub struct ModuleLink<'a> {
     context: u32,
     /// The request carries the worker's batches (a response's end, which waits for them).
     carry: bool,
-    lane: &'a LaneState,
+    root: &'a RootState,
     /// A wake-up was asked for during the turn.
     pub wake: bool,
 }
@@ -170,13 +170,13 @@ impl ModuleLink<'_> {
         filter: FilterEnvoyPtr,
         context: u32,
         carry: bool,
-        lane: &LaneState,
+        root: &RootState,
     ) -> ModuleLink<'_> {
         ModuleLink {
             filter,
             context,
             carry,
-            lane,
+            root,
             wake: false,
         }
     }
@@ -193,8 +193,8 @@ impl Link for ModuleLink<'_> {
     /// that goes first hands what it carried back to the courier (`worker::leave`).
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
         let parcel = Parcel {
-            mailbox: Arc::clone(&self.lane.mailbox),
-            token: self.lane.token(),
+            mailbox: Arc::clone(&self.root.mailbox),
+            token: self.root.token(),
             cluster: backend.cluster.clone(),
             headers: wire::callout_headers(backend)
                 .into_iter()
@@ -205,7 +205,7 @@ impl Link for ModuleLink<'_> {
         };
         let token = parcel.token;
         if !self.carry || self.filter.is_null() {
-            self.lane.config.courier.post(parcel);
+            self.root.config.courier.post(parcel);
             return Ok(token);
         }
         let headers: Vec<(&str, &[u8])> = parcel
@@ -221,7 +221,7 @@ impl Link for ModuleLink<'_> {
             parcel.timeout_ms,
         ) {
             Ok(id) => callouts::carried(self.context, id, parcel),
-            Err(_) => self.lane.config.courier.post(parcel),
+            Err(_) => self.root.config.courier.post(parcel),
         }
         Ok(token)
     }
@@ -251,7 +251,7 @@ impl Link for ModuleLink<'_> {
                 backend.cluster
             )
         })?;
-        let token = self.lane.token();
+        let token = self.root.token();
         callouts::sent(context_id, id, token);
         Ok(token)
     }
@@ -273,14 +273,14 @@ impl Link for ModuleLink<'_> {
 
     fn set_tick(&mut self, period: Duration) {
         let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.lane.period_ms.store(ms, Ordering::Relaxed);
+        self.root.period_ms.store(ms, Ordering::Relaxed);
     }
 
     fn define_counter(&mut self, name: &str) -> Option<u32> {
-        self.lane.config.counter(name)
+        self.root.config.counter(name)
     }
 
     fn add_to_counter(&mut self, id: u32, n: u64) {
-        self.lane.config.add_to_counter(id, n);
+        self.root.config.add_to_counter(id, n);
     }
 }

@@ -10,23 +10,29 @@
 //! - `guard`: every hook behind `catch_unwind`: a panic fails one request, never Envoy.
 //! - `config`: a filter configuration: the plugin configuration loaded and its counters
 //!   defined.
-//! - `courier`: the workers' own exchanges (settlements, leases), sent from Envoy's main
-//!   thread.
-//! - `lane`: a configuration's state on one worker: its dispatcher, tick and mailbox.
+//! - `courier`: the worker's batches (group commit) and its own exchanges (settlements,
+//!   leases), sent from Envoy's main thread, and the wakers that bring the answers back.
+//! - `root`: a configuration's state on one worker: its dispatcher, tick and mailbox.
 //! - `callouts`: what each callout a worker has out stands for.
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
 //!   requests.
 //! - `host`: the dispatcher's `Proxy` and `Link` over the ABI.
-//! - `hooks`: the event hooks Envoy calls.
+//! - `answer`: a callout's answer as Envoy hands it over.
+//! - `request`: one request as its hooks see it.
+//! - `hooks`: the hooks of a request's life.
+//! - `config_hooks`: the hooks of a configuration, on Envoy's main thread.
 
 mod abi;
+mod answer;
 mod callouts;
 mod config;
+mod config_hooks;
 mod courier;
 mod guard;
 mod hooks;
 mod host;
-mod lane;
+mod request;
+mod root;
 mod worker;
 
 /// The ABI version Envoy 1.40 was built with; another version only makes Envoy warn.

@@ -1,11 +1,11 @@
-//! What a worker keeps: its lanes (`lane`) and its live requests, by the context id the
-//! dispatcher knows them by. A lane's dispatcher is behind a mutex because Envoy's main
-//! thread ticks every lane (`tick_all`): Envoy gives an HTTP filter module no timer on a
+//! What a worker keeps: its roots (`root`) and its live requests, by the context id the
+//! dispatcher knows them by. A root's dispatcher is behind a mutex because Envoy's main
+//! thread ticks every root (`tick_all`): Envoy gives an HTTP filter module no timer on a
 //! worker, and an idle worker's leases must still end and its settlements still be
 //! retried. Its hooks' turns are the worker's; the main thread's tick only meets them at
 //! the lock.
 //!
-//! Also running one event on a lane's dispatcher and carrying out its verdicts, each on
+//! Also running one event on a root's dispatcher and carrying out its verdicts, each on
 //! its own request.
 
 use crate::abi::{self, FilterEnvoyPtr};
@@ -13,7 +13,7 @@ use crate::callouts;
 use crate::config::FilterConfig;
 use crate::courier::Parcel;
 use crate::host::{ModuleHost, ModuleLink};
-use crate::lane::{self, Lane, LaneState};
+use crate::root::{self, Root, RootState};
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
 use ratelimit_filter::worker::dispatch::{Dispatcher, Verdicts};
@@ -23,44 +23,46 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
 
-/// A live request: its filter, and whether it waits for a verdict.
+/// A live request: its filter, whether it waits for a verdict, and whether its scheduler is
+/// one of its root's wakers.
 struct Live {
     filter: FilterEnvoyPtr,
     waiting: Rc<Cell<bool>>,
+    waker: bool,
 }
 
 #[derive(Default)]
 struct Worker {
-    lanes: Vec<Lane>,
+    roots: Vec<Root>,
     requests: HashMap<u32, Live>,
     next_context: u32,
 }
 
 thread_local! {
     static WORKER: RefCell<Worker> = RefCell::new(Worker::default());
-    /// This thread holds a lane's dispatcher: a hook re-entered from a verdict carried out
+    /// This thread holds a root's dispatcher: a hook re-entered from a verdict carried out
     /// must not wait for itself.
     static HOLDING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// `config`'s lane on this worker, made (and configured over `filter`) the first time.
-pub fn lane(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Lane {
+/// `config`'s root on this worker, made (and configured over `filter`) the first time.
+pub fn root(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Root {
     let found = WORKER.with_borrow_mut(|w| {
-        w.lanes.retain(|lane| lane.config.is_alive());
-        w.lanes
+        w.roots.retain(|root| root.config.is_alive());
+        w.roots
             .iter()
-            .find(|lane| lane.config.id == config.id)
+            .find(|root| root.config.id == config.id)
             .cloned()
     });
-    if let Some(lane) = found {
-        return lane;
+    if let Some(root) = found {
+        return root;
     }
-    let lane = LaneState::new(config);
-    run(&lane, filter, 0, false, |d, host, link| {
+    let root = RootState::new(config);
+    run(&root, filter, 0, false, |d, host, link| {
         ((), d.configure(config.config.clone(), host, link))
     });
-    WORKER.with_borrow_mut(|w| w.lanes.push(Arc::clone(&lane)));
-    lane
+    WORKER.with_borrow_mut(|w| w.roots.push(Arc::clone(&root)));
+    root
 }
 
 /// A new request on `filter`: its context id, and the flag that says it waits.
@@ -71,27 +73,50 @@ pub fn arrive(filter: FilterEnvoyPtr) -> (u32, Rc<Cell<bool>>) {
         let live = Live {
             filter,
             waiting: Rc::clone(&waiting),
+            waker: false,
         };
         w.requests.insert(w.next_context, live);
         (w.next_context, waiting)
     })
 }
 
-/// Request `context_id` is gone, and Envoy cancelled its callouts with it: the batches it
-/// carried, to send again by the courier under the same tokens (its own check ends with
-/// it).
-pub fn leave(context_id: u32) -> Vec<Parcel> {
-    WORKER.with_borrow_mut(|w| w.requests.remove(&context_id));
+/// Request `context_id` of `root` is gone, and Envoy cancelled its callouts with it: the
+/// batches it carried, to send again by the courier under the same tokens (its own check
+/// ends with it). Its waker is deleted first, so that its last turn, after this, finds
+/// whatever was delivered while it was one.
+pub fn leave(root: &RootState, context_id: u32) -> Vec<Parcel> {
+    let live = WORKER.with_borrow_mut(|w| w.requests.remove(&context_id));
+    if live.is_some_and(|live| live.waker) {
+        root.mailbox.leave(context_id);
+    }
     callouts::lost(context_id)
 }
 
-fn hold(lane: &LaneState) -> Option<MutexGuard<'_, Dispatcher>> {
+/// Request `context` (on `filter`) waits for a verdict: its scheduler becomes a waker of
+/// `root`, if it is not one yet. For a check that waits on a batch the courier carries,
+/// this comes with the dispatcher held, so the main thread never takes a waiting worker's
+/// turn for it (`tick_all`).
+pub fn keep_waker(root: &RootState, context: u32, filter: FilterEnvoyPtr) {
+    let fresh = WORKER.with_borrow_mut(|w| match w.requests.get_mut(&context) {
+        Some(live) if !live.waker => {
+            live.waker = true;
+            true
+        }
+        _ => false,
+    });
+    if fresh {
+        root.mailbox
+            .add_waker(context, abi::filter_scheduler(filter));
+    }
+}
+
+fn hold(root: &RootState) -> Option<MutexGuard<'_, Dispatcher>> {
     if HOLDING.get() {
         return None;
     }
     HOLDING.set(true);
     Some(
-        lane.dispatcher
+        root.dispatcher
             .lock()
             .unwrap_or_else(PoisonError::into_inner),
     )
@@ -100,49 +125,53 @@ fn hold(lane: &LaneState) -> Option<MutexGuard<'_, Dispatcher>> {
 /// What every turn on a dispatcher starts with: the courier's answers, and the tick if it
 /// is due.
 fn catch_up(
-    lane: &LaneState,
+    root: &RootState,
     d: &mut Dispatcher,
     host: &ModuleHost,
     link: &mut ModuleLink,
 ) -> Verdicts {
     let mut verdicts = Vec::new();
-    for (token, status, body) in lane.mailbox.take() {
+    for (token, status, body) in root.mailbox.take() {
         verdicts.extend(d.callout_reply(token, status, &body, host, link));
     }
     let now = host.now_ms();
-    if d.is_configured() && now >= lane.next_ms.load(Ordering::Relaxed) {
+    if d.is_configured() && now >= root.next_ms.load(Ordering::Relaxed) {
         verdicts.extend(d.tick(host, link));
-        let next = now.saturating_add(lane.period_ms.load(Ordering::Relaxed));
-        lane.next_ms.store(next, Ordering::Relaxed);
+        let next = now.saturating_add(root.period_ms.load(Ordering::Relaxed));
+        root.next_ms.store(next, Ordering::Relaxed);
     }
     verdicts
 }
 
-/// Runs one event on `lane`'s dispatcher over `filter` (null: no request) for request
+/// Runs one event on `root`'s dispatcher over `filter` (null: no request) for request
 /// `context` (0: none), which carries what the worker sends if `carry`, after
 /// `catch_up`, then carries out the verdicts reached. An event
 /// that finds the dispatcher held by this thread (a hook re-entered from a verdict carried
 /// out) is logged and dropped.
 pub fn run<T>(
-    lane: &LaneState,
+    root: &RootState,
     filter: FilterEnvoyPtr,
     context: u32,
     carry: bool,
     event: impl FnOnce(&mut Dispatcher, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
 ) -> Option<T> {
-    let Some(mut dispatcher) = hold(lane) else {
+    let Some(mut dispatcher) = hold(root) else {
         log::error!("an event came while the dispatcher was busy; it was dropped");
         return None;
     };
     let host = ModuleHost::new(filter);
-    let mut link = ModuleLink::new(filter, context, carry, lane);
-    let mut verdicts = catch_up(lane, &mut dispatcher, &host, &mut link);
+    let mut link = ModuleLink::new(filter, context, carry, root);
+    let mut verdicts = catch_up(root, &mut dispatcher, &host, &mut link);
     let (out, more) = event(&mut dispatcher, &host, &mut link);
     verdicts.extend(more);
     // A wake-up asked for during the event comes right after it, as `Link::post_wake`
-    // promises; one that asks again waits for the next turn.
+    // promises; one that asks again waits for the next turn. The dispatcher asks for one
+    // when a check waits to leave in a batch: its request may wait on the courier.
     if std::mem::take(&mut link.wake) {
         verdicts.extend(dispatcher.wake(&host, &mut link));
+        if context != 0 && !filter.is_null() {
+            keep_waker(root, context, filter);
+        }
     }
     // Adding to Envoy's counters is a native atomic add here, not a call out of a VM, so
     // the counts go out at once.
@@ -162,29 +191,34 @@ pub fn run<T>(
     Some(out)
 }
 
-/// On Envoy's main thread: every lane of `config` takes its turn (`catch_up`), whatever
-/// traffic its worker has. What they send leaves by the courier.
+/// On Envoy's main thread: every root of `config` takes its turn (`catch_up`), whatever
+/// traffic its worker has: on its worker through a waker when it has one (a request of it
+/// waits: only there can a verdict be carried out), here otherwise. What they send leaves
+/// by the courier.
 pub fn tick_all(config: &FilterConfig) {
-    for lane in lane::of(config.id) {
-        let Some(mut dispatcher) = hold(&lane) else {
+    for root in root::of(config.id) {
+        let Some(mut dispatcher) = hold(&root) else {
             continue;
         };
+        if root.mailbox.has_wakers() {
+            drop(dispatcher);
+            HOLDING.set(false);
+            root.mailbox.wake();
+            continue;
+        }
         let host = ModuleHost::new(std::ptr::null_mut());
-        let mut link = ModuleLink::new(std::ptr::null_mut(), 0, false, &lane);
-        let mut verdicts = catch_up(&lane, &mut dispatcher, &host, &mut link);
+        let mut link = ModuleLink::new(std::ptr::null_mut(), 0, false, &root);
+        let mut verdicts = catch_up(&root, &mut dispatcher, &host, &mut link);
         if std::mem::take(&mut link.wake) {
             verdicts.extend(dispatcher.wake(&host, &mut link));
         }
         dispatcher.flush(&mut link);
         drop(dispatcher);
         HOLDING.set(false);
-        // Requests live on their worker: a verdict for one cannot be carried out here.
-        // Checks travel in their requests' own callouts, so no tick decides one.
+        // Without a waker no request of this root waits on a batch: a verdict here is for
+        // a request that is gone, or one waiting on its own callout, which answers it.
         if !verdicts.is_empty() {
-            log::warn!(
-                "{} verdict(s) reached on the main thread were dropped",
-                verdicts.len()
-            );
+            log::debug!("{} verdict(s) reached on the main thread", verdicts.len());
         }
     }
 }

@@ -1,177 +1,23 @@
-//! The part of Envoy's dynamic-module C ABI (`source/extensions/dynamic_modules/abi/abi.h`,
-//! ABI v0.2.0 as Envoy 1.40 exports it) that the module uses: its types and the callbacks
-//! Envoy exports, declared by hand and reviewed against the header, and thin calls over them
-//! that turn every host answer into a value, never a panic. Envoy loads modules with
-//! `RTLD_NOW`, so a callback declared here that the binary does not export stops the module
-//! from loading at all rather than later.
+//! Thin calls over Envoy's callbacks: each host answer becomes a value, never a panic.
 
-use std::ffi::c_void;
+use super::exports::*;
+use super::*;
 
-pub type ConfigEnvoyPtr = *mut c_void;
-pub type FilterEnvoyPtr = *mut c_void;
-
-/// Bytes Envoy owns, valid for the current hook.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct EnvoyBuffer {
-    pub ptr: *const u8,
-    pub length: usize,
+pub fn filter_scheduler(filter: FilterEnvoyPtr) -> FilterSchedulerPtr {
+    // SAFETY: a live filter pointer, on its worker (in one of its hooks).
+    unsafe { envoy_dynamic_module_callback_http_filter_scheduler_new(filter) }
 }
 
-/// Bytes the module owns, lent for the call.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ModuleBuffer {
-    pub ptr: *const u8,
-    pub length: usize,
+pub fn commit_filter(scheduler: FilterSchedulerPtr, event_id: u64) {
+    // SAFETY: a live scheduler; Envoy makes committing safe from any thread, and an event
+    // for a request that is gone is dropped.
+    unsafe { envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler, event_id) }
 }
 
-#[repr(C)]
-pub struct ModuleHeader {
-    pub key: ModuleBuffer,
-    pub value: ModuleBuffer,
+pub fn delete_filter_scheduler(scheduler: FilterSchedulerPtr) {
+    // SAFETY: a scheduler `filter_scheduler` made, deleted once.
+    unsafe { envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler) }
 }
-
-#[repr(C)]
-pub struct EnvoyHeader {
-    pub key: EnvoyBuffer,
-    pub value: EnvoyBuffer,
-}
-
-/// `envoy_dynamic_module_type_http_header_type`.
-pub const REQUEST_HEADERS: i32 = 0;
-pub const RESPONSE_HEADERS: i32 = 2;
-/// `envoy_dynamic_module_type_http_body_type`.
-pub const RECEIVED_REQUEST_BODY: i32 = 0;
-pub const BUFFERED_REQUEST_BODY: i32 = 1;
-pub const RECEIVED_RESPONSE_BODY: i32 = 2;
-/// `envoy_dynamic_module_type_attribute_id`.
-pub const SOURCE_ADDRESS: i32 = 24;
-pub const XDS_ROUTE_NAME: i32 = 61;
-/// `envoy_dynamic_module_type_http_callout_init_result_Success`, and `_result_Success`.
-pub const CALLOUT_OK: i32 = 0;
-/// `envoy_dynamic_module_type_metrics_result_Success`.
-pub const METRICS_OK: i32 = 0;
-/// `envoy_dynamic_module_type_log_level`.
-pub const LOG_DEBUG: i32 = 1;
-pub const LOG_INFO: i32 = 2;
-pub const LOG_WARN: i32 = 3;
-pub const LOG_ERROR: i32 = 4;
-
-extern "C" {
-    fn envoy_dynamic_module_callback_log(level: i32, message: ModuleBuffer);
-    fn envoy_dynamic_module_callback_http_filter_config_define_counter(
-        config: ConfigEnvoyPtr,
-        name: ModuleBuffer,
-        label_names: *const ModuleBuffer,
-        label_names_length: usize,
-        counter_id: *mut usize,
-    ) -> i32;
-    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        config: ConfigEnvoyPtr,
-        id: usize,
-        label_values: *const ModuleBuffer,
-        label_values_length: usize,
-        value: u64,
-    ) -> i32;
-    fn envoy_dynamic_module_callback_http_get_headers_size(
-        filter: FilterEnvoyPtr,
-        header_type: i32,
-    ) -> usize;
-    fn envoy_dynamic_module_callback_http_get_headers(
-        filter: FilterEnvoyPtr,
-        header_type: i32,
-        result: *mut EnvoyHeader,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_get_header(
-        filter: FilterEnvoyPtr,
-        header_type: i32,
-        key: ModuleBuffer,
-        result: *mut EnvoyBuffer,
-        index: usize,
-        optional_size: *mut usize,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_add_header(
-        filter: FilterEnvoyPtr,
-        header_type: i32,
-        key: ModuleBuffer,
-        value: ModuleBuffer,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_set_header(
-        filter: FilterEnvoyPtr,
-        header_type: i32,
-        key: ModuleBuffer,
-        value: ModuleBuffer,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_send_response(
-        filter: FilterEnvoyPtr,
-        status_code: u32,
-        headers: *const ModuleHeader,
-        headers_size: usize,
-        body: ModuleBuffer,
-        details: ModuleBuffer,
-    );
-    fn envoy_dynamic_module_callback_http_get_body_chunks_size(
-        filter: FilterEnvoyPtr,
-        body_type: i32,
-    ) -> usize;
-    fn envoy_dynamic_module_callback_http_get_body_chunks(
-        filter: FilterEnvoyPtr,
-        body_type: i32,
-        result: *mut EnvoyBuffer,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_get_body_size(
-        filter: FilterEnvoyPtr,
-        body_type: i32,
-    ) -> usize;
-    fn envoy_dynamic_module_callback_http_append_body(
-        filter: FilterEnvoyPtr,
-        body_type: i32,
-        data: ModuleBuffer,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_drain_body(
-        filter: FilterEnvoyPtr,
-        body_type: i32,
-        number_of_bytes: usize,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
-        filter: FilterEnvoyPtr,
-        attribute_id: i32,
-        result: *mut EnvoyBuffer,
-    ) -> bool;
-    fn envoy_dynamic_module_callback_http_filter_http_callout(
-        filter: FilterEnvoyPtr,
-        callout_id_out: *mut u64,
-        cluster_name: ModuleBuffer,
-        headers: *const ModuleHeader,
-        headers_size: usize,
-        body: ModuleBuffer,
-        timeout_milliseconds: u64,
-    ) -> i32;
-    fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
-    fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterEnvoyPtr);
-    fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
-        config: ConfigEnvoyPtr,
-    ) -> SchedulerPtr;
-    fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
-        scheduler: SchedulerPtr,
-        event_id: u64,
-    );
-    fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: SchedulerPtr);
-    fn envoy_dynamic_module_callback_http_filter_config_http_callout(
-        config: ConfigEnvoyPtr,
-        callout_id_out: *mut u64,
-        cluster_name: ModuleBuffer,
-        headers: *const ModuleHeader,
-        headers_size: usize,
-        body: ModuleBuffer,
-        timeout_milliseconds: u64,
-    ) -> i32;
-}
-
-/// A configuration's scheduler: an event committed from any thread runs on Envoy's main
-/// thread (`on_http_filter_config_scheduled`).
-pub type SchedulerPtr = *mut c_void;
 
 pub fn config_scheduler(config: ConfigEnvoyPtr) -> SchedulerPtr {
     // SAFETY: a live configuration pointer, on the main thread (in `config_new`).
