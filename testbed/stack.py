@@ -41,7 +41,8 @@ WASM = os.environ.get("RATELIMIT_WASM", str(ROOT / "dist" / "ratelimit.wasm"))
 FILTER = os.environ.get("RATELIMIT_FILTER", "wasm")
 MODULE_DIR = os.environ.get("RATELIMIT_MODULE_DIR", str(ROOT / "dist"))
 # Where each build's counters are in Envoy's /stats.
-COUNTERS = {"wasm": "wasmcustom.ratelimit", "module": "dynamicmodulescustom.ratelimit"}[FILTER]
+COUNTER_PREFIXES = {"wasm": "wasmcustom.ratelimit", "module": "dynamicmodulescustom.ratelimit"}
+COUNTERS = COUNTER_PREFIXES[FILTER]
 # Every Envoy the testbed starts finds the module there (it looks for lib<name>.so).
 os.environ.setdefault("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", MODULE_DIR)
 
@@ -269,15 +270,15 @@ def default_plugin():
     return json.loads(wasm["configuration"]["value"])
 
 
-def filter_counters(admin_port):
-    """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats, `COUNTERS`) by
+def filter_counters(admin_port, prefix=COUNTERS):
+    """The filter's counters (`wasmcustom.ratelimit.*` in Envoy's /stats, or `prefix`) by
     short name: {"allowed": 3, "callouts": 3, "denied_rule=per-user": 1, ...}; empty if the
     admin port does not answer."""
-    status, _, body = request(admin_port, f"/stats?filter={COUNTERS}", timeout=5)
+    status, _, body = request(admin_port, f"/stats?filter={prefix}", timeout=5)
     if status != 200:
         return {}
     pairs = (line.partition(": ") for line in body.splitlines())
-    return {name.removeprefix(f"{COUNTERS}."): int(value) for name, _, value in pairs
+    return {name.removeprefix(f"{prefix}."): int(value) for name, _, value in pairs
             if value.strip().isdigit()}
 
 
