@@ -180,8 +180,10 @@ class Gateway:
         return self
 
     def counters(self):
-        """The filter's counters (`wasmcustom.ratelimit.*` in /stats), by short name."""
-        return stack.filter_counters(self.admin)
+        """The filter's counters (`wasmcustom.ratelimit.*` in /stats, the module's
+        `dynamicmodulescustom.ratelimit.*`), by short name."""
+        return stack.filter_counters(self.admin, stack.COUNTER_PREFIXES[
+            "module" if self.kind == "module" else "wasm"])
 
     def url(self, path="/api/bench"):
         return f"http://127.0.0.1:{self.port}{path}"

@@ -2,11 +2,11 @@
 order, the tables of the Envoy configurations, the acceptance verdicts of the throughput
 and hot keys issues, and how to read them. The backend's own tables (Redis, bridge,
 Cluster) are in backend_tables.py, the fleet section in fleet.py, the streams section in
-streams.py, the regions section in regions.py, the rate limit service's in rls.py."""
+streams.py, the regions section in regions.py, the rate limit service's in rls.py, the dynamic module's in module.py."""
 
 from pathlib import Path
 
-from . import fleet, plot, regions, rls, streams
+from . import fleet, module, plot, regions, rls, streams
 from .backend_tables import bridge_table, cluster_table, redis_table
 from .cells import ms, num, statuses, table
 from .diagnostics import BATCH_BUCKETS
@@ -373,6 +373,7 @@ two cores with everything else.
 {fleet.section(results['fleet']) if 'fleet' in results else ''}
 {streams.section(results['streams']) if 'streams' in results else ''}
 {rls.section(results['rls']) if 'rls' in results else ''}
+{module.section(results['module']) if 'module' in results else ''}
 
 {regions.section(results['regions']) if 'regions' in results else ''}
 ## Accuracy: one client at 2x its limit through two gateways

@@ -15,14 +15,11 @@ own Valkey and a bridge serving the section's YAML, prints the section.
 
 from pathlib import Path
 
-from . import alone, smoke
-from .cells import ms, statuses
-from .diagnostics import Probe
-from .envoys import RLS_DOMAIN, RLS_KEY, Gateway
-from .measure import UNLIMITED, measured_run, plugin, summarise
+from . import alone, side_by_side, smoke
+from .envoys import RLS_DOMAIN, RLS_KEY
+from .measure import UNLIMITED, plugin
 
 USERS = 100_000
-IN_FLIGHT = (16, 64)
 HEADERS = [f"x-user-id: u{{n % {USERS}}}"]
 # The same limit as the wasm configuration's: a billion a second per user, never reached.
 YAML = f"""domain: {RLS_DOMAIN}
@@ -57,67 +54,11 @@ def bridge_args(workdir):
 def measure(bench, workdir, conf):
     """Every run of the section, through `bench`'s bridge (started with `bridge_args`) and
     Valkey; returns the results' "rls" entry."""
-    workdir = Path(workdir) / "rls"
-    workdir.mkdir(parents=True, exist_ok=True)
-    timing = {"warmup": conf["rls_warmup"], "duration": conf["rls_duration"]}
-    gateways, probes = {}, {}
-    runs = {(c["key"], n): [] for c in CONFIGS for n in IN_FLIGHT}
-    totals = {(c["key"], n): {} for c in CONFIGS for n in IN_FLIGHT}
-    try:
-        for c in CONFIGS:
-            gw = Gateway(f"envoy-rls-{c['key']}", c["kind"], workdir, bench.bridge_port,
-                         c["plugin"], base="proxy")
-            gateways[c["key"]] = gw.start()
-            probes[c["key"]] = Probe(gw, bench.redis_port, bridge=bench.bridge.proc)
-        for rnd in range(conf["rls_rounds"]):
-            for n in IN_FLIGHT:
-                for c in CONFIGS:
-                    key = (c["key"], n)
-                    r = measured_run(str(workdir), f"rls-{c['key']}-c{n}-round{rnd}",
-                                     gateways[c["key"]], probes[c["key"]], totals[key],
-                                     {**c, "headers": HEADERS}, n, timing)
-                    runs[key].append(r)
-                    print(f"  round {rnd + 1} {n:3} in flight {c['key']:>5}: {r['rps']:7.0f} rps"
-                          f"  p99 {r['latency_us']['p99']:7.0f} us  {r['status']}", flush=True)
-    finally:
-        for probe in probes.values():
-            probe.close()
-        for gw in gateways.values():
-            gw.stop()
-    out = {"users": USERS, "rounds": conf["rls_rounds"], "duration_s": conf["rls_duration"],
-           "configs": []}
-    for c in CONFIGS:
-        levels = []
-        for n in IN_FLIGHT:
-            summary = summarise(runs[(c["key"], n)])
-            requests = max(1, sum(r["responses"] for r in summary["runs"]))
-            total = totals[(c["key"], n)]
-            levels.append({"in_flight": n, **summary, "cpu_us_per_request": {
-                k.removesuffix("_cpu_us"): v / requests
-                for k, v in total.items() if k.endswith("_cpu_us")}})
-        out["configs"].append({**c, "levels": levels})
-    return out
-
-
-def cpu(level):
-    per = level["cpu_us_per_request"]
-    parts = [per.get(p) for p in ("envoy", "bridge", "valkey")]
-    total = sum(p for p in parts if p is not None)
-    return " | ".join("-" if p is None else f"{p:.0f}" for p in parts) + f" | {total:.0f}"
+    return {"users": USERS, **side_by_side.measure("rls", bench, workdir, conf, CONFIGS, HEADERS)}
 
 
 def section(r):
     """The section of REPORT.md."""
-    rows = []
-    for c in r["configs"]:
-        for lv in c["levels"]:
-            errors = f", {lv['errors']} errors" if lv["errors"] else ""
-            rows.append(f"| {c['label']} | {lv['in_flight']} | {lv['rps']:.0f} | "
-                        f"{ms(lv['p99'])} | {cpu(lv)} | {statuses(lv['status'])}{errors} |")
-    table = "\n".join([
-        "| configuration | in flight | req/s | p99 ms | CPU µs per request: Envoy | bridge "
-        "| Valkey | all three | statuses |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|", *rows])
     return f"""## Envoy's own ratelimit filter, the bridge as its rate limit service
 
 One Envoy (`--concurrency 1`) proxying to its own upstream listener, {r['users']:,} users
@@ -130,7 +71,7 @@ over rounds; CPU is each process's over every measured run, per request (Envoy a
 bridge from /proc, Valkey from `INFO cpu`; the baselines touch neither the bridge nor
 Valkey, whose numbers there are their idle cost).
 
-{table}
+{side_by_side.table(r)}
 """
 
 

@@ -7,7 +7,8 @@ the filter's counters and Valkey around every run, measures Redis, the bridge, t
 accuracy of the limit, a fleet's cost per check (bench/fleet.py, on a Valkey, a Cluster
 and bridges of its own), metering's cost on streamed responses (bench/streams.py) and
 global rules across three regions (bench/regions.py), and Envoy's own ratelimit filter
-with the bridge as its rate limit service (bench/rls.py), then writes REPORT.md, results.json
+with the bridge as its rate limit service (bench/rls.py) and the filter as a native dynamic
+module (bench/module.py), then writes REPORT.md, results.json
 and latency.svg to --out.
 `--smoke` runs everything for a second or so and asserts the output is sane (and writes
 to a temporary directory unless --out is given). Every process started here is a
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from testbed import stack
 
-from . import envoys, fleet, measure, regions, report, rls, smoke, streams
+from . import envoys, fleet, measure, module, regions, report, rls, smoke, streams
 
 
 def settings(args):
@@ -35,12 +36,12 @@ def settings(args):
                     bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
                     hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True),
                     **streams.settings(short=True), **regions.settings(short=True),
-                    **rls.settings(short=True))
+                    **rls.settings(short=True), **module.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
                 bridge_duration=8.0, accuracy_duration=10.0, fuel=True,
                 hot_rounds=8, hot_duration=3.0, **fleet.settings(short=False),
                 **streams.settings(short=False), **regions.settings(short=False),
-                **rls.settings(short=False))
+                **rls.settings(short=False), **module.settings(short=False))
 
 
 def main():
@@ -81,6 +82,8 @@ def main():
         results["streams"] = streams.measure(bench_stack, workdir, conf)
         print("Envoy's own ratelimit filter, the bridge as its rate limit service", flush=True)
         results["rls"] = rls.measure(bench_stack, workdir, conf)
+        print("the filter as a native dynamic module", flush=True)
+        results["module"] = module.measure(bench_stack, workdir, conf)
         print("several regions, one limit", flush=True)
         results["regions"] = regions.measure(workdir, conf)
         results["bench_seconds"] = time.monotonic() - started

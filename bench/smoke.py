@@ -139,6 +139,29 @@ def check_rls(rls, expect=None):
         raise AssertionError("rls smoke run failed:\n  " + "\n  ".join(problems))
 
 
+def check_module(module, expect=None):
+    """The dynamic module's section (bench/module.py): every configuration answered as its
+    load asks (429 for the denied user, 200 otherwise), the exact checks of both builds
+    reached the bridge and Valkey, and the goals were judged."""
+    problems = []
+    expect = expect or (lambda ok, what: ok or problems.append(what))
+    by = {c["key"]: c for c in module["configs"]}
+    expect(list(by) == ["none", "noop", "wasm", "module", "wlease", "mlease", "wdeny", "mdeny"],
+           f"module configurations: {list(by)}")
+    for key, c in by.items():
+        for lv in c["levels"]:
+            at = f"module {key} at {lv['in_flight']}"
+            wanted = {"429"} if key.endswith("deny") else {"200"}
+            expect(lv["rps"] > 0 and lv["errors"] == 0, f"{at}: {lv['rps']} rps, {lv['errors']} errors")
+            expect(set(lv["status"]) == wanted, f"{at}: statuses {lv['status']}")
+            per = lv["cpu_us_per_request"]
+            expect(per.get("envoy", 0) > 0, f"{at}: Envoy CPU {per}")
+            if key in ("wasm", "module"):
+                expect(per.get("bridge", 0) > 0 and per.get("valkey", 0) > 0, f"{at}: CPU {per}")
+    if problems:
+        raise AssertionError("module smoke run failed:\n  " + "\n  ".join(problems))
+
+
 def check_regions(regions, expect):
     """The regions section (bench/regions.py): every case kept the bound and admitted, a
     cold key outside its home waited a round trip and a warm one did not, and the hot
@@ -225,12 +248,16 @@ def check(results, out):
     expect("rls" in results, "no rate limit service section")
     if "rls" in results:
         check_rls(results["rls"], expect)
+    expect("module" in results, "no dynamic module section")
+    if "module" in results:
+        check_module(results["module"], expect)
     report = (Path(out) / "REPORT.md").read_text()
     expect(all(f"| {c['id']} | {c['label']} |" in report for c in CONFIGS)
            and "Acceptance (throughput issue):" in report and "admitted / expected" in report
            and "Acceptance (hot keys issue):" in report and "## Fleet" in report
            and "## Metering on streamed responses" in report
-           and "## Envoy's own ratelimit filter" in report,
+           and "## Envoy's own ratelimit filter" in report
+           and "## The filter as a native dynamic module" in report,
            "REPORT.md incomplete")
     expect(ET.parse(Path(out) / "latency.svg").getroot().tag.endswith("svg"), "latency.svg")
     if problems:
