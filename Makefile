@@ -103,10 +103,12 @@ package: setup $(PACKAGE_STAMP) build
 	$(PY) tools/package.py
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
-## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster),
+## real .wasm in the wasmtime harness, end to end in real Envoy (single Valkey and Cluster;
+## the core again with the dynamic module),
 ## the packages and the schema against the parser's corpus, the Prometheus rules, a few
 ## seconds of each fuzz target, and a smoke run of the benchmark scripts so they cannot rot
-test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules test-e2e bench-smoke
+test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules test-e2e test-module \
+	bench-smoke
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -140,8 +142,8 @@ test-e2e: setup build
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
 ## of the filter's core, and its test build (target/planted/) through a planted panic
 MODULE_ONLY := testbed/tests/test_module.py
-MODULE_TESTS := testbed/tests/test_e2e.py testbed/tests/test_metered.py \
-	testbed/tests/test_hot_keys.py testbed/tests/test_reload.py
+MODULE_TESTS := $(addprefix testbed/tests/,test_e2e.py test_metered.py test_metered_abuse.py \
+	test_security.py test_paths.py test_missing.py test_hot_keys.py test_reload.py)
 test-module: setup build
 	$(CARGO) build --profile module -p ratelimit-dynamic-module --features planted-panic \
 		--target-dir target/planted
@@ -149,12 +151,13 @@ test-module: setup build
 	$(PY) -m pytest -q $(MODULE_ONLY)
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
-## filter and the configuration it compiles in)
+## filter and the configuration it compiles in; the dynamic module's test build)
 lint: .rust-target
 	$(PYTHON) tools/layers.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p ratelimit-dynamic-module --features planted-panic -- -D warnings
 	$(CARGO) clippy -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call \
 		--target-dir $(REDIS_TARGET_DIR) -- -D warnings
