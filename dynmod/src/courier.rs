@@ -17,10 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub type Answer = (u32, Option<u32>, Vec<u8>);
 
 /// A worker's way in from another thread: the scheduler of one of its requests.
-struct Waker {
-    context: u32,
-    scheduler: FilterSchedulerPtr,
-}
+struct Waker(FilterSchedulerPtr);
 
 // SAFETY: Envoy makes committing to and deleting a request's scheduler safe from any thread.
 unsafe impl Send for Waker {}
@@ -29,8 +26,9 @@ unsafe impl Send for Waker {}
 #[derive(Default)]
 pub struct Mailbox {
     answers: Mutex<Vec<Answer>>,
-    /// Every request of the worker that has waited on a batch, until it ends.
-    wakers: Mutex<Vec<Waker>>,
+    /// Every request of the worker that has waited for a verdict, until it ends, by context
+    /// id: as many as the worker has live requests, each left in constant time.
+    wakers: Mutex<HashMap<u32, Waker>>,
 }
 
 /// The event a waker's commit runs (`on_http_filter_scheduled`).
@@ -51,14 +49,14 @@ impl Mailbox {
     }
 
     /// From any thread: has the worker take its turn through one of its wakers; false if it
-    /// has none, when no request of it waits on a batch. A waker whose request is ending
-    /// drops the event, but that request's last turn comes after it left the wakers, and
-    /// finds what was delivered before (`leave`).
+    /// has none, when no request of it waits. A waker whose request is ending drops the
+    /// event, but that request's last turn comes after it left the wakers, and finds what
+    /// was delivered before (`leave`).
     pub fn wake(&self) -> bool {
         let wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        match wakers.first() {
+        match wakers.values().next() {
             Some(waker) => {
-                abi::commit_filter(waker.scheduler, WAKE);
+                abi::commit_filter(waker.0, WAKE);
                 true
             }
             None => false,
@@ -75,19 +73,25 @@ impl Mailbox {
 
     /// On the worker: request `context`'s scheduler becomes a waker.
     pub fn add_waker(&self, context: u32, scheduler: FilterSchedulerPtr) {
-        self.wakers
+        let old = self
+            .wakers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(Waker { context, scheduler });
+            .insert(context, Waker(scheduler));
+        if let Some(old) = old {
+            abi::delete_filter_scheduler(old.0);
+        }
     }
 
     /// On the worker, as request `context` ends: its waker is deleted.
     pub fn leave(&self, context: u32) {
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(at) = wakers.iter().position(|w| w.context == context) {
-            let waker = wakers.swap_remove(at);
-            drop(wakers);
-            abi::delete_filter_scheduler(waker.scheduler);
+        let waker = self
+            .wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&context);
+        if let Some(waker) = waker {
+            abi::delete_filter_scheduler(waker.0);
         }
     }
 }
