@@ -9,15 +9,10 @@ Standalone: `.venv/bin/python -m bench.module [--smoke]` (after `make bench-buil
 
 from . import alone, side_by_side, smoke
 from .measure import LEASE, ONCE_A_DAY, UNLIMITED, plugin
-from .side_by_side import IN_FLIGHT, level
+from .side_by_side import BASELINES, HEADERS, IN_FLIGHT, USERS, level
 
-USERS = 100_000
-HEADERS = [f"x-user-id: u{{n % {USERS}}}"]
 CONFIGS = [
-    {"key": "none", "label": "Envoy, no filter", "kind": "none", "plugin": None},
-    {"key": "noop", "label": "Envoy + no-op wasm", "kind": "noop", "plugin": None},
-    {"key": "wasm", "label": "ratelimit.wasm → bridge (gRPC stream)", "kind": "ratelimit",
-     "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
+    *BASELINES,
     {"key": "module", "label": "libratelimit.so → bridge (callouts, group commit)",
      "kind": "module", "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
     # One hot user: its lease answers nearly every request without the bridge.

@@ -17,10 +17,9 @@ from pathlib import Path
 
 from . import alone, side_by_side, smoke
 from .envoys import RLS_DOMAIN, RLS_KEY
-from .measure import UNLIMITED, plugin
+from .measure import UNLIMITED
+from .side_by_side import BASELINES, HEADERS, USERS
 
-USERS = 100_000
-HEADERS = [f"x-user-id: u{{n % {USERS}}}"]
 # The same limit as the wasm configuration's: a billion a second per user, never reached.
 YAML = f"""domain: {RLS_DOMAIN}
 descriptors:
@@ -29,10 +28,7 @@ descriptors:
 """
 
 CONFIGS = [
-    {"key": "none", "label": "Envoy, no filter", "kind": "none", "plugin": None},
-    {"key": "noop", "label": "Envoy + no-op wasm", "kind": "noop", "plugin": None},
-    {"key": "wasm", "label": "ratelimit.wasm → bridge (gRPC stream)", "kind": "ratelimit",
-     "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
+    *BASELINES,
     {"key": "rls", "label": "Envoy's ratelimit filter → bridge (ShouldRateLimit)",
      "kind": "rls", "plugin": None},
 ]

@@ -9,9 +9,20 @@ from pathlib import Path
 from .cells import ms, num, statuses
 from .diagnostics import EXCHANGES, Probe
 from .envoys import Gateway
-from .measure import measured_run, summarise
+from .measure import UNLIMITED, measured_run, plugin, summarise
 
 IN_FLIGHT = (16, 64)
+USERS = 100_000
+# Every request exactly checked and allowed: a different user of USERS each time.
+HEADERS = [f"x-user-id: u{{n % {USERS}}}"]
+# What each section sets its own configurations beside: Envoy alone, the no-op wasm
+# filter, and ratelimit.wasm's exact check on its gRPC stream.
+BASELINES = [
+    {"key": "none", "label": "Envoy, no filter", "kind": "none", "plugin": None},
+    {"key": "noop", "label": "Envoy + no-op wasm", "kind": "noop", "plugin": None},
+    {"key": "wasm", "label": "ratelimit.wasm → bridge (gRPC stream)", "kind": "ratelimit",
+     "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
+]
 
 
 def measure(name, bench, workdir, conf, configs, headers):

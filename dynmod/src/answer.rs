@@ -4,16 +4,21 @@
 use crate::abi::{self, EnvoyBuffer, EnvoyHeader};
 use ratelimit_filter::wire::MAX_REPLY_LEN;
 
-/// A callout's answer: its HTTP status and its body, bounded.
+/// A callout's answer: its HTTP status and its body, bounded; no status and no body for
+/// one that failed (`result`: reset, timed out, or never sent).
 ///
 /// # Safety
 /// The arrays must hold the sizes given, and be Envoy's for the current hook.
 pub unsafe fn reply(
+    result: i32,
     headers: *const EnvoyHeader,
     headers_size: usize,
     chunks: *const EnvoyBuffer,
     chunks_size: usize,
 ) -> (Option<u32>, Vec<u8>) {
+    if result != abi::CALLOUT_OK {
+        return (None, Vec::new());
+    }
     let headers = match headers.is_null() {
         true => &[][..],
         // SAFETY: as the caller promises.

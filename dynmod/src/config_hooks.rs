@@ -94,12 +94,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
         || {
             // SAFETY: the live configuration `config_new` made.
             let config = unsafe { &*config.cast::<FilterConfig>() };
-            let (status, body) = if result == abi::CALLOUT_OK {
-                // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
-                unsafe { reply(headers, headers_size, chunks, chunks_size) }
-            } else {
-                (None, Vec::new())
-            };
+            // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
+            let (status, body) =
+                unsafe { reply(result, headers, headers_size, chunks, chunks_size) };
             config.courier.answered(callout_id, status, body);
         },
     )

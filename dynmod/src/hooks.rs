@@ -119,12 +119,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             request.failed(filter);
         },
         || {
-            let (status, body) = if result == abi::CALLOUT_OK {
-                // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
-                unsafe { reply(headers, headers_size, chunks, chunks_size) }
-            } else {
-                (None, Vec::new())
-            };
+            // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
+            let (status, body) =
+                unsafe { reply(result, headers, headers_size, chunks, chunks_size) };
             let token = callouts::answered(request.context_id, callout_id);
             request.run(filter, |d, id, host, link| {
                 // Its own check, or a batch the dispatcher sent while this request's hook ran.

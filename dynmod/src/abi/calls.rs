@@ -2,6 +2,7 @@
 
 use super::exports::*;
 use super::*;
+use std::ffi::c_void;
 
 pub fn filter_scheduler(filter: FilterEnvoyPtr) -> FilterSchedulerPtr {
     // SAFETY: a live filter pointer, on its worker (in one of its hooks).
@@ -46,12 +47,46 @@ pub fn config_callout(
     body: &[u8],
     timeout_ms: u64,
 ) -> Result<u64, i32> {
+    // SAFETY: a live configuration pointer, on the main thread.
+    unsafe {
+        send_callout(
+            envoy_dynamic_module_callback_http_filter_config_http_callout,
+            config,
+            cluster,
+            headers,
+            body,
+            timeout_ms,
+        )
+    }
+}
+
+/// Envoy's callout functions, the configuration's and a request's alike.
+type CalloutFn = unsafe extern "C" fn(
+    *mut c_void,
+    *mut u64,
+    ModuleBuffer,
+    *const ModuleHeader,
+    usize,
+    ModuleBuffer,
+    u64,
+) -> i32;
+
+/// # Safety
+/// `owner` must be live and of the kind `send` takes, on the thread that may use it.
+unsafe fn send_callout(
+    send: CalloutFn,
+    owner: *mut c_void,
+    cluster: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    timeout_ms: u64,
+) -> Result<u64, i32> {
     let headers = headers_as(headers);
     let mut id = 0;
-    // SAFETY: a live configuration pointer; cluster, headers and body lent for the call.
+    // SAFETY: as the caller promises; cluster, headers and body lent for the call.
     let result = unsafe {
-        envoy_dynamic_module_callback_http_filter_config_http_callout(
-            config,
+        send(
+            owner,
             &mut id,
             lend(cluster.as_bytes()),
             headers.as_ptr(),
@@ -291,24 +326,16 @@ pub fn callout(
     body: &[u8],
     timeout_ms: u64,
 ) -> Result<u64, i32> {
-    let headers = headers_as(headers);
-    let mut id = 0;
-    // SAFETY: a live filter pointer; cluster, headers and body lent for the call.
-    let result = unsafe {
-        envoy_dynamic_module_callback_http_filter_http_callout(
+    // SAFETY: a live filter pointer, on its worker.
+    unsafe {
+        send_callout(
+            envoy_dynamic_module_callback_http_filter_http_callout,
             filter,
-            &mut id,
-            lend(cluster.as_bytes()),
-            headers.as_ptr(),
-            headers.len(),
-            lend(body),
+            cluster,
+            headers,
+            body,
             timeout_ms,
         )
-    };
-    if result == CALLOUT_OK {
-        Ok(id)
-    } else {
-        Err(result)
     }
 }
 
