@@ -119,47 +119,38 @@ def check_streams(streams, expect=None):
         raise AssertionError("streams smoke run failed:\n  " + "\n  ".join(problems))
 
 
-def check_rls(rls, expect=None):
-    """The rate limit service's section (bench/rls.py): every configuration answered every
-    request 200, and the two limiters' runs show the bridge's and Valkey's CPU."""
+def check_side_by_side(name, section, keys, checking, expect=None):
+    """A section of side_by_side.py's (`name`, its configurations `keys` in order): every
+    configuration answered every request, 429 if its key ends in `deny` and 200 otherwise,
+    Envoy's CPU was read, and the runs of the `checking` configurations, which reach the
+    bridge, show the bridge's and Valkey's."""
     problems = []
     expect = expect or (lambda ok, what: ok or problems.append(what))
-    by = {c["key"]: c for c in rls["configs"]}
-    expect(list(by) == ["none", "noop", "wasm", "rls"], f"rls configurations: {list(by)}")
+    by = {c["key"]: c for c in section["configs"]}
+    expect(list(by) == keys, f"{name} configurations: {list(by)}")
     for key, c in by.items():
         for lv in c["levels"]:
-            at = f"rls {key} at {lv['in_flight']}"
-            expect(lv["rps"] > 0 and lv["errors"] == 0, f"{at}: {lv['rps']} rps, {lv['errors']} errors")
-            expect(set(lv["status"]) == {"200"}, f"{at}: statuses {lv['status']}")
-            per = lv["cpu_us_per_request"]
-            expect(per.get("envoy", 0) > 0, f"{at}: Envoy CPU {per}")
-            if key in ("wasm", "rls"):
-                expect(per.get("bridge", 0) > 0 and per.get("valkey", 0) > 0, f"{at}: CPU {per}")
-    if problems:
-        raise AssertionError("rls smoke run failed:\n  " + "\n  ".join(problems))
-
-
-def check_module(module, expect=None):
-    """The dynamic module's section (bench/module.py): every configuration answered as its
-    load asks (429 for the denied user, 200 otherwise), the exact checks of both builds
-    reached the bridge and Valkey, and the goals were judged."""
-    problems = []
-    expect = expect or (lambda ok, what: ok or problems.append(what))
-    by = {c["key"]: c for c in module["configs"]}
-    expect(list(by) == ["none", "noop", "wasm", "module", "wlease", "mlease", "wdeny", "mdeny"],
-           f"module configurations: {list(by)}")
-    for key, c in by.items():
-        for lv in c["levels"]:
-            at = f"module {key} at {lv['in_flight']}"
+            at = f"{name} {key} at {lv['in_flight']}"
             wanted = {"429"} if key.endswith("deny") else {"200"}
             expect(lv["rps"] > 0 and lv["errors"] == 0, f"{at}: {lv['rps']} rps, {lv['errors']} errors")
             expect(set(lv["status"]) == wanted, f"{at}: statuses {lv['status']}")
             per = lv["cpu_us_per_request"]
             expect(per.get("envoy", 0) > 0, f"{at}: Envoy CPU {per}")
-            if key in ("wasm", "module"):
+            if key in checking:
                 expect(per.get("bridge", 0) > 0 and per.get("valkey", 0) > 0, f"{at}: CPU {per}")
     if problems:
-        raise AssertionError("module smoke run failed:\n  " + "\n  ".join(problems))
+        raise AssertionError(f"{name} smoke run failed:\n  " + "\n  ".join(problems))
+
+
+def check_rls(rls, expect=None):
+    """The rate limit service's section (bench/rls.py)."""
+    check_side_by_side("rls", rls, ["none", "noop", "wasm", "rls"], ("wasm", "rls"), expect)
+
+
+def check_module(module, expect=None):
+    """The dynamic module's section (bench/module.py), leased and denied included."""
+    keys = ["none", "noop", "wasm", "module", "wlease", "mlease", "wdeny", "mdeny"]
+    check_side_by_side("module", module, keys, ("wasm", "module"), expect)
 
 
 def check_regions(regions, expect):
