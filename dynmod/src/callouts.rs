@@ -1,10 +1,12 @@
 //! A worker's callouts out: what Envoy's id for each stands for, by the request that sent
 //! it (Envoy numbers a request's callouts on their own). Thread-local: a request's
-//! callouts are its worker's.
+//! callouts are its worker's. Ordered by request, so that one request's are found without
+//! reading the others' (a worker may have thousands out).
 
 use crate::courier::Parcel;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 /// A callout out.
 enum Out {
@@ -25,7 +27,7 @@ impl Out {
 }
 
 thread_local! {
-    static OUT: RefCell<HashMap<(u32, u64), Out>> = RefCell::new(HashMap::new());
+    static OUT: RefCell<BTreeMap<(u32, u64), Out>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 /// Records request `context_id`'s own check, which Envoy calls `envoy_id` and the
@@ -39,9 +41,14 @@ pub fn carried(context_id: u32, envoy_id: u64, parcel: Parcel) {
     OUT.with_borrow_mut(|out| out.insert((context_id, envoy_id), Out::Carried(parcel)));
 }
 
+/// Every key of request `context_id`'s callouts.
+fn of(context_id: u32) -> RangeInclusive<(u32, u64)> {
+    (context_id, 0)..=(context_id, u64::MAX)
+}
+
 /// Whether request `context_id` has callouts out.
 pub fn carries(context_id: u32) -> bool {
-    OUT.with_borrow(|out| out.keys().any(|(context, _)| *context == context_id))
+    OUT.with_borrow(|out| out.range(of(context_id)).next().is_some())
 }
 
 /// The token of the callout answered now.
@@ -53,11 +60,7 @@ pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
 /// carried.
 pub fn lost(context_id: u32) -> Vec<Parcel> {
     OUT.with_borrow_mut(|out| {
-        let ours: Vec<(u32, u64)> = out
-            .keys()
-            .filter(|(context, _)| *context == context_id)
-            .copied()
-            .collect();
+        let ours: Vec<(u32, u64)> = out.range(of(context_id)).map(|(key, _)| *key).collect();
         ours.into_iter()
             .filter_map(|key| match out.remove(&key)? {
                 Out::Carried(parcel) => Some(parcel),
