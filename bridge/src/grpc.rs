@@ -23,7 +23,9 @@ use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue};
-use ratelimit_protocol::{split_message, stream_message, MAX_BODY, MAX_ID_LINE};
+use ratelimit_protocol::{
+    grpc_message_len, grpc_prefix, split_message, stream_message, MAX_BODY, MAX_ID_LINE,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -77,16 +79,9 @@ impl Deframer {
 
     /// The next complete message, `Ok(None)` if more bytes are needed.
     pub fn next_message(&mut self) -> Result<Option<Bytes>, String> {
-        let Some(header) = self.buf.get(..5) else {
+        let Some(len) = grpc_message_len(&self.buf, self.max)? else {
             return Ok(None);
         };
-        if header[0] != 0 {
-            return Err("compressed messages are not supported".into());
-        }
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-        if len > self.max {
-            return Err(format!("message of {len} bytes exceeds {}", self.max));
-        }
         if self.buf.len() < 5 + len {
             return Ok(None);
         }
@@ -98,8 +93,7 @@ impl Deframer {
 /// `message` with gRPC's length prefix.
 pub fn prefixed(message: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(5 + message.len());
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&grpc_prefix(message.len()));
     out.extend_from_slice(message);
     out.freeze()
 }

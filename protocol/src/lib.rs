@@ -86,7 +86,7 @@ pub use request::{
     BadBatch, Block, Line, LineKind, Overridden, RuleSpec, RuleSpecRef, Settle, LEASE_RETURN_MARK,
     MAX_SETTLEMENT_ID_LEN, SETTLEMENT_MARK,
 };
-pub use stream::{split_message, stream_message};
+pub use stream::{grpc_message_len, grpc_prefix, split_message, stream_message};
 
 /// The path of the HTTP transport.
 pub const PATH: &str = "/v1/check";
