@@ -19,21 +19,8 @@ pub unsafe fn reply(
     if result != abi::CALLOUT_OK {
         return (None, Vec::new());
     }
-    let headers = match headers.is_null() {
-        true => &[][..],
-        // SAFETY: as the caller promises.
-        false => unsafe { std::slice::from_raw_parts(headers, headers_size) },
-    };
-    let status = headers
-        .iter()
-        // SAFETY: Envoy's buffers for this hook.
-        .find(|h| unsafe { abi::borrow(&h.key) } == b":status")
-        .and_then(|h| {
-            std::str::from_utf8(unsafe { abi::borrow(&h.value) })
-                .ok()?
-                .parse()
-                .ok()
-        });
+    // SAFETY: as the caller promises.
+    let status = unsafe { status(headers, headers_size) };
     let chunks = match chunks.is_null() {
         true => &[][..],
         // SAFETY: as the caller promises.
@@ -47,4 +34,26 @@ pub unsafe fn reply(
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
     (status, body)
+}
+
+/// The `:status` of a response's headers.
+///
+/// # Safety
+/// The array must hold the size given, and be Envoy's for the current hook.
+pub unsafe fn status(headers: *const EnvoyHeader, headers_size: usize) -> Option<u32> {
+    let headers = match headers.is_null() {
+        true => &[][..],
+        // SAFETY: as the caller promises.
+        false => unsafe { std::slice::from_raw_parts(headers, headers_size) },
+    };
+    headers
+        .iter()
+        // SAFETY: Envoy's buffers for this hook.
+        .find(|h| unsafe { abi::borrow(&h.key) } == b":status")
+        .and_then(|h| {
+            std::str::from_utf8(unsafe { abi::borrow(&h.value) })
+                .ok()?
+                .parse()
+                .ok()
+        })
 }

@@ -48,10 +48,10 @@ impl FilterConfig {
                 return None;
             }
         };
-        // A batch travels as an HTTP callout, whatever the transport: Envoy gives an HTTP
-        // filter module no stream that outlives a request. The bridge serves a check over
-        // HTTP/1.1 and HTTP/2 alike, so the cluster of a gRPC configuration serves it too.
-        config.backend.transport = Transport::Http;
+        // The dispatcher sends every batch as a callout: Envoy gives a module's workers
+        // nothing that outlives a request. The courier carries those of a gRPC
+        // configuration on the worker's stream from the main thread (`streams`).
+        let transport = std::mem::replace(&mut config.backend.transport, Transport::Http);
         let names = Counter::ALL.iter().map(|c| c.name().to_owned()).chain(
             config
                 .rules
@@ -62,12 +62,13 @@ impl FilterConfig {
             .filter_map(|name| Some((name.clone(), abi::define_counter(envoy, &name)?)))
             .collect();
         log::info!("{}", loading::accepted(&config));
+        let courier = Courier::new(envoy, &config.backend, transport);
         Some(FilterConfig {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,
             envoy,
             counters,
-            courier: Courier::new(envoy),
+            courier,
             alive: AtomicBool::new(true),
         })
     }

@@ -3,9 +3,10 @@
 //! that the module has no use for.
 
 use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
-use crate::answer::reply;
+use crate::answer::{reply, status};
 use crate::config::FilterConfig;
 use crate::guard::guard;
+use crate::streams::Streams;
 use crate::worker;
 use std::ffi::c_void;
 use std::ptr::null;
@@ -70,6 +71,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
             let config = unsafe { &*config.cast::<FilterConfig>() };
             if event_id == crate::courier::TICK {
                 worker::tick_all(config);
+                if let Some(streams) = &config.courier.streams {
+                    streams.expire();
+                }
             }
             config.courier.send(envoy);
         },
@@ -100,6 +104,97 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
             config.courier.answered(callout_id, status, body);
         },
     )
+}
+
+/// The events of a worker's stream to the bridge (`streams`), on the main thread.
+fn on_stream(config: *const c_void, hook: &str, event: impl FnOnce(&Streams)) {
+    guard(
+        hook,
+        || (),
+        || {
+            // SAFETY: the live configuration `config_new` made.
+            let config = unsafe { &*config.cast::<FilterConfig>() };
+            if let Some(streams) = &config.courier.streams {
+                event(streams);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
+    envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    stream_id: u64,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    end_stream: bool,
+) {
+    on_stream(config, "config_http_stream_headers", |streams| {
+        // SAFETY: an array Envoy lends for this call, of the size it gives.
+        let status = unsafe { status(headers, headers_size) };
+        streams.headers(envoy, stream_id, status, end_stream);
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
+    envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    stream_id: u64,
+    data: *const EnvoyBuffer,
+    data_count: usize,
+    end_stream: bool,
+) {
+    on_stream(config, "config_http_stream_data", |streams| {
+        let data = match data.is_null() {
+            true => &[][..],
+            // SAFETY: an array Envoy lends for this call, of the size it gives.
+            false => unsafe { std::slice::from_raw_parts(data, data_count) },
+        };
+        // SAFETY: Envoy's buffers for this hook.
+        let chunks: Vec<&[u8]> = data.iter().map(|b| unsafe { abi::borrow(b) }).collect();
+        streams.data(envoy, stream_id, &chunks);
+        if end_stream {
+            streams.closed(stream_id, "ended");
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
+    _envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    stream_id: u64,
+    _trailers: *const EnvoyHeader,
+    _trailers_size: usize,
+) {
+    on_stream(config, "config_http_stream_trailers", |streams| {
+        streams.closed(stream_id, "ended");
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
+    _envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    stream_id: u64,
+) {
+    on_stream(config, "config_http_stream_complete", |streams| {
+        streams.closed(stream_id, "ended");
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
+    _envoy: ConfigEnvoyPtr,
+    config: *const c_void,
+    stream_id: u64,
+    _reason: i32,
+) {
+    on_stream(config, "config_http_stream_reset", |streams| {
+        streams.closed(stream_id, "was reset");
+    })
 }
 
 // Required by Envoy; the module starts no streams of a request's own.

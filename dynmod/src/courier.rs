@@ -6,9 +6,13 @@
 //! as a callout the configuration owns (only ever from that thread: Envoy keeps those in a
 //! map no lock guards); its answer goes into the worker's mailbox, and the main thread
 //! wakes the worker through the scheduler of one of its requests (a waker), whose
-//! `on_http_filter_scheduled` hook empties the mailbox into the dispatcher.
+//! `on_http_filter_scheduled` hook empties the mailbox into the dispatcher. Where the
+//! transport is gRPC, the main thread sends a parcel as a message on the worker's stream
+//! instead (`streams`), and a callout only when no stream will take it.
 
 use crate::abi::{self, ConfigEnvoyPtr, FilterSchedulerPtr, SchedulerPtr};
+use crate::streams::Streams;
+use ratelimit_config::backend::{Backend, Transport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -35,7 +39,7 @@ pub struct Mailbox {
 pub const WAKE: u64 = 0;
 
 impl Mailbox {
-    fn deliver(&self, answer: Answer) {
+    pub fn deliver(&self, answer: Answer) {
         self.answers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -112,6 +116,9 @@ pub const TICK: u64 = 1;
 
 /// One configuration's courier.
 pub struct Courier {
+    /// The workers' streams, where the transport is gRPC; otherwise every parcel is a
+    /// callout.
+    pub streams: Option<Streams>,
     /// Gone once the configuration is (`close`): Envoy deletes it on the main thread.
     scheduler: Mutex<Option<SchedulerPtr>>,
     parcels: Mutex<Vec<Parcel>>,
@@ -120,8 +127,10 @@ pub struct Courier {
 }
 
 impl Courier {
-    pub fn new(config: ConfigEnvoyPtr) -> Courier {
+    /// The courier of `config`, whose parcels go to `backend` by `transport`.
+    pub fn new(config: ConfigEnvoyPtr, backend: &Backend, transport: Transport) -> Courier {
         Courier {
+            streams: (transport == Transport::Grpc).then(|| Streams::new(backend)),
             scheduler: Mutex::new(Some(abi::config_scheduler(config))),
             parcels: Mutex::new(Vec::new()),
             out: Mutex::new(HashMap::new()),
@@ -166,6 +175,13 @@ impl Courier {
         let parcels =
             std::mem::take(&mut *self.parcels.lock().unwrap_or_else(PoisonError::into_inner));
         for parcel in parcels {
+            let parcel = match &self.streams {
+                Some(streams) => match streams.send(config, parcel) {
+                    Ok(()) => continue,
+                    Err(parcel) => parcel,
+                },
+                None => parcel,
+            };
             let headers: Vec<(&str, &[u8])> = parcel
                 .headers
                 .iter()

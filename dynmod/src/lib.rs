@@ -12,6 +12,7 @@
 //!   defined.
 //! - `courier`: the worker's batches (group commit) and its own exchanges (settlements,
 //!   leases), sent from Envoy's main thread, and the wakers that bring the answers back.
+//! - `streams`: the workers' gRPC streams to the bridge, which the courier feeds.
 //! - `root`: a configuration's state on one worker: its dispatcher, tick and mailbox.
 //! - `callouts`: what each callout a worker has out stands for.
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
@@ -33,6 +34,7 @@ mod hooks;
 mod host;
 mod request;
 mod root;
+mod streams;
 mod worker;
 
 /// The ABI version Envoy 1.40 was built with; another version only makes Envoy warn.

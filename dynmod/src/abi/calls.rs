@@ -2,7 +2,6 @@
 
 use super::exports::*;
 use super::*;
-use std::ffi::c_void;
 
 pub fn filter_scheduler(filter: FilterEnvoyPtr) -> FilterSchedulerPtr {
     // SAFETY: a live filter pointer, on its worker (in one of its hooks).
@@ -37,72 +36,7 @@ pub fn delete_scheduler(scheduler: SchedulerPtr) {
     unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler) }
 }
 
-/// Sends an HTTP callout owned by configuration `config` (on the main thread only: Envoy
-/// keeps a configuration's callouts in a map no lock guards); its id, whose answer comes
-/// to `on_http_filter_config_http_callout_done`.
-pub fn config_callout(
-    config: ConfigEnvoyPtr,
-    cluster: &str,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    timeout_ms: u64,
-) -> Result<u64, i32> {
-    // SAFETY: a live configuration pointer, on the main thread.
-    unsafe {
-        send_callout(
-            envoy_dynamic_module_callback_http_filter_config_http_callout,
-            config,
-            cluster,
-            headers,
-            body,
-            timeout_ms,
-        )
-    }
-}
-
-/// Envoy's callout functions, the configuration's and a request's alike.
-type CalloutFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut u64,
-    ModuleBuffer,
-    *const ModuleHeader,
-    usize,
-    ModuleBuffer,
-    u64,
-) -> i32;
-
-/// # Safety
-/// `owner` must be live and of the kind `send` takes, on the thread that may use it.
-unsafe fn send_callout(
-    send: CalloutFn,
-    owner: *mut c_void,
-    cluster: &str,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    timeout_ms: u64,
-) -> Result<u64, i32> {
-    let headers = headers_as(headers);
-    let mut id = 0;
-    // SAFETY: as the caller promises; cluster, headers and body lent for the call.
-    let result = unsafe {
-        send(
-            owner,
-            &mut id,
-            lend(cluster.as_bytes()),
-            headers.as_ptr(),
-            headers.len(),
-            lend(body),
-            timeout_ms,
-        )
-    };
-    if result == CALLOUT_OK {
-        Ok(id)
-    } else {
-        Err(result)
-    }
-}
-
-fn lend(bytes: &[u8]) -> ModuleBuffer {
+pub(super) fn lend(bytes: &[u8]) -> ModuleBuffer {
     ModuleBuffer {
         ptr: bytes.as_ptr(),
         length: bytes.len(),
@@ -119,7 +53,7 @@ pub unsafe fn borrow<'a>(buffer: &EnvoyBuffer) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(buffer.ptr, buffer.length) }
 }
 
-fn headers_as(pairs: &[(&str, &[u8])]) -> Vec<ModuleHeader> {
+pub(super) fn headers_as(pairs: &[(&str, &[u8])]) -> Vec<ModuleHeader> {
     pairs
         .iter()
         .map(|(k, v)| ModuleHeader {
@@ -315,28 +249,6 @@ pub fn attribute(filter: FilterEnvoyPtr, attribute_id: i32) -> Option<Vec<u8>> {
     };
     // SAFETY: the buffer Envoy just filled.
     found.then(|| unsafe { borrow(&value) }.to_vec())
-}
-
-/// Sends an HTTP callout owned by `filter`; its id, whose answer comes to
-/// `on_http_filter_http_callout_done`.
-pub fn callout(
-    filter: FilterEnvoyPtr,
-    cluster: &str,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    timeout_ms: u64,
-) -> Result<u64, i32> {
-    // SAFETY: a live filter pointer, on its worker.
-    unsafe {
-        send_callout(
-            envoy_dynamic_module_callback_http_filter_http_callout,
-            filter,
-            cluster,
-            headers,
-            body,
-            timeout_ms,
-        )
-    }
 }
 
 pub fn continue_encoding(filter: FilterEnvoyPtr) {

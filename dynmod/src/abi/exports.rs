@@ -130,4 +130,24 @@ extern "C" {
         body: ModuleBuffer,
         timeout_milliseconds: u64,
     ) -> i32;
+    pub(super) fn envoy_dynamic_module_callback_http_filter_config_start_http_stream(
+        config: ConfigEnvoyPtr,
+        stream_id_out: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *const ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        end_stream: bool,
+        timeout_milliseconds: u64,
+    ) -> i32;
+    pub(super) fn envoy_dynamic_module_callback_http_filter_config_stream_send_data(
+        config: ConfigEnvoyPtr,
+        stream_id: u64,
+        data: ModuleBuffer,
+        end_stream: bool,
+    ) -> bool;
+    pub(super) fn envoy_dynamic_module_callback_http_filter_config_reset_http_stream(
+        config: ConfigEnvoyPtr,
+        stream_id: u64,
+    );
 }

@@ -7,6 +7,7 @@
 //!
 //! - `exports`: the callbacks, as the header declares them.
 //! - `calls`: a safe call over each.
+//! - `outbound`: those that reach the bridge (callouts and streams).
 
 use std::ffi::c_void;
 
@@ -72,5 +73,7 @@ pub type SchedulerPtr = *mut c_void;
 
 mod calls;
 mod exports;
+mod outbound;
 
 pub use calls::*;
+pub use outbound::*;
