@@ -1,8 +1,10 @@
 """The same filter as a native Envoy dynamic module (dist/libratelimit.so), a section of
 `make bench` (issue 42): the same Envoy (`--concurrency 1`), the same load (100,000 distinct
 users, every request allowed and exactly checked), four ways: no filter, the no-op wasm
-filter, ratelimit.wasm through the bridge's gRPC stream, and the module (group commit over
-callouts from Envoy's main thread). Every request goes through to the gateway's upstream listener.
+filter, ratelimit.wasm through the bridge's gRPC stream, and the module (group commit on
+the worker's gRPC stream, which Envoy's main thread holds for it; and over HTTP callouts
+from the main thread, `transport: "http"`). Every request goes through to the gateway's
+upstream listener.
 
 Standalone: `.venv/bin/python -m bench.module [--smoke]` (after `make bench-build`).
 """
@@ -13,8 +15,10 @@ from .side_by_side import BASELINES, HEADERS, IN_FLIGHT, USERS, level
 
 CONFIGS = [
     *BASELINES,
-    {"key": "module", "label": "libratelimit.so → bridge (callouts, group commit)",
+    {"key": "module", "label": "libratelimit.so → bridge (gRPC stream, group commit)",
      "kind": "module", "plugin": plugin({"name": "exact", "limit": UNLIMITED})},
+    {"key": "mhttp", "label": "libratelimit.so → bridge (HTTP callouts, group commit)",
+     "kind": "module", "plugin": plugin({"name": "exact", "limit": UNLIMITED}, transport="http")},
     # One hot user: its lease answers nearly every request without the bridge.
     {"key": "wlease", "label": "ratelimit.wasm, leased", "kind": "ratelimit",
      "plugin": plugin({"name": "leased", "limit": UNLIMITED, "lease": LEASE}),
@@ -69,8 +73,9 @@ def section(r):
 
 One Envoy (`--concurrency 1`) proxying to its own upstream listener: no filter, the no-op
 wasm filter, ratelimit.wasm (checks on its gRPC stream to the bridge) and the same filter
-as `dist/libratelimit.so` (checks batched by group commit into HTTP callouts that
-Envoy's main thread sends for the worker). Exact:
+as `dist/libratelimit.so` (checks batched by group commit into messages on the worker's
+gRPC stream, which Envoy's main thread holds and feeds for it; or into HTTP callouts the
+main thread sends, with `transport: "http"`). Exact:
 {r['users']:,} users (`x-user-id: u{{n % {r['users']}}}`), every request checked and
 allowed; leased: one hot user whose lease answers nearly every request; denied: one user
 over its limit, answered 429 from the deny cache. {r['rounds']} round(s) of

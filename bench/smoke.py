@@ -149,8 +149,8 @@ def check_rls(rls, expect=None):
 
 def check_module(module, expect=None):
     """The dynamic module's section (bench/module.py), leased and denied included."""
-    keys = ["none", "noop", "wasm", "module", "wlease", "mlease", "wdeny", "mdeny"]
-    check_side_by_side("module", module, keys, ("wasm", "module"), expect)
+    keys = ["none", "noop", "wasm", "module", "mhttp", "wlease", "mlease", "wdeny", "mdeny"]
+    check_side_by_side("module", module, keys, ("wasm", "module", "mhttp"), expect)
 
 
 def check_regions(regions, expect):
