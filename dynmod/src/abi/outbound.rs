@@ -54,11 +54,7 @@ pub fn config_stream(
             0,
         )
     };
-    if result == CALLOUT_OK {
-        Ok(id)
-    } else {
-        Err(result)
-    }
+    started(result, id)
 }
 
 /// Sends `data` on stream `id` of `config`; false if the stream is gone.
@@ -115,11 +111,7 @@ unsafe fn send_callout(
             timeout_ms,
         )
     };
-    if result == CALLOUT_OK {
-        Ok(id)
-    } else {
-        Err(result)
-    }
+    started(result, id)
 }
 
 /// Sends an HTTP callout owned by `filter`; its id, whose answer comes to
@@ -141,5 +133,14 @@ pub fn callout(
             body,
             timeout_ms,
         )
+    }
+}
+
+/// A callout's or a stream's id once Envoy started it, or why it did not.
+fn started(result: i32, id: u64) -> Result<u64, i32> {
+    if result == CALLOUT_OK {
+        Ok(id)
+    } else {
+        Err(result)
     }
 }
