@@ -255,7 +255,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
     )
 }
 
-/// The worker's turn, brought by a waker (`courier`): the answers the courier delivered,
+/// The worker's turn, brought by a waker (`mailbox`): the answers the courier delivered,
 /// and the verdicts they reach, each carried out on its own request.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(

@@ -11,7 +11,8 @@
 //! - `config`: a filter configuration: the plugin configuration loaded and its counters
 //!   defined.
 //! - `courier`: the worker's batches (group commit) and its own exchanges (settlements,
-//!   leases), sent from Envoy's main thread, and the wakers that bring the answers back.
+//!   leases), sent from Envoy's main thread.
+//! - `mailbox`: where a worker's answers wait, and the wakers that bring it to them.
 //! - `streams`: the workers' gRPC streams to the bridge, which the courier feeds.
 //! - `root`: a configuration's state on one worker: its dispatcher, tick and mailbox.
 //! - `callouts`: what each callout a worker has out stands for.
@@ -32,6 +33,7 @@ mod courier;
 mod guard;
 mod hooks;
 mod host;
+mod mailbox;
 mod request;
 mod root;
 mod streams;

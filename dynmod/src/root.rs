@@ -4,7 +4,7 @@
 //! configuration, across workers, for that tick.
 
 use crate::config::FilterConfig;
-use crate::courier::Mailbox;
+use crate::mailbox::Mailbox;
 use ratelimit_filter::worker::dispatch::Dispatcher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};

@@ -12,7 +12,7 @@
 //! resets a stream, so no lock is held across those calls.
 
 use crate::abi::{self, ConfigEnvoyPtr};
-use crate::courier::{Answer, Mailbox, Parcel};
+use crate::mailbox::{Answer, Mailbox};
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::wire::{self, MAX_REPLY_LEN};
 use ratelimit_protocol::{grpc_message_len, grpc_prefix, MAX_ID_LINE};
@@ -86,21 +86,28 @@ impl Streams {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// On the main thread: sends `parcel` on its worker's stream, opened if need be; the
-    /// parcel back if no stream would take it (the courier then sends it as a callout).
-    pub fn send(&self, envoy: ConfigEnvoyPtr, parcel: Parcel) -> Result<(), Parcel> {
-        let Some(stream_id) = self.stream_of(envoy, &parcel.mailbox) else {
-            return Err(parcel);
+    /// On the main thread: sends the batch `body`, whose answer goes to `mailbox` under
+    /// `token`, on the worker's stream, opened if need be; false if no stream would take it
+    /// (the courier then sends it as a callout).
+    pub fn send(
+        &self,
+        envoy: ConfigEnvoyPtr,
+        mailbox: &Arc<Mailbox>,
+        token: u32,
+        body: &[u8],
+    ) -> bool {
+        let Some(stream_id) = self.stream_of(envoy, mailbox) else {
+            return false;
         };
-        let body = String::from_utf8_lossy(&parcel.body);
+        let body = String::from_utf8_lossy(body);
         let message = {
             let mut state = self.state();
             let id = state.next_message;
             state.next_message = id.wrapping_add(1);
-            let Some(stream) = state.open.get_mut(&worker(&parcel.mailbox)) else {
-                return Err(parcel);
+            let Some(stream) = state.open.get_mut(&worker(mailbox)) else {
+                return false;
             };
-            stream.out.insert(id, (parcel.token, Instant::now()));
+            stream.out.insert(id, (token, Instant::now()));
             ratelimit_protocol::stream_message(id, &body)
         };
         let mut frame = Vec::with_capacity(5 + message.len());
@@ -109,7 +116,7 @@ impl Streams {
         if !abi::config_stream_send(envoy, stream_id, &frame) {
             self.closed(stream_id, "gone");
         }
-        Ok(())
+        true
     }
 
     /// The open stream of `mailbox`'s worker, opened now if it has none.
