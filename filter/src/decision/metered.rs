@@ -8,7 +8,8 @@
 //! tokens back, extra usage taken past 0, in full (a debt the refill repays).
 //!
 //! **A client never pays less than it consumed.** A response the meter reads in full is
-//! charged exactly what it reported. One it cannot (compressed, cut short by either side,
+//! charged exactly what it reported (a stream that said it was done, OpenAI's `data:
+//! [DONE]`, is read in full whatever follows). One it cannot (compressed, cut short by either side,
 //! malformed, poisoned, a key on a usage path given twice, or a success that reports no
 //! usage at all, as an OpenAI stream that did not ask for it) is charged as if it used the
 //! most it could: the rule's `max`, or more where what it showed proves more. A client's
@@ -286,6 +287,9 @@ fn measure(meter: &MeterPolicy, r: &mut Reserved, ended: bool) -> Measure {
         return Measure::Unread { shown: 0 };
     };
     reader.finish();
+    // OpenAI's SDKs close a stream on its `[DONE]`, which may reach the gateway before the
+    // stream's own end: what the stream reported is then all of it.
+    let ended = ended || reader.done();
     let exact = (ended && reader.trusted())
         .then(|| meter.cost_of(reader.values()))
         .flatten();

@@ -8,6 +8,10 @@
 //! blank line: one event's malformed data (`[DONE]`, a truncated chunk) is then lost
 //! only until the event ends. The rest of a line is never kept, so a line of any length
 //! costs nothing, and the state between chunks is only where in a line the framer is.
+//!
+//! It also notes an event whose data is `[DONE]`, OpenAI's last: a stream that said it is
+//! done reports nothing more, and OpenAI's SDKs close the connection on reading it, often
+//! before the HTTP stream's own end reaches the gateway.
 
 use super::find;
 use super::json::Scanner;
@@ -34,12 +38,23 @@ enum Line {
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 const DATA: &[u8] = b"data";
 const DATA_COLON: &[u8] = b"data:";
+/// The data of OpenAI's last event.
+const DONE: &[u8] = b"[DONE]";
+/// `Framer::done_at` when the event's data is not `DONE`.
+const ELSE: u8 = u8::MAX;
 
 #[derive(Debug)]
 pub(super) struct Framer {
     line: Line,
     /// The data line being read began in the chunk being read: it may be judged whole.
     whole: bool,
+    /// The event being read has a data line.
+    has_data: bool,
+    /// How many bytes of `DONE` the event's data has spelled so far; `ELSE` once it
+    /// spells something else (a byte, so that the reader keeps its size).
+    done_at: u8,
+    /// An event whose data was `DONE` ended.
+    done: bool,
 }
 
 /// Where the line of `bytes` ends (its length if it does not), and whether a backslash
@@ -74,7 +89,40 @@ impl Framer {
         Framer {
             line: Line::Bom(0),
             whole: false,
+            has_data: false,
+            done_at: 0,
+            done: false,
         }
+    }
+
+    /// Whether an event whose data was `[DONE]` ended.
+    pub(super) fn done(&self) -> bool {
+        self.done
+    }
+
+    /// A data line begins: a second one in an event joins the data with a line feed.
+    fn data_line(&mut self) {
+        if self.has_data {
+            self.done_at = ELSE;
+        }
+        self.has_data = true;
+    }
+
+    /// More of the event's data.
+    fn spell(&mut self, data: &[u8]) {
+        let at = usize::from(self.done_at);
+        let end = at.saturating_add(data.len());
+        self.done_at = match DONE.get(at..end) == Some(data) {
+            true => u8::try_from(end).unwrap_or(ELSE),
+            false => ELSE,
+        };
+    }
+
+    /// A blank line: the event ends.
+    fn end_event(&mut self) {
+        self.done |= self.has_data && usize::from(self.done_at) == DONE.len();
+        self.has_data = false;
+        self.done_at = 0;
     }
 
     pub(super) fn feed(&mut self, bytes: &[u8], json: &mut Scanner) {
@@ -86,6 +134,9 @@ impl Framer {
                 let rest = bytes.get(i..).unwrap_or_default();
                 let (run, escaped) = line_end(rest);
                 let data = rest.get(..run).unwrap_or_default();
+                if self.line == Line::Data {
+                    self.spell(data);
+                }
                 // An event whose data is this one line, as LLM APIs send it, and where no
                 // path can have a value, is passed over at once: most events carry none of
                 // the usage. (An escape may spell a key: such a line is read.)
@@ -107,6 +158,7 @@ impl Framer {
             {
                 // The usual line, its field name at once.
                 self.line = Line::DataStart;
+                self.data_line();
                 i += 5;
             } else if self.step(b, json) {
                 i += 1;
@@ -137,6 +189,7 @@ impl Framer {
                 b'\n' | b'\r' => {
                     // A blank line: the event ends, and with it its data's value.
                     json.reset();
+                    self.end_event();
                     self.end_line(b);
                 }
                 b'd' => self.line = Line::Field(1),
@@ -144,9 +197,13 @@ impl Framer {
             },
             Line::Field(at) => match DATA.get(usize::from(at)) {
                 Some(&expected) if expected == b => self.line = Line::Field(at + 1),
-                None if b == b':' => self.line = Line::DataStart,
+                None if b == b':' => {
+                    self.line = Line::DataStart;
+                    self.data_line();
+                }
                 // `data` alone on its line: a data line with an empty value.
                 None if is_eol(b) => {
+                    self.data_line();
                     json.feed(b"\n");
                     self.end_line(b);
                 }
@@ -163,7 +220,10 @@ impl Framer {
                 json.feed(b"\n");
                 self.end_line(b);
             }
-            Line::Data => json.feed(&[b]),
+            Line::Data => {
+                self.spell(&[b]);
+                json.feed(&[b]);
+            }
             Line::Ignore if is_eol(b) => self.end_line(b),
             Line::Ignore => {}
         }

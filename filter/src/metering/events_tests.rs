@@ -2,7 +2,8 @@
 //! order mark, and each event's data read as a value of its own. Every stream here is
 //! also read cut at every byte (`tests::read`).
 
-use crate::metering::tests::events;
+use crate::metering::tests::{events, paths};
+use crate::metering::{BodyFormat, UsageReader};
 
 const PROMPT: &[&str] = &["usage.prompt_tokens"];
 
@@ -182,5 +183,48 @@ fn an_event_passed_over_unread_is_one_where_no_path_can_have_a_value() {
     ] {
         let body = format!("{passed}{event}{passed}data: [DONE]\n\n");
         assert_eq!(prompt(&body), expected, "{event}");
+    }
+}
+
+/// Whether `body` said it is done, fed whole, cut at every byte and a byte at a time.
+fn done(body: &str) -> bool {
+    let read = |pieces: &[&[u8]]| {
+        let mut reader = UsageReader::new(BodyFormat::EventStream, paths(PROMPT));
+        for piece in pieces {
+            reader.feed(piece);
+        }
+        reader.done()
+    };
+    let whole = read(&[body.as_bytes()]);
+    for at in 0..=body.len() {
+        let (a, b) = body.as_bytes().split_at(at);
+        assert_eq!(read(&[a, b]), whole, "cut at {at}");
+    }
+    let bytes: Vec<&[u8]> = body.as_bytes().chunks(1).collect();
+    assert_eq!(read(&bytes), whole, "a byte at a time");
+    whole
+}
+
+#[test]
+fn a_stream_is_done_once_an_event_whose_data_is_done_ends() {
+    let usage = "data: {\"usage\":{\"prompt_tokens\":1}}\n\n";
+    assert!(done(&format!("{usage}data: [DONE]\n\n")));
+    assert!(done(&format!("{usage}data:[DONE]\r\n\r\n")));
+    assert!(done(&format!("{usage}event: end\ndata: [DONE]\n\n")));
+    // Not yet: the event has not ended.
+    assert!(!done(&format!("{usage}data: [DONE]\n")));
+    // Not the data `[DONE]`: more, less, or another line joined to it.
+    for other in [
+        "data: [DONE] \n\n",
+        "data: [DONE]x\n\n",
+        "data: [DON\n\n",
+        "data: \n\n",
+        "data: [DONE]\ndata: x\n\n",
+        "data\ndata: [DONE]\n\n",
+        ": [DONE]\n\n",
+        "done: [DONE]\n\n",
+        "data: {\"x\":\"[DONE]\"}\n\n",
+    ] {
+        assert!(!done(&format!("{usage}{other}")), "{other:?}");
     }
 }

@@ -154,6 +154,12 @@ impl UsageReader {
         }
     }
 
+    /// Whether the stream said it is done (OpenAI's `data: [DONE]`, read whole): it reports
+    /// nothing after, so a cut that follows loses nothing.
+    pub fn done(&self) -> bool {
+        matches!(&self.framing, Framing::Events(framer) if framer.done())
+    }
+
     /// The last usable count seen at each path, in the order of `paths`; `None` where
     /// there was none.
     pub fn values(&self) -> &[Option<u64>] {
