@@ -15,6 +15,13 @@ fn config(usage: &str, weights: &str) -> Config {
 
 /// What a response of `content_type` cut in two at `split` measured: (exactly, unread).
 fn measured(config: &Config, content_type: &str, body: &[u8], split: usize) -> (u64, u64) {
+    let (first, rest) = body.split_at(split);
+    measured_as(config, content_type, &[first, rest], true)
+}
+
+/// What a response of `content_type` in `pieces` measured, `ended` or left by its client
+/// before its end.
+fn measured_as(config: &Config, content_type: &str, pieces: &[&[u8]], ended: bool) -> (u64, u64) {
     let plan = [PlannedRule {
         rule: 0,
         ..fakes::planned("rl:tokens:k", 100_000, 1, 60, 100)
@@ -29,10 +36,12 @@ fn measured(config: &Config, content_type: &str, body: &[u8], split: usize) -> (
         "content-type" => Some(content_type.as_bytes().to_vec()),
         _ => None,
     });
-    let (first, rest) = body.split_at(split);
-    m.body(first);
-    m.body(rest);
-    m.ended();
+    for piece in pieces {
+        m.body(piece);
+    }
+    if ended {
+        m.ended();
+    }
     let s = m.settle(config, "w1-1", &FakeShared::default(), 0);
     (s.measured, s.unmeasured)
 }
@@ -188,27 +197,6 @@ fn a_format_s_counts_that_contradict_or_fall_are_charged_as_unread() {
     assert_eq!(measured(&config, SSE, falling.as_bytes(), 0), (0, 1));
 }
 
-/// What a response measured when the client left after `body`, before the response's end.
-fn measured_cut(config: &Config, body: &[u8]) -> (u64, u64) {
-    let plan = [PlannedRule {
-        rule: 0,
-        ..fakes::planned("rl:tokens:k", 100_000, 1, 60, 100)
-    }];
-    let took = RuleResult {
-        allowed: true,
-        ..RuleResult::default()
-    };
-    let mut m = Metering::reserved(config, &plan, &[took]).unwrap();
-    m.response_headers(config, |name| match name {
-        ":status" => Some(b"200".to_vec()),
-        "content-type" => Some(SSE.as_bytes().to_vec()),
-        _ => None,
-    });
-    m.body(body);
-    let s = m.settle(config, "w1-1", &FakeShared::default(), 0);
-    (s.measured, s.unmeasured)
-}
-
 #[test]
 fn openai_chat_a_stream_left_after_its_done_is_charged_what_it_reported() {
     // OpenAI's SDK closes the connection on `[DONE]`, often before the stream's end
@@ -221,8 +209,14 @@ fn openai_chat_a_stream_left_after_its_done_is_charged_what_it_reported() {
     );
     // 25 uncached + 4 x 17.
     let done = format!("{usage}data: [DONE]\n\n");
-    assert_eq!(measured_cut(&config, done.as_bytes()), (93, 0));
+    assert_eq!(
+        measured_as(&config, SSE, &[done.as_bytes()], false),
+        (93, 0)
+    );
     // Left before `[DONE]`: what it reported may not be all, and the response is charged
     // as unread.
-    assert_eq!(measured_cut(&config, usage.as_bytes()), (0, 1));
+    assert_eq!(
+        measured_as(&config, SSE, &[usage.as_bytes()], false),
+        (0, 1)
+    );
 }
