@@ -90,10 +90,19 @@ impl FilterConfig {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Envoy destroys the configuration: nothing of it reaches Envoy after this.
+    /// Envoy destroys the configuration: nothing of it reaches Envoy after this
+    /// (`teardown`).
     pub fn retire(&self) {
         self.alive.store(false, Ordering::Release);
         self.courier.close();
+    }
+
+    /// On the main thread, for a configuration Envoy is destroying (`teardown`): its
+    /// workers' streams are reset.
+    pub fn end_streams(&self) {
+        if let Some(streams) = &self.courier.streams {
+            streams.reset_all(self.envoy);
+        }
     }
 }
 

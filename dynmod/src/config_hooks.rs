@@ -35,6 +35,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
             Some(config) => {
                 let config = Arc::new(config);
                 crate::config::start_ticker(&config);
+                crate::teardown::made(&config);
                 Arc::into_raw(config).cast()
             }
             None => null(),
@@ -50,13 +51,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *co
         || {
             // SAFETY: the pointer `config_new` made from an Arc, destroyed once.
             let config = unsafe { Arc::from_raw(config.cast::<FilterConfig>()) };
-            config.retire();
+            crate::teardown::destroyed(config);
         },
     )
 }
 
-/// The main thread's turn: a worker left parcels for the courier, or the ticker says the
-/// roots' tick is due.
+/// The main thread's turn: a worker left parcels for the courier, the ticker says the
+/// roots' tick is due, or a configuration destroyed on a worker waits (`teardown`).
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     envoy: ConfigEnvoyPtr,
@@ -69,6 +70,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
         || {
             // SAFETY: the live configuration `config_new` made.
             let config = unsafe { &*config.cast::<FilterConfig>() };
+            crate::teardown::end_pending();
             if event_id == crate::courier::TICK {
                 worker::tick_all(config);
                 if let Some(streams) = &config.courier.streams {

@@ -30,6 +30,8 @@ pub struct Parcel {
 /// The configuration scheduler's events.
 pub const PARCELS: u64 = 0;
 pub const TICK: u64 = 1;
+/// A configuration destroyed on a worker waits for its streams to be reset (`teardown`).
+pub const TEARDOWN: u64 = 2;
 
 /// One configuration's courier.
 pub struct Courier {
@@ -85,6 +87,19 @@ impl Courier {
         if let Some(scheduler) = scheduler {
             abi::delete_scheduler(scheduler);
         }
+    }
+
+    /// Callouts out, not yet answered.
+    pub fn callouts_out(&self) -> usize {
+        self.out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Workers' streams open.
+    pub fn streams_open(&self) -> usize {
+        self.streams.as_ref().map_or(0, Streams::open)
     }
 
     /// On the main thread: sends every parcel left.

@@ -15,6 +15,7 @@
 //! - `mailbox`: where a worker's answers wait, and the wakers that bring it to them.
 //! - `streams`: the workers' gRPC streams to the bridge, which the courier feeds.
 //! - `root`: a configuration's state on one worker: its dispatcher, tick and mailbox.
+//! - `teardown`: a configuration's end, off the main thread as on it.
 //! - `callouts`: what each callout a worker has out stands for.
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
 //!   requests.
@@ -37,6 +38,7 @@ mod mailbox;
 mod request;
 mod root;
 mod streams;
+mod teardown;
 mod worker;
 
 /// The ABI version Envoy 1.40 was built with; another version only makes Envoy warn.

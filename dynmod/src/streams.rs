@@ -249,6 +249,21 @@ impl Streams {
         }
     }
 
+    /// How many workers' streams are open.
+    pub fn open(&self) -> usize {
+        self.state().open.len()
+    }
+
+    /// On the main thread, for a configuration that is gone (`teardown`): every stream is
+    /// reset, failing what it carried.
+    pub fn reset_all(&self, envoy: ConfigEnvoyPtr) {
+        let ids: Vec<u64> = self.state().workers.keys().copied().collect();
+        for id in ids {
+            self.closed(id, "reset: its configuration is gone");
+            abi::config_stream_reset(envoy, id);
+        }
+    }
+
     /// On the main thread, at the courier's tick: gives up messages unanswered within
     /// `timeout_ms`.
     pub fn expire(&self) {

@@ -52,3 +52,25 @@ def test_a_request_paused_in_the_old_configuration_completes(stack_of):
     # Checked under the configuration it started in: the old limit of 5.
     assert answer == [(200, "5", "3")]
     assert remaining(stack, 0, "carol") == (200, "20", "2")
+
+
+def test_reloads_with_requests_in_flight_leave_the_bridge_reachable(stack_of):
+    """A request that outlives its configuration makes Envoy end that configuration on a
+    worker; its streams to the bridge must not be torn down there, under the main thread
+    that owns their connection (the module lost every later answer one reload in five)."""
+    stack = stack_of(per_user(100, timeout_ms=10_000), gateways=1, reloadable=True)
+    for limit in range(50, 58):
+        os.kill(stack.bridge.proc.pid, signal.SIGSTOP)
+        answer = []
+        try:
+            paused = threading.Thread(
+                target=lambda: answer.append(stack.get(0, "/api/x", {"x-user-id": "dave"})[0]),
+                daemon=True)
+            paused.start()
+            stack.reconfigure(per_user(limit, timeout_ms=10_000))
+        finally:
+            os.kill(stack.bridge.proc.pid, signal.SIGCONT)
+        paused.join(timeout=10)
+        assert answer == [200]
+        status, headers, _ = stack.get(0, "/api/x", {"x-user-id": "erin"}, timeout=5)
+        assert (status, headers["x-ratelimit-limit"]) == (200, str(limit))
