@@ -18,21 +18,49 @@ fn zero_bytes(word: u64) -> u64 {
 /// The index of the first byte of `bytes` that is one of `marks`; `bytes.len()` if none is.
 pub(super) fn first_of<const N: usize>(bytes: &[u8], marks: [u8; N]) -> usize {
     let all = marks.map(|m| ONES * u64::from(m));
+    first_where(
+        bytes,
+        |word| all.iter().fold(0, |found, m| found | zero_bytes(word ^ m)),
+        |c| marks.contains(&c),
+    )
+}
+
+/// The index of the first byte of `bytes` that ends a JSON string's plain text: a quote,
+/// a backslash, or a control character (below 0x20), which a string may not hold raw;
+/// `bytes.len()` if none does.
+pub(super) fn string_end(bytes: &[u8]) -> usize {
+    const QUOTES: u64 = ONES * b'"' as u64;
+    const BACKSLASHES: u64 = ONES * b'\\' as u64;
+    const SPACES: u64 = ONES * 0x20;
+    first_where(
+        bytes,
+        // Bytes below 0x20 borrow like zero bytes do below 1: the lowest bit set is the
+        // first such byte's.
+        |word| {
+            zero_bytes(word ^ QUOTES)
+                | zero_bytes(word ^ BACKSLASHES)
+                | (word.wrapping_sub(SPACES) & !word & HIGHS)
+        },
+        |c| c == b'"' || c == b'\\' || c < 0x20,
+    )
+}
+
+/// The index of the first byte of `bytes` that `byte` holds true for, found eight at a
+/// time by `word` (the high bit of each byte it holds for, the lowest always right).
+fn first_where(bytes: &[u8], word: impl Fn(u64) -> u64, byte: impl Fn(u8) -> bool) -> usize {
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
-    for word in &mut words {
-        let word = u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default());
-        let found = all.iter().fold(0, |found, m| found | zero_bytes(word ^ m));
+    for eight in &mut words {
+        let found = word(u64::from_le_bytes(
+            <[u8; 8]>::try_from(eight).unwrap_or_default(),
+        ));
         if found != 0 {
             return at + (found.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
     let rest = words.remainder();
-    at + rest
-        .iter()
-        .position(|c| marks.contains(c))
-        .unwrap_or(rest.len())
+    at + rest.iter().position(|&c| byte(c)).unwrap_or(rest.len())
 }
 
 /// The index of the first `a` of `bytes` that a `b` follows; `bytes.len()` if none does.
@@ -63,7 +91,7 @@ pub(super) fn pair(bytes: &[u8], a: u8, b: u8) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_of, pair};
+    use super::{first_of, pair, string_end};
     use crate::fakes::check;
     use proptest::prelude::*;
 
@@ -106,6 +134,22 @@ mod tests {
         check(4096, strategy, |(bytes, a, b)| {
             let naive = bytes.windows(2).position(|w| w == [a, b]);
             prop_assert_eq!(pair(&bytes, a, b), naive.unwrap_or(bytes.len()));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn string_end_agrees_with_a_byte_by_byte_search_on_any_bytes() {
+        // Bytes near the marks, so that every word holds some, and borrows cross them.
+        let near = prop::sample::select(vec![
+            0, 1, 0x1f, 0x20, 0x21, b'"', b'\\', 0x5d, 0x7f, 0x80, 0xff,
+        ]);
+        let strategy = prop::collection::vec(prop_oneof![near, any::<u8>()], 0..100);
+        check(4096, strategy, |bytes| {
+            let naive = bytes
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+            prop_assert_eq!(string_end(&bytes), naive.unwrap_or(bytes.len()));
             Ok(())
         });
     }

@@ -13,13 +13,14 @@
 //! key's quote, `null` whole, a number's digits in one loop; at a chunk's edge, the same
 //! steps a byte at a time.
 //!
-//! It checks the grammar (RFC 8259) wherever a path may lead, because a structure it
-//! misread could put a value at a path it is not at; but two things only a strict parser
-//! needs are let through: control characters inside strings and invalid UTF-8. In a
-//! container no path leads into (an array, an object whose key no path names, anything
-//! below `MAX_DEPTH`) only brackets and strings are followed, a run at a time, until it
-//! closes: that is all it takes to know where it ends, and the values after it are still
-//! read. A stream's content events are mostly such containers (`choices`).
+//! It checks the grammar (RFC 8259) as a strict parser does, in containers no path leads
+//! into as well (a raw control character in a string included): a value malformed
+//! anywhere is refused by the client's own parser, so a count read from it would be one
+//! the client never saw (invalid UTF-8 is `utf8`'s to find). A stream's content events,
+//! where no path can be, are mostly passed over unread (`passes_over`). Only below
+//! `MAX_DEPTH` are brackets and strings alone followed, a run at a time, until the
+//! container closes: that is all it takes to know where it ends, and the values after it
+//! are still read.
 
 use super::find;
 use super::found::Found;
@@ -152,6 +153,14 @@ impl Scanner {
     /// value on a path began in it.
     fn end(&mut self) {
         if self.root_object && self.touched && self.state != State::Done {
+            self.found.break_off();
+        }
+    }
+
+    /// The value's event was never dispatched (the body ended inside it): a value begun at
+    /// a path is one no reader saw, so what was read cannot be the whole story.
+    pub(super) fn undispatched(&mut self) {
+        if self.touched {
             self.found.break_off();
         }
     }
@@ -333,7 +342,7 @@ impl Scanner {
         if self.depth == 0 && object {
             self.root_object = true;
         }
-        if self.depth >= MAX_DEPTH || self.deeper == 0 {
+        if self.depth >= MAX_DEPTH {
             self.skipped.start(object);
             self.state = State::Skip;
             return;
@@ -404,10 +413,11 @@ impl Scanner {
         self.state = State::Str;
     }
 
-    /// Inside a string from `bytes[i]`: its text up to a quote or a backslash at once.
+    /// Inside a string from `bytes[i]`: its text up to a quote or a backslash at once. A
+    /// raw control character is malformed, as a strict parser finds it.
     fn string(&mut self, bytes: &[u8], i: usize) -> usize {
         let rest = bytes.get(i..).unwrap_or_default();
-        let run = find::first_of(rest, [b'"', b'\\']);
+        let run = find::string_end(rest);
         if self.key.kept() {
             self.key.push(rest.get(..run).unwrap_or_default());
         }
@@ -428,7 +438,8 @@ impl Scanner {
                 self.end_value();
             }
             Some(b'"') => self.state = State::Skip,
-            Some(_) => self.state = State::Escape,
+            Some(b'\\') => self.state = State::Escape,
+            Some(_) => self.fail(),
             None => return at,
         }
         at + 1

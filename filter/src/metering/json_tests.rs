@@ -256,23 +256,49 @@ fn trailing_commas_and_mismatched_brackets_are_malformed() {
 }
 
 #[test]
-fn a_container_no_path_leads_into_is_followed_by_its_strings_and_brackets_only() {
-    // Where no count can be, only where the container ends matters: a quoted bracket
-    // ends nothing, a mismatched one is malformed (above), the rest is not checked.
+fn a_container_no_path_leads_into_is_held_to_the_grammar_as_a_strict_parser_holds_it() {
+    // A client's parser refuses the whole value: a count after the flaw is not read.
     for body in [
         r#"{"a":[1,],"usage":{"prompt_tokens":7}}"#,
         r#"{"a":{"b":1,},"usage":{"prompt_tokens":7}}"#,
         r#"{"a":[,1],"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":[1 2],"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":{"b" 1},"usage":{"prompt_tokens":7}}"#,
+        r#"{"a":[tru],"usage":{"prompt_tokens":7}}"#,
+        "{\"a\":[\"x\u{0}y\"],\"usage\":{\"prompt_tokens\":7}}",
+        "{\"a\":{\"k\u{1f}\":1},\"usage\":{\"prompt_tokens\":7}}",
+        "{\"a\":\"line\nbreak\",\"usage\":{\"prompt_tokens\":7}}",
+    ] {
+        assert_eq!(prompt(body), (None, false), "{body:?}");
+    }
+    // A quoted bracket ends nothing, and what such a container says never counts,
+    // however it looks like a path's value.
+    for body in [
         r#"{"a":[{"usage":{"prompt_tokens":1}}],"usage":{"prompt_tokens":7}}"#,
         r#"{"a":{"x]}\"[":[{"y":"}"}]},"usage":{"prompt_tokens":7}}"#,
+        "{\"a\":\"\u{7f}\u{20}\",\"usage\":{\"prompt_tokens\":7}}",
     ] {
-        assert_eq!(prompt(body), (Some(7), false), "{body}");
+        assert_eq!(prompt(body), (Some(7), false), "{body:?}");
     }
-    // What a skipped container says never counts, however it looks like a path's value.
     assert_eq!(
         prompt(r#"{"choices":[{"usage":{"prompt_tokens":9}}]}"#),
         (None, false)
     );
+}
+
+#[test]
+fn below_the_deepest_followed_level_only_brackets_and_strings_are_followed() {
+    let deep = |inner: &str| {
+        let (open, close) = ("[".repeat(40), "]".repeat(40));
+        format!(r#"{{"a":{open}{inner}{close},"usage":{{"prompt_tokens":7}}}}"#)
+    };
+    assert_eq!(prompt(&deep(r#"1,"]",{"b":2}"#)), (Some(7), false));
+    assert_eq!(
+        prompt(&deep("\"\u{0}\"")),
+        (None, false),
+        "a control character"
+    );
+    assert_eq!(prompt(&deep("}")), (None, false), "a mismatched bracket");
 }
 
 #[test]
