@@ -44,6 +44,9 @@ def test_a_user_gets_exactly_burst_requests_then_429_with_headers_and_body(stack
 
 def test_two_gateways_share_one_bucket(stack_of):
     stack = stack_of(plugin(rule("per-user", ["user"], 20)), gateways=2)
+    # Each gateway connected to the bridge first (another user's bucket), so neither
+    # spends the race opening its stream while the other takes every token.
+    assert [stack.get(g, "/api/feed", {"x-user-id": "warm"})[0] for g in (0, 1)] == [200, 200]
     admitted = [0, 0]
     lock = threading.Lock()
 

@@ -100,6 +100,12 @@ impl Framer {
         self.done
     }
 
+    /// Whether an event with data has begun and not ended: a reader dispatches an event
+    /// at its blank line only, so one the body ends inside never reaches the client.
+    pub(super) fn pending(&self) -> bool {
+        self.has_data
+    }
+
     /// A data line begins: a second one in an event joins the data with a line feed.
     fn data_line(&mut self) {
         if self.has_data {

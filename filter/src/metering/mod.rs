@@ -146,10 +146,15 @@ impl UsageReader {
     }
 
     /// The body has ended: a number still pending at its very end is complete (a body
-    /// without its closing bracket, as a path always ends inside an object). Idempotent.
+    /// without its closing bracket, as a path always ends inside an object), and an event
+    /// it ended inside, never dispatched, is distrusted if it held a value at a path.
+    /// Idempotent.
     pub fn finish(&mut self) {
         if !self.finished {
             self.json.finish();
+            if matches!(&self.framing, Framing::Events(framer) if framer.pending()) {
+                self.json.undispatched();
+            }
             self.finished = true;
         }
     }

@@ -399,6 +399,21 @@ fn an_event_stream_is_trusted_unless_an_event_left_open_an_object_with_a_value_o
         streamed(cut_at_the_end, usage),
         (false, vec![Some(5), None])
     );
+    // An event the stream ends inside, its object closed, is never dispatched: a client
+    // reads none of it, so counts read there are not the whole story (the fuzz target
+    // `settle` found one lowering a Gemini charge by its cached tokens).
+    for end in ["", "\n", "\r\n?\r\n"] {
+        let undispatched = format!(
+            "data: {{\"usage\": {{\"prompt_tokens\": 5}}}}\n\ndata: {{\"usage\": {{\"prompt_tokens\": 6}}}}{end}"
+        );
+        assert_eq!(
+            streamed(undispatched.as_bytes(), usage),
+            (false, vec![Some(6), None]),
+            "{end:?}"
+        );
+        let dispatched = format!("{undispatched}\n\n").replace("?\r\n\n\n", "?\r\n\r\n");
+        assert!(streamed(dispatched.as_bytes(), usage).0, "{end:?}");
+    }
     // Malformed inside an object: the same.
     let malformed = b"data: {\"usage\": {\"prompt_tokens\": 5,, }}\n\n";
     assert!(!streamed(malformed, usage).0);
