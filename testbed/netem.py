@@ -2,8 +2,9 @@
 tests of global rules (these machines have no `tc netem` and no toxiproxy): added latency
 (each byte delivered half the round trip later, each way, in order, without holding up the
 bytes behind it), a full partition (nothing passes either way; connections hang as over a
-cut link, new ones are accepted and starved), and replies lost one way (what the client
-sends arrives, nothing comes back). As over TCP, bytes are held, never lost: when a fault
+cut link, new ones are accepted and starved), replies lost one way (what the client
+sends arrives, nothing comes back), and connections gone silent (`silence()`: those open
+pass nothing more, new ones pass). As over TCP, bytes are held, never lost: when a fault
 ends, what it held goes on, in order (a connection that gave up meanwhile is the client's
 to close), so the protocol on top never sees a reply without its request. `reset()` aborts
 every connection, as a timeout or a reset would. Faults change while connections are open:
@@ -40,6 +41,9 @@ class FaultProxy:
         self.thread = None
         self.server = None
         self.writers = set()
+        # Connections are numbered as they come; those below `silent_below` pass nothing.
+        self.serial = 0
+        self.silent_below = 0
         self.ready = threading.Event()
         # Bytes each way that were delivered, for the tests' own checks.
         self.forwarded = {"up": 0, "down": 0}
@@ -57,9 +61,16 @@ class FaultProxy:
         for writer in list(self.writers):
             writer.transport.abort()
 
-    def blocked(self, way):
+    def silence(self):
+        """Every connection open now passes nothing more, either way, and is never closed:
+        a NAT or load balancer on the way forgot it. New connections pass."""
+        self.silent_below = self.serial
+        return self
+
+    def blocked(self, way, serial=None):
         f = self.faults
-        return f.cut or (way == "down" and f.drop_replies)
+        silent = serial is not None and serial < self.silent_below
+        return silent or f.cut or (way == "down" and f.drop_replies)
 
     def set(self, rtt_ms=None, cut=None, drop_replies=None):
         """Changes the faults (None: as they are)."""
@@ -109,6 +120,7 @@ class FaultProxy:
             self.loop.close()
 
     async def _serve(self, client_r, client_w):
+        serial, self.serial = self.serial, self.serial + 1
         self.writers.add(client_w)
         try:
             target_r, target_w = await asyncio.open_connection(*self.target)
@@ -118,8 +130,8 @@ class FaultProxy:
             return
         self.writers.add(target_w)
         # Either side closing (a server that died, a client that gave up) closes both.
-        pipes = [asyncio.ensure_future(self._pipe(client_r, target_w, "up")),
-                 asyncio.ensure_future(self._pipe(target_r, client_w, "down"))]
+        pipes = [asyncio.ensure_future(self._pipe(client_r, target_w, "up", serial)),
+                 asyncio.ensure_future(self._pipe(target_r, client_w, "down", serial))]
         await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
         for pipe in pipes:
             pipe.cancel()
@@ -128,7 +140,7 @@ class FaultProxy:
             w.transport.abort()
             self.writers.discard(w)
 
-    async def _pipe(self, reader, writer, way):
+    async def _pipe(self, reader, writer, way, serial):
         """Reads `way`'s bytes as they come and delivers each chunk half a round trip
         later, in order, unless the faults drop it."""
         queue = asyncio.Queue()
@@ -141,7 +153,7 @@ class FaultProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                while self.blocked(way):
+                while self.blocked(way, serial):
                     await asyncio.sleep(0.005)
                 writer.write(data)
                 self.forwarded[way] += len(data)

@@ -303,7 +303,7 @@ class Stack:
 
     def __init__(self, plugin=None, gateways=2, workdir=None, cluster=None, raw_paths=False,
                  bridge_args=(), reloadable=False, filters_before=(), valkey_args=(),
-                 upstream=None, upstream_prefix="/"):
+                 upstream=None, upstream_prefix="/", bridge_via=None):
         for path in (ENVOY, VALKEY, BRIDGE, WASM):
             if not Path(path).exists():
                 raise RuntimeError(f"{path} is missing: run `make setup build` first")
@@ -336,8 +336,9 @@ class Stack:
         for i in range(gateways):
             port, admin = free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
-            config = envoy_config(self.plugin, port, admin, self.bridge_port, raw_paths,
-                                  filters_before, upstream, upstream_prefix)
+            # `bridge_via`: the port the gateways reach the bridge through (a fault proxy's).
+            config = envoy_config(self.plugin, port, admin, bridge_via or self.bridge_port,
+                                  raw_paths, filters_before, upstream, upstream_prefix)
             if reloadable:
                 filters = config["static_resources"]["listeners"][0]["filter_chains"][0][
                     "filters"][0]["typed_config"]["http_filters"]

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from testbed.netem import FaultProxy
 from testbed.plugins import plugin, rule
 from testbed.stack import BRIDGE, FILTER, bucket_units, load_error, request, wait_for
 
@@ -332,3 +333,30 @@ def test_a_bridge_restart_fails_only_what_was_out_and_the_stream_comes_back(stac
         "x-ratelimit-remaining") is not None, timeout=20)
     assert statuses(stack, 5, headers=bob) == [200] * 1 + [429] * 4
     assert stack.stats()["backend_failures"] >= 10  # and the probes of wait_for
+
+
+def test_a_silent_connection_to_the_bridge_is_replaced(stack_of):
+    """A connection to the bridge that goes silent (a NAT or load balancer on the way forgot
+    it; nothing is closed or reset) holds every check until it times out into the failure
+    mode; envoy.yaml's HTTP/2 keepalive finds it dead (a PING unanswered) and a new one
+    takes the checks, within its interval and timeout (5 s and 2 s)."""
+    with FaultProxy(0) as proxy:
+        stack = stack_of(plugin(rule("per-user", ["user"], 1000), timeout_ms=200),
+                         gateways=1, bridge_via=proxy.port)
+        # Retargeted once the bridge has a port: a connection tried before fails, and the
+        # gateway's next one reaches it.
+        proxy.retarget(stack.bridge_port)
+        wait_for("a check through the proxy",
+                 lambda: stack.get(0, "/api/x", {"x-user-id": "gina"})[0] == 200, timeout=15)
+        proxy.silence()
+        silent = time.monotonic()
+        statuses = []
+        while time.monotonic() - silent < 30:
+            statuses.append(stack.get(0, "/api/x", {"x-user-id": "gina"}, timeout=5)[0])
+            if statuses[-1] == 200:
+                break
+            time.sleep(0.1)
+        took = time.monotonic() - silent
+        print(f"checks while silent: {statuses}, back after {took:.1f} s")
+        assert statuses[0] != 200, "the silent connection held the first check"
+        assert statuses[-1] == 200 and took < 5 + 2 + 5, f"not replaced after {took:.1f} s"
