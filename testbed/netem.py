@@ -67,10 +67,9 @@ class FaultProxy:
         self.silent_below = self.serial
         return self
 
-    def blocked(self, way, serial=None):
+    def blocked(self, way, serial):
         f = self.faults
-        silent = serial is not None and serial < self.silent_below
-        return silent or f.cut or (way == "down" and f.drop_replies)
+        return serial < self.silent_below or f.cut or (way == "down" and f.drop_replies)
 
     def set(self, rtt_ms=None, cut=None, drop_replies=None):
         """Changes the faults (None: as they are)."""

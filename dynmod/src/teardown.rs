@@ -25,11 +25,22 @@ static MAIN: OnceLock<ThreadId> = OnceLock::new();
 /// Every configuration made, while it lives.
 static LIVE: Mutex<Vec<Weak<FilterConfig>>> = Mutex::new(Vec::new());
 
+/// Where a destroyed configuration's wait stands. The main thread resets its streams only
+/// while the worker still waits (`Waiting`), under the lock the worker needs to give up:
+/// once it gives up (`Abandoned`), Envoy goes on to free the configuration, which the main
+/// thread must then never touch.
+#[derive(PartialEq)]
+enum Wait {
+    Waiting,
+    Done,
+    Abandoned,
+}
+
 /// A configuration destroyed on a worker, whose streams the main thread is to reset, and
-/// the flag it raises when it has.
+/// where its wait stands.
 struct Ending {
     config: Arc<FilterConfig>,
-    done: Arc<(Mutex<bool>, Condvar)>,
+    wait: Arc<(Mutex<Wait>, Condvar)>,
 }
 
 static ENDING: Mutex<Vec<Ending>> = Mutex::new(Vec::new());
@@ -49,22 +60,24 @@ pub fn destroyed(config: Arc<FilterConfig>) {
     if MAIN.get() == Some(&std::thread::current().id()) {
         return;
     }
-    if config.courier.callouts_out() > 0 {
+    let callouts = config.courier.callouts_out();
+    if callouts > 0 {
         log::warn!(
-            "configuration {} destroyed on a worker with {} callout(s) out: Envoy cancels them there",
-            config.id,
-            config.courier.callouts_out()
+            "configuration {} destroyed on a worker with {callouts} callout(s) out: Envoy \
+             cancels them there",
+            config.id
         );
     }
     if config.courier.streams_open() == 0 {
         return;
     }
+    // Retired above, this configuration is not among the live ones.
     let other = LIVE
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
         .filter_map(Weak::upgrade)
-        .find(|other| other.id != config.id && other.is_alive());
+        .find(|other| other.is_alive());
     let Some(other) = other else {
         log::warn!(
             "configuration {} destroyed on a worker with streams open and no other to reach \
@@ -73,21 +86,22 @@ pub fn destroyed(config: Arc<FilterConfig>) {
         );
         return;
     };
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
+    let wait = Arc::new((Mutex::new(Wait::Waiting), Condvar::new()));
     ENDING
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(Ending {
             config: Arc::clone(&config),
-            done: Arc::clone(&done),
+            wait: Arc::clone(&wait),
         });
     other.courier.wake(TEARDOWN);
-    let (flag, raised) = &*done;
-    let flag = flag.lock().unwrap_or_else(PoisonError::into_inner);
-    let (flag, waited) = raised
-        .wait_timeout_while(flag, WAIT, |done| !*done)
+    let (state, changed) = &*wait;
+    let state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let (mut state, _) = changed
+        .wait_timeout_while(state, WAIT, |state| *state == Wait::Waiting)
         .unwrap_or_else(PoisonError::into_inner);
-    if !*flag && waited.timed_out() {
+    if *state == Wait::Waiting {
+        *state = Wait::Abandoned;
         log::warn!(
             "configuration {}: the main thread did not reset its streams within {WAIT:?}; \
              Envoy resets them on this worker",
@@ -97,13 +111,16 @@ pub fn destroyed(config: Arc<FilterConfig>) {
 }
 
 /// On the main thread, at any configuration's event: resets the streams of those
-/// destroyed on a worker, which wait for it.
+/// destroyed on a worker that still wait for it.
 pub fn end_pending() {
     let ending = std::mem::take(&mut *ENDING.lock().unwrap_or_else(PoisonError::into_inner));
-    for Ending { config, done } in ending {
-        config.end_streams();
-        let (flag, raised) = &*done;
-        *flag.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        raised.notify_all();
+    for Ending { config, wait } in ending {
+        let (state, changed) = &*wait;
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        if *state == Wait::Waiting {
+            config.end_streams();
+            *state = Wait::Done;
+            changed.notify_all();
+        }
     }
 }

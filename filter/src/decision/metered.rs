@@ -9,13 +9,13 @@
 //!
 //! **A client never pays less than it consumed.** A response the meter reads in full is
 //! charged exactly what it reported (a stream that said it was done, OpenAI's `data:
-//! [DONE]`, is read in full whatever follows). One it cannot (compressed, cut short by either side,
-//! malformed, poisoned, a key on a usage path given twice, or a success that reports no
-//! usage at all, as an OpenAI stream that did not ask for it) is charged as if it used the
-//! most it could: the rule's `max`, or more where what it showed proves more. A client's
-//! choice of encoding, streaming options or timing cannot lower its bill. A response that
-//! is not a success (no 2xx) and reports nothing keeps its reservation: the upstream did
-//! no work a client could have chosen.
+//! [DONE]`, is read in full whatever follows). One it cannot (compressed, cut short by
+//! either side, malformed, poisoned, a key on a usage path given twice, or a success that
+//! reports no usage at all, as an OpenAI stream that did not ask for it) is charged as if
+//! it used the most it could: the rule's `max`, or more where what it showed proves more.
+//! A client's choice of encoding, streaming options or timing cannot lower its bill. A
+//! response that is not a success (no 2xx) and reports nothing keeps its reservation: the
+//! upstream did no work a client could have chosen.
 
 use crate::decision::local;
 use crate::host::SharedData;
