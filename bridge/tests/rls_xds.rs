@@ -293,6 +293,17 @@ async fn envoy_gateways_environment_serves_limits_pushed_over_xds() {
         .unwrap_or_else(|_| panic!("no subscription; the bridge said:\n{}", log()))
         .unwrap();
     let first = call.next().await;
+    // The bridge subscribes before it listens: its gRPC port is called once it says so.
+    let listening = async {
+        while !(log().contains("listening on")
+            && TcpStream::connect(("127.0.0.1", grpc)).await.is_ok())
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, listening)
+        .await
+        .unwrap_or_else(|_| panic!("the bridge did not listen; it said:\n{}", log()));
     assert_eq!(first.node.as_ref().unwrap().id, "envoy-ratelimit");
     assert_eq!(first.type_url, TYPE_URL);
     assert_eq!(
