@@ -10,18 +10,21 @@ pub const MAX_SEGMENTS: usize = 8;
 pub const MAX_SEGMENT_LEN: usize = 64;
 
 /// `path` (at `at`) as the names of its segments: a dotted path of 1 to `MAX_SEGMENTS`
-/// names of 1 to `MAX_SEGMENT_LEN` bytes.
+/// names of 1 to `MAX_SEGMENT_LEN` printable ASCII characters (no space). ASCII, because
+/// the gateway must find a field under every key an upstream takes for it, and Go's JSON
+/// reader folds letter case; the four characters beyond ASCII that fold into ASCII are
+/// known, the rest of Unicode's case folding would be a table in the filter.
 pub fn field_path(at: &str, path: &str) -> Result<Vec<String>, ConfigError> {
     let segments: Vec<String> = path.split('.').map(str::to_string).collect();
-    let bad_segment = segments
-        .iter()
-        .any(|s| s.is_empty() || s.len() > MAX_SEGMENT_LEN);
+    let bad_segment = segments.iter().any(|s| {
+        s.is_empty() || s.len() > MAX_SEGMENT_LEN || !s.bytes().all(|b| b.is_ascii_graphic())
+    });
     if segments.len() > MAX_SEGMENTS || bad_segment {
         return err(
             at,
             format!(
                 "a field is a dotted path of 1 to {MAX_SEGMENTS} names of 1 to \
-                 {MAX_SEGMENT_LEN} bytes, like usage.prompt_tokens"
+                 {MAX_SEGMENT_LEN} printable ASCII characters, like usage.prompt_tokens"
             ),
         );
     }

@@ -167,15 +167,19 @@ pub fn unavailable() -> LocalReply {
 /// or holds no readable JWT.
 pub fn bad_identity(bad: &BadIdentity) -> LocalReply {
     let problem: String = match bad.problem {
-        identity::Problem::Repeated => "appears more than once".into(),
+        identity::Problem::Repeated => match bad.at {
+            identity::Place::Header(_) => "appears more than once".into(),
+            // Go's JSON reader takes a key in any letter case for the field.
+            identity::Place::Body(_) => "appears more than once, or in another letter case".into(),
+        },
         identity::Problem::Unreadable => "holds no readable JWT".into(),
         identity::Problem::NotAString => format!(
             "holds something other than a string of at most {MAX_TEXT_LEN} bytes (with no \\u \
              escape beyond ASCII)"
         ),
-        identity::Problem::BodyUnreadable => {
-            "cannot be read: the body is malformed JSON, compressed, or not UTF-8".into()
-        }
+        identity::Problem::BodyUnreadable => "cannot be read: the body is malformed JSON, \
+            compressed, not UTF-8, or begins with a byte order mark or a NUL"
+            .into(),
     };
     let at = match &bad.at {
         identity::Place::Header(name) => format!("{name} header"),

@@ -3,7 +3,7 @@
 //! text paths).
 //!
 //! Nothing of the body is kept: the state is a fixed handful of fields (a key of at most
-//! `MAX_KEY_LEN` bytes, or a text of `MAX_TEXT_LEN`, a number's digits as they add up, a stack of
+//! `KEY_ROOM` bytes, or a text of `MAX_TEXT_LEN`, a number's digits as they add up, a stack of
 //! `MAX_DEPTH` open containers as bits), so a body of any size, a string or a number of any
 //! length, costs the same memory, and a chunk boundary can fall anywhere because every
 //! byte's meaning is carried in that state.
@@ -24,9 +24,9 @@
 
 use super::find;
 use super::found::Found;
-use super::key::{Escape, Key, MAX_TEXT_LEN};
+use super::key::{Escape, Key, KEY_ROOM, MAX_TEXT_LEN};
 use super::number::{Next, Number};
-use super::paths::{Paths, MAX_KEY_LEN, MAX_SEGMENTS};
+use super::paths::{Paths, MAX_SEGMENTS};
 use super::skip::{self, Brackets, Close};
 
 /// Containers followed in full; deeper, only their brackets are counted.
@@ -115,8 +115,8 @@ impl Scanner {
     pub(super) fn new(paths: Paths, first_text: usize) -> Scanner {
         let deeper = paths.usable();
         let room = match paths.texts() {
-            0 => MAX_KEY_LEN,
-            _ => MAX_TEXT_LEN,
+            0 => KEY_ROOM,
+            _ => MAX_TEXT_LEN.max(KEY_ROOM),
         };
         Scanner {
             found: Found::new(paths.len(), first_text),
@@ -409,7 +409,8 @@ impl Scanner {
     fn start_key(&mut self) {
         self.kind = StrKind::Key;
         let candidates = self.level().and_then(|l| self.masks.get(l));
-        self.key.start(candidates.is_some_and(|&mask| mask != 0));
+        self.key
+            .start_name(candidates.is_some_and(|&mask| mask != 0));
         self.state = State::Str;
     }
 
@@ -445,16 +446,22 @@ impl Scanner {
         at + 1
     }
 
-    /// A key is complete: the paths its value ends, and those going on below it.
+    /// A key is complete: the paths its value ends, and those going on below it. A key
+    /// that Go's reader alone takes for a path's (`{"Model": ...}`, or a second `model` in
+    /// another case) is a repeat: readers disagree on what the path holds.
     fn end_key(&mut self) {
         let level = self.level().unwrap_or(0);
-        let hits = match self.key.get() {
+        let (hits, folded) = match self.key.get() {
             Some(key) => {
                 let candidates = self.masks.get(level).copied().unwrap_or(0);
-                self.paths.hits(candidates, level, key)
+                let hits = self.paths.hits(candidates, level, key);
+                (hits, self.paths.folded(candidates & !hits, level, key))
             }
-            None => 0,
+            None => (0, 0),
         };
+        if folded != 0 {
+            self.found.repeat();
+        }
         let last = self.paths.last(level);
         self.exact = hits & last;
         self.deeper = hits & !last;

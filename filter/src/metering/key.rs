@@ -2,16 +2,24 @@
 //! paths, or a string value at a text path (an identity, such as a request's `model`).
 //!
 //! Only a string that some path may use is kept, and only up to the room made for it with
-//! the reader (`MAX_KEY_LEN` bytes as decoded, `MAX_TEXT_LEN` for a reader of texts): a
-//! longer one is dropped, not grown (a key longer than `MAX_KEY_LEN` matches no path). Every string's escapes are checked (a malformed one
-//! makes the value malformed), but a string is decoded only where an escape is one byte
-//! (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u0000` to `\u007F`): one with any
-//! other `\u` escape is dropped, as no path an operator writes names a key only by its
-//! escapes, a model's name is ASCII, and decoding UTF-16 surrogate pairs would be code
-//! without a use. (What a dropped value means is the caller's: a text it cannot read.)
+//! the reader (`KEY_ROOM` bytes as decoded, `MAX_TEXT_LEN` for a reader of texts): a
+//! longer one is dropped, not grown. Every string's escapes are checked (a malformed one
+//! makes the value malformed). A value is decoded only where an escape is one byte (`\"`,
+//! `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u0000` to `\u007F`): one with any other
+//! `\u` escape is dropped, as a model's name is ASCII. A key is decoded whole but for
+//! surrogates: Go's JSON reader takes `"max_to\u212Aens"` (a Kelvin sign) for `max_tokens`,
+//! so the paths must see that key as written to tell it apart (`paths::go_fold`); no
+//! character of a surrogate pair folds to ASCII, so a key with one matches no path however
+//! it reads. (What a dropped value means is the caller's: a text it cannot read.)
+
+use super::paths::MAX_KEY_LEN;
 
 /// Longest string value kept, in bytes as decoded.
 pub const MAX_TEXT_LEN: usize = 256;
+
+/// Room for a key: the longest segment a path has, each of its ASCII letters written as the
+/// three bytes of a non-ASCII character Go folds to it (`K`, U+212A).
+pub(super) const KEY_ROOM: usize = 3 * MAX_KEY_LEN;
 
 /// `len` of a string not kept: too long, undecodable, or of no use.
 const DROPPED: usize = usize::MAX;
@@ -33,6 +41,8 @@ pub(super) struct Key {
     len: usize,
     /// The `\u` escape's code point so far.
     code: u32,
+    /// The string is a key: a non-ASCII escape is decoded, not dropped.
+    name: bool,
 }
 
 impl Key {
@@ -42,12 +52,20 @@ impl Key {
             bytes: vec![0; room].into_boxed_slice(),
             len: DROPPED,
             code: 0,
+            name: false,
         }
     }
 
-    /// A new string: kept if `keep`, else only its escapes checked.
+    /// A new string value: kept if `keep`, else only its escapes checked.
     pub(super) fn start(&mut self, keep: bool) {
         self.len = if keep { 0 } else { DROPPED };
+        self.name = false;
+    }
+
+    /// A new key: kept if `keep`, decoded whole.
+    pub(super) fn start_name(&mut self, keep: bool) {
+        self.start(keep);
+        self.name = true;
     }
 
     pub(super) fn kept(&self) -> bool {
@@ -101,8 +119,9 @@ impl Key {
         };
         self.code = (self.code << 4) | digit;
         if left <= 1 {
-            match u8::try_from(self.code) {
-                Ok(ascii) if ascii < 0x80 => self.push(&[ascii]),
+            match (u8::try_from(self.code), char::from_u32(self.code)) {
+                (Ok(ascii), _) if ascii < 0x80 => self.push(&[ascii]),
+                (_, Some(c)) if self.name => self.push(c.encode_utf8(&mut [0; 4]).as_bytes()),
                 _ => self.len = DROPPED,
             }
         }
@@ -164,6 +183,31 @@ mod tests {
         key.start(false);
         assert_eq!(key.escape(b'q'), Escape::Malformed);
         assert!(!key.unicode(4, b'g'));
+    }
+
+    #[test]
+    fn a_key_decodes_a_non_ascii_escape_but_not_a_surrogate() {
+        let mut key = Key::new(KEY_ROOM);
+        key.start_name(true);
+        key.push(b"max_to");
+        assert_eq!(key.escape(b'u'), Escape::Unicode);
+        for (i, &b) in b"212A".iter().enumerate() {
+            assert!(key.unicode(4 - i as u8, b));
+        }
+        key.push(b"ens");
+        assert_eq!(key.get(), Some("max_to\u{212A}ens".as_bytes()));
+        key.start_name(true);
+        key.escape(b'u');
+        for (i, &b) in b"d83d".iter().enumerate() {
+            key.unicode(4 - i as u8, b);
+        }
+        assert_eq!(key.get(), None, "half a surrogate pair is no character");
+        key.start(true);
+        key.escape(b'u');
+        for (i, &b) in b"212a".iter().enumerate() {
+            key.unicode(4 - i as u8, b);
+        }
+        assert_eq!(key.get(), None, "a value still drops it");
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub struct UsageReader {
     framing: Framing,
     text: utf8::Utf8,
     bytes: u64,
+    /// The body's first bytes, for `foreign_encoding`.
+    head: [u8; 3],
     finished: bool,
 }
 
@@ -119,6 +121,7 @@ impl UsageReader {
             },
             text: utf8::Utf8::default(),
             bytes: 0,
+            head: [0xff; 3],
             finished: false,
         }
     }
@@ -127,6 +130,13 @@ impl UsageReader {
     /// but not read.
     pub fn feed(&mut self, chunk: &[u8]) {
         let len = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+        let at = usize::try_from(self.bytes).unwrap_or(usize::MAX);
+        if let Some(head) = self.head.get_mut(at..) {
+            let n = head.len().min(chunk.len());
+            if let (Some(to), Some(from)) = (head.get_mut(..n), chunk.get(..n)) {
+                to.copy_from_slice(from);
+            }
+        }
         self.bytes = self.bytes.saturating_add(len);
         if self.finished {
             return;
@@ -224,6 +234,17 @@ impl UsageReader {
     /// whitespace a `{`.
     pub fn began_object(&self) -> bool {
         self.json.began_object()
+    }
+
+    /// Whether the body, read as UTF-8, is not what Python's JSON reader reads: it begins
+    /// with a byte order mark or a NUL (`utf8::foreign`).
+    pub fn foreign_encoding(&self) -> bool {
+        let fed = usize::try_from(self.bytes).unwrap_or(usize::MAX);
+        utf8::foreign(
+            self.head
+                .get(..fed.min(self.head.len()))
+                .unwrap_or_default(),
+        )
     }
 
     /// The bytes fed so far, saturating.

@@ -5,6 +5,11 @@
 //! descending, matching a key and deciding whether a value ends a path are a few bit
 //! operations, and a key is compared only with the segments of the paths still in play.
 //!
+//! Go's `encoding/json` (Ollama, LocalAI and other Go upstreams) matches a key to a field
+//! case-insensitively, the last match winning, where Python, JavaScript and serde_json
+//! match exactly: `{"Model": "x"}` names `model` for Go alone. So a key is compared both
+//! ways, and one that only Go takes for a segment (`folded`) is the caller's to distrust.
+//!
 //! A path the reader cannot match (beyond the 16th, empty, longer than 8 segments) is not
 //! refused here, where there is no one to tell: it keeps its place in `values` and never
 //! matches. The configuration is where such a path is refused.
@@ -123,18 +128,53 @@ impl Paths {
 
     /// Of `candidates`, the paths whose segment `level` is `key`.
     pub(super) fn hits(&self, candidates: u16, level: usize, key: &[u8]) -> u16 {
+        self.matching(candidates, level, |segment| segment == key)
+    }
+
+    /// Of `candidates`, the paths whose segment `level` Go's JSON reader takes `key` for
+    /// (`go_fold`), exactly or not.
+    pub(super) fn folded(&self, candidates: u16, level: usize, key: &[u8]) -> u16 {
+        self.matching(candidates, level, |segment| go_fold(key, segment))
+    }
+
+    fn matching(&self, candidates: u16, level: usize, is: impl Fn(&[u8]) -> bool) -> u16 {
         let mut hits = 0;
         let mut rest = candidates;
         while rest != 0 {
             let index = rest.trailing_zeros() as usize;
             let segment = self.segments.get(index).and_then(|p| p.get(level));
-            if segment.is_some_and(|s| s.as_bytes() == key) {
+            if segment.is_some_and(|s| is(s.as_bytes())) {
                 hits |= 1 << index;
             }
             rest &= rest - 1;
         }
         hits
     }
+}
+
+/// Whether Go's `encoding/json` takes the key `key` (as decoded) for a field named `segment`
+/// (ASCII, as the configuration has it): equal once both are folded as Go folds a name
+/// (ASCII letters to upper case, any other character to `ToUpper(ToLower(c))`). The only
+/// characters beyond ASCII that fold into it are `İ` and `ı` (to `I`), `ſ` (to `S`) and
+/// the Kelvin sign `K` (to `K`); any other matches no ASCII segment.
+pub(super) fn go_fold(key: &[u8], segment: &[u8]) -> bool {
+    let Ok(key) = std::str::from_utf8(key) else {
+        return false;
+    };
+    let mut want = segment.iter();
+    for c in key.chars() {
+        let folded = match c {
+            '\u{130}' | '\u{131}' => b'I',
+            '\u{17f}' => b'S',
+            '\u{212a}' => b'K',
+            c if c.is_ascii() => u8::try_from(c).unwrap_or(0).to_ascii_uppercase(),
+            _ => return false,
+        };
+        if want.next().map(u8::to_ascii_uppercase) != Some(folded) {
+            return false;
+        }
+    }
+    want.next().is_none()
 }
 
 #[cfg(test)]
@@ -193,6 +233,33 @@ mod tests {
             0,
             "usage has no segment 1"
         );
+    }
+
+    #[test]
+    fn go_takes_a_key_in_any_case_and_four_characters_beyond_ascii_for_a_field() {
+        for key in [
+            "max_tokens",
+            "MAX_TOKENS",
+            "Max_Tokens",
+            "max_to\u{212a}en\u{17f}",
+        ] {
+            assert!(go_fold(key.as_bytes(), b"max_tokens"), "{key}");
+        }
+        assert!(go_fold("\u{130}D".as_bytes(), b"id"));
+        assert!(go_fold("\u{131}d".as_bytes(), b"ID"));
+        for key in [
+            "max_token",
+            "max_tokens_",
+            "m\u{e1}x_tokens",
+            "max-tokens",
+            "",
+        ] {
+            assert!(!go_fold(key.as_bytes(), b"max_tokens"), "{key}");
+        }
+        assert!(!go_fold(b"\xffodel", b"model"), "not UTF-8");
+        let p = paths(&[&["model"], &["usage", "model"]]);
+        assert_eq!(p.folded(0b11, 0, b"MODEL"), 0b01);
+        assert_eq!(p.hits(0b11, 0, b"MODEL"), 0);
     }
 
     #[test]

@@ -3,6 +3,19 @@
 //! character (a browser's, replacing it) and one that would refuse it (a strict JSON
 //! parser) disagree on what the body said, so the meter cannot trust what it read there.
 
+/// Whether a body that begins with `head` (its first bytes, as many as it has up to three)
+/// is one that Python's `json.loads` reads in another encoding than UTF-8, as its
+/// `json.detect_encoding` does: after a byte order mark (UTF-8's, or UTF-16's and UTF-32's,
+/// which begin with UTF-16's or a NUL), or with a NUL in its first two bytes (UTF-16 or
+/// UTF-32 without one). Read as UTF-8, such a body is not JSON at all, yet Python (FastAPI,
+/// vLLM, LiteLLM) finds its fields.
+pub(super) fn foreign(head: &[u8]) -> bool {
+    head.starts_with(b"\xef\xbb\xbf")
+        || head.starts_with(b"\xfe\xff")
+        || head.starts_with(b"\xff\xfe")
+        || head.iter().take(2).any(|&b| b == 0)
+}
+
 /// The check so far: a character cut by a chunk's end waits in `pending` for the next.
 #[derive(Debug, Default)]
 pub(super) struct Utf8 {

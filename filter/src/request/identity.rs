@@ -8,7 +8,7 @@
 //! request: it never exempts it from its rules.
 
 use crate::host::{RequestView, Sole};
-use crate::metering::Text;
+use crate::metering::{Text, UsageReader};
 use crate::request::jwt::{self, Reading};
 use ratelimit_config::keys::{escape, key_safe};
 use ratelimit_config::source::{Address, Forwarded, Source};
@@ -59,12 +59,29 @@ pub enum BodyRead {
     Json,
     /// Not a JSON object at all (empty, a form, binary): it has no fields.
     NotJson,
-    /// A key on a path came twice in one object: parsers disagree on which one counts.
+    /// A key on a path came twice in one object, or in another letter case (Go's reader
+    /// takes `Model` for `model`): parsers disagree on which one counts.
     Repeated,
-    /// An object that did not read whole (malformed, cut short, not UTF-8) or a compressed
-    /// body: an upstream may still read a value from it (Python's `json` takes `NaN`, Go's
+    /// An object that did not read whole (malformed, cut short, not UTF-8), a compressed
+    /// body, or one in another encoding: an upstream may still read a value from it
+    /// (Python's `json` takes `NaN` and a body after a byte order mark or in UTF-16, Go's
     /// `Decoder` stops at the first value, a decompressor may come after this filter).
     Unreadable,
+}
+
+impl BodyRead {
+    /// How the body `reader` read (to its end) reads (`plain`: not compressed). A body is
+    /// "not JSON" only where no upstream's reader finds a field in it either.
+    pub fn of(reader: &UsageReader, plain: bool) -> BodyRead {
+        match () {
+            _ if reader.bytes() == 0 => BodyRead::NotJson,
+            _ if !plain || reader.foreign_encoding() => BodyRead::Unreadable,
+            _ if !reader.began_object() => BodyRead::NotJson,
+            _ if reader.repeated() => BodyRead::Repeated,
+            _ if !reader.well_formed() => BodyRead::Unreadable,
+            _ => BodyRead::Json,
+        }
+    }
 }
 
 /// What a request's body holds at a body identity's field, as that identity's value (`read`:
@@ -195,3 +212,7 @@ mod tests;
 #[cfg(test)]
 #[path = "identity_jwt_tests.rs"]
 mod jwt_tests;
+
+#[cfg(test)]
+#[path = "body_reading_tests.rs"]
+mod body_reading_tests;

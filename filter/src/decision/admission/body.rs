@@ -141,14 +141,7 @@ impl BodyAsk {
         plain: bool,
     ) -> Vec<Result<Option<String>, Problem>> {
         let reader = &self.reader;
-        let read = match () {
-            _ if reader.bytes() == 0 => BodyRead::NotJson,
-            _ if !plain => BodyRead::Unreadable,
-            _ if !reader.began_object() => BodyRead::NotJson,
-            _ if reader.repeated() => BodyRead::Repeated,
-            _ if !reader.well_formed() => BodyRead::Unreadable,
-            _ => BodyRead::Json,
-        };
+        let read = BodyRead::of(reader, plain);
         let mut values = vec![Ok(None); config.identities.len()];
         for (i, &id) in self.identities.iter().enumerate() {
             if let Some(value) = values.get_mut(id) {
