@@ -177,7 +177,9 @@ def test_a_per_model_rule_keeps_each_model_s_budget_and_its_tier(clients):
 def test_a_model_the_upstream_may_read_otherwise_fails_only_its_own_request(clients):
     """Hostile bodies on a rule keyed on the body's model, in real Envoy: the key twice,
     NaN (Python's json takes it), a value after the object (Go's Decoder stops before it), a
-    number, gzip: each refused with 400 and a reason, never let through unlimited; a body
+    number, gzip, a byte order mark or UTF-16 (Python's `json.loads` reads both), the key in
+    another letter case, alone or after the real one (Go's `encoding/json` takes it, the
+    last winning): each refused with 400 and a reason, never let through unlimited; a body
     with no model lacks the identity (here denied: `"missing": "deny"`); then an honest
     request still passes, its model counted."""
     per_model = rule("per-model", ["tenant", "model"], BURST, per="30d",
@@ -193,6 +195,10 @@ def test_a_model_the_upstream_may_read_otherwise_fails_only_its_own_request(clie
         (b'{"model": 4}', json_, "something other than a string"),
         (gzip.compress(b'{"model": "gpt-4o"}'), {**json_, "content-encoding": "gzip"},
          "compressed"),
+        (b'\xef\xbb\xbf{"model": "gpt-4o"}', json_, "byte order mark"),
+        ('{"model": "gpt-4o"}'.encode("utf-16"), json_, "byte order mark"),
+        (b'{"Model": "gpt-4o"}', json_, "another letter case"),
+        (b'{"model": "gpt-3.5", "MODEL": "gpt-4o"}', json_, "another letter case"),
     ]:
         status, _, text = request(port, "/v1/chat/completions", headers, method="POST",
                                   body=body)
@@ -202,7 +208,7 @@ def test_a_model_the_upstream_may_read_otherwise_fails_only_its_own_request(clie
     assert status == 429 and 'field \\"model\\" of its JSON body' in text, text
     oa.chat.completions.create(model="gpt-4o", messages=HI, extra_headers={**TENANT, **USAGE})
     assert stack.redis("EXISTS", "rl:per-model:t1:gpt-4o") == 1
-    assert stack.stats(0)["rejected"] == 5
+    assert stack.stats(0)["rejected"] == 9
 
 
 @pytest.mark.parametrize("include_usage", [True, False])
