@@ -234,6 +234,7 @@ fn bad_configs_are_refused_naming_the_field() {
         ),
         (rule(r#"{"name": "", "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].name"),
         (rule(r#"{"name": "a b", "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].name"),
+        (rule(r#"{"name": "rls", "key": ["user"], "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].name"),
         (rule(r#"{"name": "r", "key": ["nobody"], "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].key[0]"),
         (rule(r#"{"name": "r", "key": ["user", "user"], "limit": {"requests": 1, "per": "1s"}}"#), "rules[0].key[1]"),
         (rule(r#"{"name": "r", "limit": {"requests": 0, "per": "1s"}}"#), "rules[0].limit.requests"),

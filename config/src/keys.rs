@@ -23,6 +23,31 @@ pub use ratelimit_protocol::key::MAX_VALUE_LEN;
 const DIGESTED_KEY_LEN: usize = MAX_NAME_LEN + 1 + MAX_NAME_LEN + 2 + 64;
 const _: () = assert!(DIGESTED_KEY_LEN <= MAX_KEY_LEN);
 
+/// The rule segment of every bucket key the bridge's rate limit service makes
+/// (`prefix:rls:domain:key:value...`, `ratelimit_bridge::rls::plan::RULE`). Front doors
+/// share one Redis and one key grammar, so each keeps to a namespace no other's
+/// configuration can name: this name is the service's, and neither a gateway's rule
+/// (`validate_rule_name`) nor a check on the gateways' wire (the bridge's keyspace) may use
+/// it, or a client of a gateway could spend an RLS client's bucket. Exact: Redis keys are
+/// case-sensitive, so `RLS` names other keys.
+pub const SERVICE_RULE: &str = "rls";
+
+/// A rule's name: a name (`validate_name`) that is not another front door's
+/// (`SERVICE_RULE`).
+pub(crate) fn validate_rule_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    validate_name(field, name)?;
+    if name == SERVICE_RULE {
+        return err(
+            field,
+            format!(
+                "{name:?} is reserved: the bridge's rate limit service keys its buckets \
+                 <key_prefix>:{SERVICE_RULE}:..., which a rule of that name would share"
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// A name the configuration gives a key prefix, rule, identity or tier: names end up in
 /// Redis keys and headers, so they keep to the keys' small, safe alphabet and length.
 pub(crate) fn validate_name(field: &str, name: &str) -> Result<(), ConfigError> {
@@ -154,6 +179,16 @@ mod tests {
             bucket_key("rl", "four", &long),
             "the same values, the same key"
         );
+    }
+
+    #[test]
+    fn the_rate_limit_services_rule_name_is_no_rule_of_a_gateway() {
+        let refused = validate_rule_name("rules[0].name", SERVICE_RULE).unwrap_err();
+        assert_eq!(refused.field, "rules[0].name");
+        assert!(refused.problem.contains("reserved"), "{}", refused.problem);
+        for other in ["RLS", "rls2", "rl", "r"] {
+            assert!(validate_rule_name("f", other).is_ok(), "{other}");
+        }
     }
 
     #[test]

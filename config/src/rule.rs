@@ -6,7 +6,7 @@
 use crate::block::{BlockPolicy, RawBlock};
 use crate::error::{err, ConfigError};
 use crate::global::RawGlobal;
-use crate::keys::validate_name;
+use crate::keys::{validate_name, validate_rule_name};
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
 use crate::matcher::{Matcher, RawMatch};
@@ -98,7 +98,7 @@ impl RawRule {
         identities: &[Identity],
         plugin_shadow: bool,
     ) -> Result<Rule, ConfigError> {
-        validate_name(&format!("{field}.name"), &self.name)?;
+        validate_rule_name(&format!("{field}.name"), &self.name)?;
         let mut key = Vec::with_capacity(self.key.len());
         for (i, name) in self.key.iter().enumerate() {
             let Some(index) = identity_index(identities, name) else {
