@@ -4,8 +4,11 @@
 //! reaches the bridge can name any key in a check; without this bound a caller could
 //! overwrite or expire any key of a shared Redis (sessions, queues), or the bridge's own
 //! records under a prefix (`{overrides}`, which no rule name can spell), not only buckets.
+//! Nor the rate limit service's buckets (rule `rls`, `ratelimit_config::keys::SERVICE_RULE`):
+//! this bound is the gateways' wire's, and no gateway's rule may bear that name.
 
 use crate::check::Check;
+use ratelimit_config::keys::SERVICE_RULE;
 pub use ratelimit_protocol::key::is_name;
 use ratelimit_protocol::key::parse_key;
 
@@ -56,6 +59,9 @@ impl Keyspace {
                 Ok(key) if !self.prefixes.iter().any(|p| p == key.prefix) => {
                     "is outside the bridge's key prefixes".into()
                 }
+                Ok(key) if key.rule == SERVICE_RULE => {
+                    format!("is the rate limit service's (rule {SERVICE_RULE:?}), not a gateway's")
+                }
                 Ok(_) => return None,
             };
             let shown: String = rule.key.chars().take(64).collect();
@@ -101,6 +107,23 @@ mod tests {
                 "{bad}: {refusal}"
             );
         }
+    }
+
+    /// A gateway's client reaching an RLS client's bucket (`rl:rls:<domain>:<key>:<value>`)
+    /// through the gateways' wire: refused, whatever sent it.
+    #[test]
+    fn the_rate_limit_services_buckets_are_no_gateways() {
+        assert_eq!(
+            crate::rls::plan::RULE,
+            SERVICE_RULE,
+            "one name for one namespace"
+        );
+        let keys = Keyspace::default();
+        let refusal = keys
+            .refusal(&check(&["rl:ok", "rl:rls:d:k:v"]))
+            .unwrap_or_default();
+        assert!(refusal.contains("rate limit service's"), "{refusal}");
+        assert_eq!(keys.refusal(&check(&["rl:RLS:d:k:v", "rl:rls2:a"])), None);
     }
 
     #[test]
