@@ -13,6 +13,14 @@
 //! | `HOST`/`PORT` (`0.0.0.0:8080`, `/healthcheck`), `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`) | `--probe-listen` |
 //! | `CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_SERVER_URL`, `CONFIG_GRPC_XDS_NODE_ID`, `CONFIG_GRPC_XDS_SERVER_USE_TLS`, `CONFIG_GRPC_XDS_CLIENT_TLS_CERT`/`_KEY`, `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`, `CONFIG_GRPC_XDS_SERVER_TLS_SAN` | `--rls-xds`, `--rls-xds-node`, `--rls-xds-tls`, `--rls-xds-client-cert`/`-key`, `--rls-xds-ca`, `--rls-xds-server-name` |
 //! | `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`/`_KEY` | `--redis-ca-file`, `--redis-client-cert`/`-key` |
+//!
+//! Every variable is read as that service's Go code reads it (`settings`: booleans by
+//! `strconv.ParseBool`, integers by `strconv.ParseInt`, durations by `time.ParseDuration`,
+//! each in `go`), and the bridge refuses to start, naming the variable, on any value that
+//! service refuses: `GRPC_SERVER_USE_TLS=T` is TLS there, so it must never be plaintext here.
+
+mod go;
+mod settings;
 
 /// The bridge's variables `get` (theirs) stands for, or why it cannot; empty without
 /// `RUNTIME_ROOT`.
@@ -29,12 +37,12 @@ pub fn translate(
         };
         pairs.iter().filter_map(set).collect()
     };
-    let truthy = |name: &str| {
-        get(name).is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"))
-    };
+    settings::check(&get)?;
+    let truthy = |name: &str| settings::boolean(&get, name, false);
     let mut out = Vec::new();
     let kind = get("CONFIG_TYPE").unwrap_or_else(|| "FILE".into());
-    if kind.eq_ignore_ascii_case("GRPC_XDS_SOTW") {
+    // Compared as theirs compares it (a Go switch): `file` is no configuration type there.
+    if kind == "GRPC_XDS_SOTW" {
         let server = get("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into());
         out.push(("RATELIMIT_BRIDGE_RLS_XDS", server));
         let node = get("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| "default".into());
@@ -60,7 +68,7 @@ pub fn translate(
                 ),
             ]));
         }
-    } else if kind.eq_ignore_ascii_case("FILE") {
+    } else if kind == "FILE" {
         let mut path = root;
         for (name, default) in [
             ("RUNTIME_SUBDIRECTORY", ""),
@@ -88,15 +96,12 @@ pub fn translate(
         ]));
     }
     let host = get("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".into());
-    let port = get("GRPC_PORT").unwrap_or_else(|| "8081".into());
+    let port = settings::integer(&get, "GRPC_PORT", 8081);
     out.push(("RATELIMIT_BRIDGE_LISTEN", format!("{host}:{port}")));
     // Their HTTP port answers /healthcheck, which their deployments probe; their Prometheus
     // port, /metrics.
     let host = get("HOST").unwrap_or_else(|| "0.0.0.0".into());
-    let mut probes = vec![format!(
-        "{host}:{}",
-        get("PORT").unwrap_or_else(|| "8080".into())
-    )];
+    let mut probes = vec![format!("{host}:{}", settings::integer(&get, "PORT", 8080))];
     if truthy("USE_PROMETHEUS") {
         let addr = get("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         probes.push(match addr.strip_prefix(':') {
@@ -320,6 +325,43 @@ mod tests {
             got["RATELIMIT_BRIDGE_REDIS"],
             "redis://:secret@s1:26379,redis://:secret@s2:26379"
         );
+    }
+
+    /// Go's `T` is true: their TLS deployment is TLS here, their Redis over TLS too, and
+    /// a spelling Go refuses stops the bridge, naming the variable and its value.
+    #[test]
+    fn booleans_and_ports_are_read_as_go_reads_them() {
+        let got = from(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("GRPC_SERVER_USE_TLS", "T"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_TLS", "t"),
+            ("USE_PROMETHEUS", "1"),
+            ("GRPC_PORT", "0x1F91"),
+            ("PORT", "+8080"),
+        ])
+        .unwrap();
+        assert_eq!(got["RATELIMIT_BRIDGE_TLS_CERT"], "/certs/tls.crt");
+        assert_eq!(got["RATELIMIT_BRIDGE_REDIS"], "rediss://redis:6379");
+        assert_eq!(got["RATELIMIT_BRIDGE_LISTEN"], "0.0.0.0:8081");
+        assert_eq!(
+            got["RATELIMIT_BRIDGE_PROBE_LISTEN"],
+            "0.0.0.0:8080,0.0.0.0:9090"
+        );
+        for (name, value) in [
+            ("GRPC_SERVER_USE_TLS", "yes"),
+            ("REDIS_TLS", "on"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "Yes"),
+            ("USE_STATSD", ""),
+            ("GRPC_PORT", "8081/tcp"),
+        ] {
+            let error = from(&[("RUNTIME_ROOT", "/data"), (name, value)]).unwrap_err();
+            assert!(error.contains(&format!("{name}={value:?}")), "{error}");
+        }
+        let error = from(&[("RUNTIME_ROOT", "/data"), ("CONFIG_TYPE", "file")]).unwrap_err();
+        assert!(error.contains("CONFIG_TYPE=file"), "{error}");
     }
 
     #[test]
