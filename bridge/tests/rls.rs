@@ -474,14 +474,21 @@ async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() 
         request(vec![d])
     };
     let remaining = |answer: &RateLimitResponse| answer.statuses[0].limit_remaining;
+    // What the answer says was reserved, for the commit to name.
+    let reserved = |answer: &RateLimitResponse| {
+        let fields = &answer.dynamic_metadata.as_ref()?.fields;
+        fields.get("ratelimit.reserved")?.string_value.clone()
+    };
     // Two streams reserve 60 of 100 each: the second does not fit and takes nothing.
     let first = call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;
     assert_eq!((first.overall_code, remaining(&first)), (CODE_OK, 40));
+    assert_eq!(reserved(&first).as_deref(), Some("60"));
     let second = call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;
     assert_eq!(
         (second.overall_code, remaining(&second)),
         (CODE_OVER_LIMIT, 40)
     );
+    assert_eq!(reserved(&second).as_deref(), Some("0"));
     // The first used 20 of its 60: 40 come back.
     let commit = call(&bridge, &marked(("ratelimit.reserved", "60"), 20)).await;
     assert_eq!((commit.overall_code, remaining(&commit)), (CODE_OK, 80));
@@ -494,6 +501,8 @@ async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() 
         (asked.overall_code, remaining(&asked)),
         (CODE_OVER_LIMIT, 0)
     );
+    assert_eq!(reserved(&asked).as_deref(), Some("0"), "a check of 0 takes nothing");
+    assert_eq!(reserved(&over), None, "a commit reserves nothing");
     // The markers are not part of the bucket's key.
     let mut model = redis::Client::open(valkey.url()).unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -504,14 +513,43 @@ async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() 
         keys.iter().all(|k| k.starts_with("rl:rls:api:tokens:ivy")),
         "{keys:?}"
     );
-    // A commit without its usage, or of no number, fails alone.
-    for (marker, hits) in [
-        (("ratelimit.reserved", "60"), None),
-        (("ratelimit.reserved", "x"), Some(1)),
-    ] {
-        let mut d = descriptor(&[("tokens", "ivy"), marker]);
-        d.hits_addend = hits.map(|value| UInt64Value { value });
-        let body = prefixed(&request(vec![d]).encode_to_vec());
-        assert_eq!(call_raw(&bridge, body, None).await.unwrap_err().0, 3);
+    // A commit without its usage fails alone.
+    let d = descriptor(&[("tokens", "ivy"), ("ratelimit.reserved", "60")]);
+    let body = prefixed(&request(vec![d]).encode_to_vec());
+    assert_eq!(call_raw(&bridge, body, None).await.unwrap_err().0, 3);
+}
+
+#[tokio::test]
+async fn a_commit_naming_what_envoy_would_not_have_reserved_pays_its_usage_in_full() {
+    // Envoy reads a `hits_addend` format as a double: it sends no reservation for
+    // 2000000000, -5 or x, and one of 0 for 0.5 or 1e-3. A commit naming any of them gave
+    // back what was never taken, or was refused and charged nothing.
+    let valkey = Valkey::start();
+    let file = ConfigFile::new(CONFIG);
+    let (bridge, _) = serving(&valkey, &file, Access::open()).await;
+    for (i, named) in ["2000000000", "0.5", "1e-3", "-5", "x", " 30 ,30", "nan"]
+        .into_iter()
+        .enumerate()
+    {
+        let user = format!("u{i}");
+        let mut commit = descriptor(&[("tokens", &user), ("ratelimit.reserved", named)]);
+        commit.hits_addend = Some(UInt64Value { value: 30 });
+        let answer = call(&bridge, &request(vec![commit])).await;
+        assert_eq!(
+            (answer.overall_code, answer.statuses[0].limit_remaining),
+            (CODE_OK, 70),
+            "{named:?}"
+        );
+    }
+    // Envoy's own forms of a number read as Envoy reads them: 30 reserved, 30 used.
+    for (i, named) in ["30", "+30", " 30\t", "30.9", "3e1"].into_iter().enumerate() {
+        let user = format!("v{i}");
+        let mut reserve = descriptor(&[("tokens", &user), ("ratelimit.reserve", "1")]);
+        reserve.hits_addend = Some(UInt64Value { value: 30 });
+        call(&bridge, &request(vec![reserve])).await;
+        let mut commit = descriptor(&[("tokens", &user), ("ratelimit.reserved", named)]);
+        commit.hits_addend = Some(UInt64Value { value: 30 });
+        let answer = call(&bridge, &request(vec![commit])).await;
+        assert_eq!(answer.statuses[0].limit_remaining, 70, "{named:?}");
     }
 }

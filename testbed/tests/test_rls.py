@@ -146,6 +146,73 @@ def test_a_reservation_at_the_request_settles_on_the_usage_at_stream_end(rls_sta
     assert got == [200, 200, 429, 200, 200, 429], got
 
 
+# docs/rate-limit-service.md's reservation: anything left (a descriptor every request
+# sends, whatever its headers), the reservation of what the request asks, and the commit
+# naming what the bridge said the reservation took, from the dynamic metadata (nothing
+# there, "0": nothing was reserved).
+RESERVE = {"actions": [*LLM["actions"], {"generic_key": {
+    "descriptor_key": "ratelimit.reserve", "descriptor_value": "1"}}],
+    "hits_addend": {"format": "%REQ(x-max-tokens)%"}}
+COMMIT = {"actions": [*LLM["actions"], {"metadata": {
+    "descriptor_key": "ratelimit.reserved", "default_value": "0",
+    "metadata_key": {"key": "envoy.filters.http.ratelimit",
+                     "path": [{"key": "ratelimit.reserved"}]}}}],
+    "hits_addend": {"format": "%RESP(x-tokens)%"}, "apply_on_stream_done": True}
+# The commit as the docs wrote it before: the client's header named twice.
+COMMIT_FROM_HEADER = {**COMMIT, "actions": [*LLM["actions"], {"request_headers": {
+    "header_name": "x-max-tokens", "descriptor_key": "ratelimit.reserved"}}]}
+
+
+def envoy_hits(text):
+    """What Envoy sends for a hits_addend format's text: it drops the descriptor (here 0)
+    above 1e9, below 0 or unparsable, and truncates the rest."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return 0
+    return int(value) if 0 <= value <= 1e9 else 0
+
+
+@pytest.mark.parametrize("commit", [COMMIT, COMMIT_FROM_HEADER], ids=["metadata", "header"])
+def test_a_client_s_own_max_tokens_never_lowers_its_bill(rls_stack, commit):
+    """100 tokens an hour, 30 used a response, 8 requests a client: reserving 30 honestly
+    gets 3 through. A header Envoy reads otherwise than a plain integer (dropped above 1e9,
+    truncated to 0 below 1, or absent) reserves nothing, and must not be given back at the
+    commit: the client is charged its usage in full, and the anything-left check refuses it
+    once in debt (4 through). Before the fix every one of these got 8 of 8 through (the
+    commit refunded the bucket to full, or was refused and charged nothing). With the
+    commit naming the header, the bill is still never lowered (its bucket ends in debt),
+    but without the anything-left check nothing stops the requests themselves."""
+    rate_limits = [LLM_ASK, RESERVE, commit]
+    stack = rls_stack([], gateways=1, origin_headers={"x-tokens": "30"},
+                      ratelimit_options={"rate_limits": rate_limits})
+    hits = lambda: bridge_series(stack, "ratelimit_bridge_rls_total_hits_total",
+                                 domain="api", key="llm_user")
+    # Without the header, a commit naming it is never sent (Envoy skips a descriptor whose
+    # header is absent): that pattern cannot charge such a request at all.
+    for named in ["30", "2000000000", "0.5", "1e-3", *([None] if commit is COMMIT else [])]:
+        user = f"u-{named}"
+        headers = {"x-llm-user": user, **({"x-max-tokens": named} if named else {})}
+        got = []
+        for _ in range(8):
+            before = hits()
+            status = stack.get(0, "/v1/chat/completions", headers)[0]
+            got.append(status)
+            if status == 200:
+                wait_for("the commit", lambda: hits() == before + envoy_hits(named) + 30,
+                         timeout=10)
+        through = got.count(200)
+        if named == "30":
+            assert through == 3, got
+            continue
+        if commit is COMMIT:
+            assert through == 4, (named, got)
+        # Whatever got through, its usage was charged: the bucket is in debt, and an
+        # honest request that reserves 1 is refused.
+        probe = stack.get(0, "/v1/chat/completions", {"x-llm-user": user, "x-max-tokens": "1"})
+        assert probe[0] == 429, (named, got)
+
+
 def test_failure_modes_and_the_gateways_token(rls_stack, tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret\n")

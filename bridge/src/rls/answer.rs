@@ -1,12 +1,15 @@
 //! One `ShouldRateLimit` call answered from the token buckets: its plan (`plan`) run as
 //! script calls, together (the check, the reads and the costs at once), and the answer
-//! Envoy reads: the overall code, a status per descriptor, and the `X-RateLimit-*` headers.
+//! Envoy reads: the overall code, a status per descriptor, the `X-RateLimit-*` headers, and
+//! for a call holding reservations, what they took (`ratelimit.reserved` in the dynamic
+//! metadata), which the commit at the stream's end names: the bridge's own record, where
+//! a client's header could say anything.
 
 use super::limits::{unit_ms, Limits, Quota, Rule};
-use super::plan::{plan, Ask, Refusal};
+use super::plan::{plan, Ask, Planned, Refusal, RESERVED};
 use super::proto::{
     DescriptorStatus, Duration, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
-    CODE_OK, CODE_OVER_LIMIT,
+    Struct, CODE_OK, CODE_OVER_LIMIT,
 };
 use crate::check::RuleOutcome;
 use crate::rls_metrics::Hits;
@@ -135,8 +138,27 @@ impl Service {
         if let (ResponseHeaders::Draft03, Some((rule, outcome))) = (self.headers, shown) {
             response.response_headers_to_add = draft03(rule, &outcome);
         }
+        if let Some(taken) = reserved(&plan.descriptors, &checked) {
+            response.dynamic_metadata = Some(Struct::one(RESERVED, taken.to_string()));
+        }
         Ok(response)
     }
+}
+
+/// What the call's reservations took, if it holds any under a limit: the hits of each, if
+/// the check that held them was admitted whole and its bucket paid (a shadow rule that
+/// lacked them took nothing), else 0; of several, the least, so that no commit naming it
+/// gives back more than its own bucket took.
+fn reserved(descriptors: &[Planned], checked: &[RuleOutcome]) -> Option<u64> {
+    let admitted = checked.iter().all(|o| o.allowed);
+    descriptors
+        .iter()
+        .filter(|p| p.reserves && p.rule.is_some() && p.ask != Ask::Free)
+        .map(|p| match (p.ask, checked.get(p.at)) {
+            (Ask::Check, Some(o)) if admitted && o.wait_ms == 0 => p.hits,
+            _ => 0,
+        })
+        .min()
 }
 
 /// A fifth of the limit or less left after the hits.

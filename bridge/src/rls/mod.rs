@@ -6,7 +6,9 @@
 //!
 //! - `proto`: the call's protobuf messages.
 //! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
+//! - `bounds`: the size and depth a configuration's YAML is held to before it is parsed.
 //! - `source`: the configuration's files, and what tells that they changed.
+//! - `hits`: a number of hits as Envoy reads one from a string.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
 //! - `xds`: the configuration from an xDS server, as Envoy Gateway serves it.
@@ -15,7 +17,9 @@
 
 pub mod answer;
 pub mod args;
+pub mod bounds;
 pub mod compat;
+pub mod hits;
 pub mod limits;
 pub mod plan;
 pub mod proto;
@@ -59,7 +63,8 @@ type Reply = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
 impl Rls {
     /// The service with the configuration at `path` (`--rls-config`), keying buckets under
-    /// `prefix`; an error if it does not load.
+    /// `prefix`; an error if it does not load. It blocks: the bridge calls it off its
+    /// runtime, as it reads every configuration (`read`).
     pub fn load(path: PathBuf, prefix: &str, headers: ResponseHeaders) -> Result<Rls, String> {
         let limits = source::load(&path)?;
         log::info!(
@@ -116,7 +121,7 @@ impl Rls {
                 continue;
             }
             seen = now;
-            match source::load(&path) {
+            match read(path.clone()).await {
                 Ok(limits) => {
                     log::info!(
                         "rate limit service: reloaded {} domain(s) from {}",
@@ -194,6 +199,15 @@ impl Rls {
             }
         }
     }
+}
+
+/// The configuration at `path`, read on a blocking thread: never on the runtime that
+/// serves, where a costly file (the parser's time grows with the square of its depth)
+/// stalled every check and `/healthz` with `--threads 1`.
+async fn read(path: PathBuf) -> Result<Limits, String> {
+    tokio::task::spawn_blocking(move || source::load(&path))
+        .await
+        .unwrap_or_else(|e| Err(format!("the reading stopped: {e}")))
 }
 
 fn grpc_reply(body: UnsyncBoxBody<Bytes, Infallible>) -> Reply {

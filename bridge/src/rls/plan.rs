@@ -15,7 +15,12 @@
 //!   `ratelimit.reserve` (any value) makes the descriptor's hits, its own or the request's,
 //!   a check, all or nothing; `ratelimit.reserved: N` makes its own hits (the usage) settle
 //!   against the N reserved: the difference is taken, into debt if need be, or given back.
+//!   N is read as Envoy reads a number of hits (`hits::envoy_hits`), and what Envoy would
+//!   not have reserved from it reads as 0: a commit is never refused, and never gives back
+//!   more than a reservation made from the same text took. The answer to a reservation
+//!   says what it took (`answer`), for the commit to name instead of a client's header.
 
+use super::hits::envoy_hits;
 use super::limits::{unit_ms, Limits, Quota, Rule};
 use super::proto::{Entry, RateLimitDescriptor, RateLimitRequest};
 use crate::check::{Check, RuleSpec};
@@ -58,6 +63,8 @@ pub struct Planned {
     pub hits: u64,
     /// Index of its rule in the call of its kind.
     pub at: usize,
+    /// A reservation (`ratelimit.reserve`): what it took is said in the answer.
+    pub reserves: bool,
 }
 
 /// The call's descriptors, and the script calls that run them.
@@ -141,10 +148,12 @@ pub fn plan(
                     ask,
                     hits,
                     at: 0,
+                    reserves: false,
                 });
                 continue;
             }
         };
+        let reserves = matches!(marker, Marker::Reserve);
         let (ask, at) = match (marker, own) {
             (Marker::Reserved(reserved), Some(_)) => {
                 let delta = signed(hits) - signed(reserved);
@@ -176,6 +185,7 @@ pub fn plan(
             ask,
             hits,
             at,
+            reserves,
         });
     }
     Ok(plan)
@@ -220,13 +230,10 @@ fn marked(entries: &[Entry]) -> Result<(&[Entry], Marker), Refusal> {
     };
     match last.key.as_str() {
         RESERVE => Ok((rest, Marker::Reserve)),
-        RESERVED => match last.value.parse::<u64>() {
-            Ok(n) if n < MAX_EXACT => Ok((rest, Marker::Reserved(n))),
-            _ => Err(Refusal::Invalid(format!(
-                "{RESERVED} {:?} is not a number of hits",
-                last.value.chars().take(32).collect::<String>()
-            ))),
-        },
+        RESERVED => {
+            let reserved = envoy_hits(&last.value).unwrap_or(0);
+            Ok((rest, Marker::Reserved(reserved.min(MAX_EXACT - 1))))
+        }
         _ => Ok((entries, Marker::None)),
     }
 }

@@ -69,6 +69,39 @@ pub struct RateLimitResponse {
     pub statuses: Vec<DescriptorStatus>,
     #[prost(message, repeated, tag = "3")]
     pub response_headers_to_add: Vec<HeaderValue>,
+    /// What Envoy's `ratelimit` filter puts in the request's dynamic metadata, under its
+    /// own name (`envoy.filters.http.ratelimit`), where a `metadata` action of a later
+    /// descriptor (a commit's, at the stream's end) reads it.
+    #[prost(message, optional, tag = "6")]
+    pub dynamic_metadata: Option<Struct>,
+}
+
+/// `google.protobuf.Struct`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Struct {
+    #[prost(btree_map = "string, message", tag = "1")]
+    pub fields: std::collections::BTreeMap<String, Value>,
+}
+
+/// `google.protobuf.Value` holding a string: its `string_value` (field 3 of the `kind`
+/// oneof, written as a oneof member is, even when empty). Envoy's `metadata` action reads
+/// strings only.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Value {
+    #[prost(string, optional, tag = "3")]
+    pub string_value: Option<String>,
+}
+
+impl Struct {
+    /// A struct of one string field.
+    pub fn one(name: &str, value: String) -> Struct {
+        let value = Value {
+            string_value: Some(value),
+        };
+        Struct {
+            fields: [(name.to_owned(), value)].into(),
+        }
+    }
 }
 
 /// `RateLimitResponse.DescriptorStatus`.
@@ -177,6 +210,7 @@ mod tests {
                 key: "a".into(),
                 value: "b".into(),
             }],
+            dynamic_metadata: Some(Struct::one("r", "7".into())),
         };
         let expected = [
             0x08, 2, // overall_code
@@ -186,6 +220,8 @@ mod tests {
             // limit_remaining 0 is not written
             0x22, 8, 0x08, 1, 0x10, 0x80, 0xca, 0xb5, 0xee, 0x01, // 1 s 500,000,000 ns
             0x1a, 6, 0x0a, 1, b'a', 0x12, 1, b'b', // response_headers_to_add
+            // dynamic_metadata: fields (1) {key "r" (1), value (2) {string_value "7" (3)}}
+            0x32, 10, 0x0a, 8, 0x0a, 1, b'r', 0x12, 3, 0x1a, 1, b'7',
         ];
         assert_eq!(response.encode_to_vec(), expected);
     }
