@@ -501,7 +501,11 @@ async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() 
         (asked.overall_code, remaining(&asked)),
         (CODE_OVER_LIMIT, 0)
     );
-    assert_eq!(reserved(&asked).as_deref(), Some("0"), "a check of 0 takes nothing");
+    assert_eq!(
+        reserved(&asked).as_deref(),
+        Some("0"),
+        "a check of 0 takes nothing"
+    );
     assert_eq!(reserved(&over), None, "a commit reserves nothing");
     // The markers are not part of the bucket's key.
     let mut model = redis::Client::open(valkey.url()).unwrap();
@@ -542,7 +546,10 @@ async fn a_commit_naming_what_envoy_would_not_have_reserved_pays_its_usage_in_fu
         );
     }
     // Envoy's own forms of a number read as Envoy reads them: 30 reserved, 30 used.
-    for (i, named) in ["30", "+30", " 30\t", "30.9", "3e1"].into_iter().enumerate() {
+    for (i, named) in ["30", "+30", " 30\t", "30.9", "3e1"]
+        .into_iter()
+        .enumerate()
+    {
         let user = format!("v{i}");
         let mut reserve = descriptor(&[("tokens", &user), ("ratelimit.reserve", "1")]);
         reserve.hits_addend = Some(UInt64Value { value: 30 });
