@@ -258,7 +258,13 @@ async fn serve(args: Args) -> Result<(), String> {
         .regions(&args.redis, &store, options)?
         .map(Arc::new);
     let prefix = store.keyspace().prefixes().next().unwrap_or(DEFAULT_PREFIX);
-    let (rls, xds) = match args.rls.service(prefix)? {
+    // The rate limit service's configuration is parsed on a blocking thread, never on the
+    // runtime, at start as on every reload: its cost is the operator's file's to set.
+    let (rls_args, rls_prefix) = (args.rls.clone(), prefix.to_owned());
+    let configured = tokio::task::spawn_blocking(move || rls_args.service(&rls_prefix))
+        .await
+        .map_err(|e| format!("--rls-config: {e}"))?;
+    let (rls, xds) = match configured? {
         Some((rls, xds)) => (Some(rls), xds),
         None => (None, None),
     };

@@ -11,6 +11,7 @@
 //! client through twice. Anything else (an unknown field, a unit that does not exist, a
 //! composite key twice) is refused with one line naming the file and the descriptor.
 
+use super::bounds;
 use crate::rls_metrics::RuleLabel;
 use ratelimit_config::limit::Limit;
 use serde::Deserialize;
@@ -143,6 +144,9 @@ impl Limits {
         let domains = files
             .into_iter()
             .map(|(file, text)| {
+                // Held to its bounds first: the parser's time grows with the square of
+                // the depth, and it refuses a deep document only once it has read it all.
+                bounds::check(text).map_err(|e| format!("{file}: {e}"))?;
                 let raw: RawDomain =
                     serde_yaml_ng::from_str(text).map_err(|e| format!("{file}: {e}"))?;
                 Ok((file.to_owned(), raw))

@@ -1,11 +1,13 @@
 //! Where the configuration comes from: `--rls-config`, one YAML file or a directory of them
 //! (`*.yaml`, `*.yml`, one domain each, as envoyproxy/ratelimit's runtime directory holds
 //! them; not hidden ones, as a Kubernetes ConfigMap's mount holds its own), read again
-//! when any of them changes. A configuration that does not load is
+//! when any of them changes, within bounds (`bounds`). A configuration that does not load is
 //! logged and the one in force stays; buckets live in Redis under keys the configuration
 //! does not change, so a reload loses none of them.
 
+use super::bounds::MAX_BYTES;
 use super::limits::Limits;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -32,14 +34,30 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Reads the configuration at `path`.
+/// Most bytes read from all of a directory's files.
+const MAX_TOTAL_BYTES: usize = 4 * MAX_BYTES;
+
+/// Reads the configuration at `path` (blocking: the bridge calls it off its runtime). No
+/// file is read past `bounds::MAX_BYTES`, nor a directory past `MAX_TOTAL_BYTES`.
 pub fn load(path: &Path) -> Result<Limits, String> {
+    let mut total = 0;
     let texts = files(path)?
         .into_iter()
         .map(|file| {
-            let text =
-                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            Ok((file.display().to_string(), text))
+            let name = file.display().to_string();
+            let mut bytes = Vec::new();
+            std::fs::File::open(&file)
+                .and_then(|f| f.take(MAX_BYTES as u64 + 1).read_to_end(&mut bytes))
+                .map_err(|e| format!("{name}: {e}"))?;
+            total += bytes.len();
+            if bytes.len() > MAX_BYTES || total > MAX_TOTAL_BYTES {
+                return Err(format!(
+                    "{name}: past the {MAX_BYTES} bytes a configuration file may hold, or \
+                     the {MAX_TOTAL_BYTES} of all of them"
+                ));
+            }
+            let text = String::from_utf8(bytes).map_err(|e| format!("{name}: {e}"))?;
+            Ok((name, text))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Limits::parse(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())))

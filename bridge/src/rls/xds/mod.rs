@@ -78,7 +78,7 @@ pub async fn follow(rls: Arc<Rls>, server: Server) {
 
 /// One stream: the subscription, then an ACK or a NACK for each response, until it ends.
 async fn session(
-    rls: &Rls,
+    rls: &Arc<Rls>,
     server: &Server,
     accepted: &mut String,
     answered: &mut bool,
@@ -152,7 +152,12 @@ async fn session(
         deframer.push(&frame);
         while let Some(message) = deframer.next_message()? {
             *answered = true;
-            let (nonce, verdict) = apply(rls, &message);
+            // Decoded and built on a blocking thread, as a file's configuration is read:
+            // never on the runtime that serves.
+            let applying = Arc::clone(rls);
+            let (nonce, verdict) = tokio::task::spawn_blocking(move || apply(&applying, &message))
+                .await
+                .unwrap_or_else(|e| (String::new(), Err(format!("not applied: {e}"))));
             let reply = match verdict {
                 Ok(version) => {
                     *accepted = version;
