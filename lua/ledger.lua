@@ -10,10 +10,16 @@
 -- missed writes (its value written by another server: a promoted replica, a restart; or
 -- missing on a server younger than a lease lifetime) starts drained and grants nothing
 -- until every lease the old one could have granted has expired ("learning"): the grants it
--- missed took from a level it would otherwise hand out again. Called by
--- bridge/src/regions/.
+-- missed took from a level it would otherwise hand out again; it refills from learning's
+-- end. So does a ledger missing on a server that may have lost it (promoted from a
+-- replica, or having evicted or flushed keys: `lost_since`), for a lease lifetime from
+-- when its hash slot's epoch (KEYS[2]) first saw the server so: a replica that never
+-- received a key's ledger must not start it full while the old primary's leases are
+-- still spent. Called by bridge/src/regions/.
 --
 -- KEYS[1]  the ledger's key
+-- KEYS[2]  its hash slot's epoch: which server history (run id, replication id, keys
+--          evicted and flushed) a missing ledger first saw there, and when
 -- ARGV     mode ('grant' | 'return' | 'read'), holder, seq, tokens (grant: wanted;
 --          return: unspent), ttl_ms, capacity (tokens), num, den (the refill: num units a
 --          ms, den units a token)
@@ -61,6 +67,31 @@ local function decode(text)
   return s
 end
 
+-- For a ledger found missing: nil if this server cannot have lost one since it started
+-- (never a replica promoted, no key evicted or flushed; its uptime covers a restart), else
+-- since when its history has been what it is now, as its slot's epoch first saw it: a
+-- ledger lost before then had its last lease granted before then too. Only a missing
+-- ledger pays for the three INFO sections. `CONFIG RESETSTAT` hides evictions and flushes
+-- from it (docs/regions.md).
+local function lost_since(write)
+  local repl = call('INFO', 'replication')
+  local promoted = tonumber(string.match(repl, 'second_repl_offset:(%-?%d+)') or '-1') ~= -1
+  local evicted = string.match(call('INFO', 'stats'), 'evicted_keys:(%d+)') or '0'
+  local flushes = 0
+  for calls in string.gmatch(call('INFO', 'commandstats'), 'cmdstat_flush%a+:calls=(%d+)') do
+    flushes = flushes + tonumber(calls)
+  end
+  if not promoted and evicted == '0' and flushes == 0 then return nil end
+  local history = string.format('%s/%s/%s/%d', server,
+    string.match(repl, 'master_replid:(%x+)') or '-', evicted, flushes)
+  local seen, at = string.match(call('GET', KEYS[2]) or '', '^(%S+) (%d+)$')
+  if seen == history then return tonumber(at) end
+  -- Not seen yet, or seen before a promotion, an eviction or a flush since: from now.
+  -- Kept without an expiry: an epoch gone means a server that lost it, from now again.
+  if write then call('SET', KEYS[2], history .. ' ' .. now) end
+  return now
+end
+
 local raw = call('GET', KEYS[1])
 local state
 if raw then
@@ -82,9 +113,14 @@ if raw then
   end
 else
   -- A ledger never written, or lost with a server younger than a lease lifetime, whose
-  -- predecessor's leases may still be out.
+  -- predecessor's leases may still be out, or lost by a server that may lose keys.
   local learning, level = 0, cap
-  if uptime_ms < ttl then learning, level = now - uptime_ms + ttl, 0 end
+  if uptime_ms < ttl then
+    learning, level = now - uptime_ms + ttl, 0
+  else
+    local since = lost_since(mode ~= 'read')
+    if since and since + ttl > now then learning, level = since + ttl, 0 end
+  end
   state = { w = server, l = level, t = now, n = den, u = learning, x = ttl, s = {} }
 end
 
@@ -92,7 +128,9 @@ end
 table.sort(state.s, function(a, b) return a.e < b.e end)
 local out = 0
 for _, lease in ipairs(state.s) do out = out + lease.g * den end
-local level, at = state.l, state.t
+-- A learning ledger refills only from learning's end: until then the leases the old server
+-- may have granted count as its whole capacity out, as they did at the old server.
+local level, at = state.l, math.max(state.t, state.u)
 local function refill(to)
   if to > at then
     local room = cap - out

@@ -53,6 +53,10 @@ class World:
             # The region's Valkey on the port its neighbours' proxies aim at.
             stack.redis_port = ports[a]
             stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])
+            # Its snapshots (a replica's full copy) in its own directory: one left where
+            # every test runs would be loaded by the next test's servers, which would then
+            # pass for restored from a snapshot.
+            stack.valkey.argv += ["--dir", stack.workdir]
             bridge = stack.bridge.argv
             bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{own}"
             if (clocks or {}).get(a, 1.0) != 1.0:
@@ -66,9 +70,12 @@ class World:
             primary = self.regions[replica_of]
             self.replication = FaultProxy(ports[replica_of])
             self.replica_port = free_port()
+            replica_dir = os.path.join(primary.workdir, "replica")
+            os.makedirs(replica_dir, exist_ok=True)
             self.replica = Process(f"valkey-{replica_of}-replica", [
                 VALKEY, "--port", str(self.replica_port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--replicaof", "127.0.0.1", str(self.replication.port)],
+                "--appendonly", "no", "--dir", replica_dir,
+                "--replicaof", "127.0.0.1", str(self.replication.port)],
                 primary.workdir)
 
     def replica_redis(self, *args):

@@ -89,6 +89,40 @@ pub fn ledger_key(key: &str) -> String {
     format!("{key}{{{key}}}#ledger")
 }
 
+/// The epoch key of `key`'s hash slot (`lua/ledger.lua`): what a ledger found missing
+/// learns from on a server that may have lost it, one for every ledger of the slot (per
+/// key, it would be lost with the ledger). In the slot for a Cluster's script, named by no
+/// key of the grammar (`{`).
+pub fn epoch_key(key: &str) -> String {
+    let slot = usize::from(crate::slot::slot(ledger_key(key).as_bytes()));
+    match slot_tags().get(slot) {
+        Some(&tag) if tag != u32::MAX => format!("rl#ledger-epoch{{{tag}}}"),
+        // No number found for the slot (there is one for each below 200,000): the key's
+        // own epoch, which learns more often, never less.
+        _ => format!("{key}{{{key}}}#ledger-epoch"),
+    }
+}
+
+/// For each slot, the first number whose digits hash to it.
+fn slot_tags() -> &'static [u32] {
+    static TAGS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; usize::from(crate::slot::SLOTS)];
+        let mut left = tags.len();
+        for n in 0..1_000_000u32 {
+            let at = usize::from(crate::slot::slot(n.to_string().as_bytes()));
+            if let Some(tag @ &mut u32::MAX) = tags.get_mut(at) {
+                *tag = n;
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        tags
+    })
+}
+
 /// What a ledger call says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
@@ -142,7 +176,8 @@ pub async fn call(
         [seq, tokens, ttl_ms, shape.capacity, shape.num, shape.den].map(|n| n.to_string());
     let mut args = vec![mode, holder];
     args.extend(numbers.iter().map(String::as_str));
-    let reply: Vec<i64> = home.eval(&script, &[&ledger_key(key)], &args).await?;
+    let keys = [ledger_key(key), epoch_key(key)];
+    let reply: Vec<i64> = (home.eval(&script, &[&keys[0], &keys[1]], &args)).await?;
     let n = |i: usize| reply.get(i).map_or(0, |&v| u64::try_from(v).unwrap_or(0));
     if reply.len() != 8 {
         return Err(format!("ledger: a reply of {} numbers, not 8", reply.len()));
@@ -218,5 +253,19 @@ mod tests {
             crate::slot::slot(key.as_bytes()),
             crate::slot::slot(b"rl:g:alice")
         );
+    }
+
+    #[test]
+    fn every_slot_has_an_epoch_in_it_which_no_gateway_can_name() {
+        assert!(slot_tags().iter().all(|&tag| tag != u32::MAX));
+        for key in ["rl:g:alice", "rl:g:bob", "rl:tenant:tenant-1"] {
+            let epoch = epoch_key(key);
+            assert!(epoch.starts_with("rl#ledger-epoch{"), "{epoch}");
+            assert_eq!(
+                crate::slot::slot(epoch.as_bytes()),
+                crate::slot::slot(ledger_key(key).as_bytes())
+            );
+            assert!(ratelimit_protocol::key::parse_key(&epoch).is_err());
+        }
     }
 }
