@@ -1,7 +1,8 @@
 //! One `ShouldRateLimit` call answered from the token buckets: its plan (`plan`) run as
 //! script calls, together (the check, the reads and the costs at once), and the answer
-//! Envoy reads: the overall code, a status per descriptor, the `X-RateLimit-*` headers, and
-//! for a call holding reservations, what they took (`ratelimit.reserved` in the dynamic
+//! Envoy reads: the overall code, a status per descriptor, the response headers (the
+//! bridge's `X-RateLimit-*`, envoyproxy/ratelimit's `RateLimit-*`, or none), and for a call
+//! holding reservations, what they took (`ratelimit.reserved` in the dynamic
 //! metadata), which the commit at the stream's end names: the bridge's own record, where
 //! a client's header could say anything.
 
@@ -24,13 +25,39 @@ pub enum ResponseHeaders {
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (IETF draft 03, as Envoy writes them),
     /// and `Retry-After` when over the limit.
     Draft03,
+    /// envoyproxy/ratelimit's (`LIMIT_RESPONSE_HEADERS_ENABLED`): `RateLimit-Limit` (the
+    /// requests per unit), `-Remaining`, `-Reset` (whole seconds), under the names given.
+    Reference,
+}
+
+/// What the answer adds to responses: which headers, and the names `Reference` gives them
+/// (envoyproxy/ratelimit's `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`,
+/// `LIMIT_RESET_HEADER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headers {
+    pub kind: ResponseHeaders,
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl From<ResponseHeaders> for Headers {
+    /// `kind`, with envoyproxy/ratelimit's default names.
+    fn from(kind: ResponseHeaders) -> Headers {
+        Headers {
+            kind,
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
 }
 
 /// What the service needs besides the configuration.
 pub struct Service {
     /// The bridge's first key prefix.
     pub prefix: String,
-    pub headers: ResponseHeaders,
+    pub headers: Headers,
     /// Makes each cost's settlement id unique (the script applies an id once).
     pub costs: AtomicU64,
     pub cost_ids: String,
@@ -135,8 +162,12 @@ impl Service {
                 shown = Some((rule, outcome));
             }
         }
-        if let (ResponseHeaders::Draft03, Some((rule, outcome))) = (self.headers, shown) {
-            response.response_headers_to_add = draft03(rule, &outcome);
+        if let Some((rule, outcome)) = shown {
+            response.response_headers_to_add = match self.headers.kind {
+                ResponseHeaders::Off => Vec::new(),
+                ResponseHeaders::Draft03 => draft03(rule, &outcome),
+                ResponseHeaders::Reference => reference(&self.headers, rule, &outcome),
+            };
         }
         if let Some(taken) = reserved(&plan.descriptors, &checked) {
             response.dynamic_metadata = Some(Struct::one(RESERVED, taken.to_string()));
@@ -194,6 +225,17 @@ fn draft03(rule: &Rule, outcome: &RuleOutcome) -> Vec<HeaderValue> {
         headers.push(header("retry-after", seconds(outcome.wait_ms.max(1))));
     }
     headers
+}
+
+/// envoyproxy/ratelimit's headers of the tightest limit: the requests per unit alone (no
+/// quota policy, as it writes it), the tokens left, and whole seconds until the bucket is
+/// full again (its own: until its fixed window ends).
+fn reference(names: &Headers, rule: &Rule, outcome: &RuleOutcome) -> Vec<HeaderValue> {
+    vec![
+        header(&names.limit, rule.requests_per_unit.to_string()),
+        header(&names.remaining, outcome.remaining.to_string()),
+        header(&names.reset, outcome.full_ms.div_ceil(1000).to_string()),
+    ]
 }
 
 fn header(key: &str, value: String) -> HeaderValue {

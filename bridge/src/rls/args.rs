@@ -2,7 +2,7 @@
 //! an xDS server as Envoy Gateway runs one) and what its answers add, and the service they
 //! make.
 
-use super::answer::ResponseHeaders;
+use super::answer::{Headers, ResponseHeaders};
 use super::xds::Server;
 use super::Rls;
 use crate::pem;
@@ -62,7 +62,10 @@ pub struct RlsArgs {
         value_name = "NAME"
     )]
     pub rls_xds_server_name: Option<String>,
-    /// The headers the rate limit service asks Envoy to add to responses.
+    /// The headers the rate limit service asks Envoy to add to responses: the bridge's
+    /// `X-RateLimit-*` (draft03), envoyproxy/ratelimit's `RateLimit-*` (reference), or none.
+    /// Started from envoyproxy/ratelimit's environment (`RUNTIME_ROOT`), its
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` decides instead of this default: reference or off.
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS",
@@ -70,6 +73,30 @@ pub struct RlsArgs {
         default_value = "draft03"
     )]
     pub rls_response_headers: ResponseHeaders,
+    /// The name of the limit's header with `--rls-response-headers reference`.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_LIMIT_HEADER",
+        value_name = "NAME",
+        default_value = "RateLimit-Limit"
+    )]
+    pub rls_limit_header: String,
+    /// The name of the remaining tokens' header with `--rls-response-headers reference`.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_REMAINING_HEADER",
+        value_name = "NAME",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub rls_remaining_header: String,
+    /// The name of the reset's header with `--rls-response-headers reference`.
+    #[arg(
+        long,
+        env = "RATELIMIT_BRIDGE_RLS_RESET_HEADER",
+        value_name = "NAME",
+        default_value = "RateLimit-Reset"
+    )]
+    pub rls_reset_header: String,
 }
 
 /// The service, and the xDS server it follows for its configuration (none: from files).
@@ -79,7 +106,7 @@ impl RlsArgs {
     /// The service the flags configure, keying buckets under `prefix`, and the xDS server
     /// to follow for its configuration; `None` without the service.
     pub fn service(&self, prefix: &str) -> Result<Option<Configured>, String> {
-        let headers = self.rls_response_headers;
+        let headers = self.headers()?;
         if let Some(path) = &self.rls_config {
             let rls = Rls::load(path.clone(), prefix, headers)
                 .map_err(|e| format!("--rls-config {e}"))?;
@@ -97,6 +124,27 @@ impl RlsArgs {
             Arc::new(Rls::unconfigured(prefix, headers)),
             Some(server),
         )))
+    }
+
+    /// The response headers, their names checked as HTTP's: a name Envoy cannot add would
+    /// fail every answer there, so it stops the bridge at start instead.
+    fn headers(&self) -> Result<Headers, String> {
+        let named = [
+            ("--rls-limit-header", &self.rls_limit_header),
+            ("--rls-remaining-header", &self.rls_remaining_header),
+            ("--rls-reset-header", &self.rls_reset_header),
+        ];
+        for (flag, name) in named {
+            if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!("{flag} {name:?}: not an HTTP header name"));
+            }
+        }
+        Ok(Headers {
+            kind: self.rls_response_headers,
+            limit: self.rls_limit_header.clone(),
+            remaining: self.rls_remaining_header.clone(),
+            reset: self.rls_reset_header.clone(),
+        })
     }
 
     fn xds_tls(

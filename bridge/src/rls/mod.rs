@@ -29,7 +29,7 @@ pub mod xds;
 use crate::budget::{Charge, Share};
 use crate::grpc::{self, Deframer};
 use crate::store::Store;
-use answer::{ResponseHeaders, Service};
+use answer::{Headers, Service};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -65,7 +65,7 @@ impl Rls {
     /// The service with the configuration at `path` (`--rls-config`), keying buckets under
     /// `prefix`; an error if it does not load. It blocks: the bridge calls it off its
     /// runtime, as it reads every configuration (`read`).
-    pub fn load(path: PathBuf, prefix: &str, headers: ResponseHeaders) -> Result<Rls, String> {
+    pub fn load(path: PathBuf, prefix: &str, headers: impl Into<Headers>) -> Result<Rls, String> {
         let limits = source::load(&path)?;
         log::info!(
             "rate limit service: {} domain(s) from {}",
@@ -78,11 +78,16 @@ impl Rls {
     /// The service with no domain configured yet, until an xDS server (`xds::follow`)
     /// configures some: every descriptor meanwhile has no limit, as envoyproxy/ratelimit
     /// answers with `FORCE_START_WITHOUT_INITIAL_CONFIG`, which Envoy Gateway sets.
-    pub fn unconfigured(prefix: &str, headers: ResponseHeaders) -> Rls {
+    pub fn unconfigured(prefix: &str, headers: impl Into<Headers>) -> Rls {
         Rls::new(Limits::default(), None, prefix, headers)
     }
 
-    fn new(limits: Limits, path: Option<PathBuf>, prefix: &str, headers: ResponseHeaders) -> Rls {
+    fn new(
+        limits: Limits,
+        path: Option<PathBuf>,
+        prefix: &str,
+        headers: impl Into<Headers>,
+    ) -> Rls {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -91,7 +96,7 @@ impl Rls {
             limits: RwLock::new(Arc::new(limits)),
             service: Service {
                 prefix: prefix.to_owned(),
-                headers,
+                headers: headers.into(),
                 costs: AtomicU64::new(0),
                 cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
             },

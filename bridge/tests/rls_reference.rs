@@ -1,0 +1,161 @@
+//! The rate limit service held to envoyproxy/ratelimit's answers where issue 50 found them
+//! apart, one test per row: what that service answers (read from its source), or what
+//! docs/rate-limit-service.md's "What differs" says instead. Each runs the bridge in
+//! process against a real Valkey and calls it over h2c as Envoy does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
+
+mod common;
+
+use common::server::{start_with, without_token, Bridge, RELAXED};
+use common::Valkey;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::Message;
+use ratelimit_bridge::grpc::{prefixed, Deframer};
+use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
+use ratelimit_bridge::rls::compat::translate;
+use ratelimit_bridge::rls::proto::{
+    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, PATH,
+};
+use ratelimit_bridge::rls::Rls;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use test_support::pki::Scratch;
+use tokio::net::TcpStream;
+
+/// A bridge serving `yaml` (files of one directory) with `headers`.
+struct Served {
+    bridge: Bridge,
+    _dir: Scratch,
+    _valkey: Valkey,
+}
+
+async fn serve(files: &[(&str, &str)], headers: impl Into<Headers>) -> Served {
+    let valkey = Valkey::start();
+    let dir = Scratch::new();
+    for (name, text) in files {
+        dir.write(name, text);
+    }
+    let path: PathBuf = dir.path().to_owned();
+    let rls = Rls::load(path, "rl", headers).unwrap();
+    let mut config = without_token(RELAXED);
+    config.rls = Some(Arc::new(rls));
+    let bridge = start_with(&valkey.url(), config).await;
+    Served {
+        bridge,
+        _dir: dir,
+        _valkey: valkey,
+    }
+}
+
+/// One call: the answer, or the gRPC status and message it ended with instead.
+async fn call(served: &Served, request: &RateLimitRequest) -> Result<RateLimitResponse, String> {
+    let io = TokioIo::new(TcpStream::connect(served.bridge.addr).await.unwrap());
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let body = Full::new(prefixed(&request.encode_to_vec()));
+    let request = Request::post(format!("http://bridge{PATH}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let head = response.headers().clone();
+    let collected = response.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or(head);
+    let status = trailers.get("grpc-status").map(|v| v.to_str().unwrap());
+    if status != Some("0") {
+        let why = trailers.get("grpc-message").map(|v| v.to_str().unwrap());
+        return Err(format!("{status:?} {why:?}"));
+    }
+    let mut deframer = Deframer::default();
+    deframer.push(&collected.to_bytes());
+    Ok(RateLimitResponse::decode(deframer.next_message().unwrap().unwrap()).unwrap())
+}
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    let descriptor = |entries: &&[(&str, &str)]| RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).into(),
+                value: (*value).into(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    };
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors.iter().map(descriptor).collect(),
+        hits_addend: 0,
+    }
+}
+
+fn headers(answer: &RateLimitResponse) -> Vec<(String, String)> {
+    let pairs = answer.response_headers_to_add.iter();
+    pairs.map(|h| (h.key.clone(), h.value.clone())).collect()
+}
+
+/// What the bridge's variables are, started from envoyproxy/ratelimit's `vars`.
+fn translated(vars: &[(&str, &str)]) -> HashMap<&'static str, String> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+    translate(|name| vars.get(name).cloned())
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+const USERS: &str = "
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+";
+
+/// Row 1: started the reference's way, no headers unless `LIMIT_RESPONSE_HEADERS_ENABLED`,
+/// then `RateLimit-Limit`, `-Remaining`, `-Reset` as it writes them, renamable.
+#[tokio::test]
+async fn response_headers_are_the_references_when_started_its_way() {
+    let root = [("RUNTIME_ROOT", "/data")];
+    let off = translated(&root);
+    assert_eq!(off["RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS"], "off");
+    let on = translated(&[
+        ("RUNTIME_ROOT", "/data"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "T"),
+        ("LIMIT_REMAINING_HEADER", "X-Left"),
+    ]);
+    assert_eq!(on["RATELIMIT_BRIDGE_RLS_RESPONSE_HEADERS"], "reference");
+    assert_eq!(on["RATELIMIT_BRIDGE_RLS_REMAINING_HEADER"], "X-Left");
+    assert!(!on.contains_key("RATELIMIT_BRIDGE_RLS_LIMIT_HEADER"));
+    // Started with the bridge's own flags, nothing of theirs is read.
+    assert!(translated(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]).is_empty());
+
+    let alice = request("api", &[&[("user", "alice")]]);
+    let served = serve(&[("api.yaml", USERS)], ResponseHeaders::Off).await;
+    assert_eq!(headers(&call(&served, &alice).await.unwrap()), []);
+    let named = Headers {
+        remaining: "X-Left".into(),
+        ..Headers::from(ResponseHeaders::Reference)
+    };
+    let served = serve(&[("api.yaml", USERS)], named).await;
+    for left in ["2", "1", "0"] {
+        let answer = call(&served, &alice).await.unwrap();
+        let got = headers(&answer);
+        let names: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["RateLimit-Limit", "X-Left", "RateLimit-Reset"]);
+        assert_eq!((got[0].1.as_str(), got[1].1.as_str()), ("3", left));
+        let reset: u64 = got[2].1.parse().unwrap();
+        assert!((1..=60).contains(&reset), "{reset}");
+    }
+    let over = headers(&call(&served, &alice).await.unwrap());
+    assert_eq!(over.len(), 3, "no retry-after of the bridge's: {over:?}");
+    assert_eq!(over[1].1, "0");
+}
