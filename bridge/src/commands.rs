@@ -50,6 +50,9 @@ pub struct CheckArgs {
     /// envoyproxy/ratelimit's YAML, a file or a directory of them).
     #[arg(long, conflicts_with = "build")]
     pub rls: bool,
+    /// With --rls: the files of one domain merged, as --rls-merge-domains serves them.
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS")]
+    pub rls_merge_domains: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -194,7 +197,7 @@ pub async fn run(command: Command) -> Result<String, String> {
 fn check_config(args: &CheckArgs) -> Result<String, String> {
     let name = args.path.display();
     if args.rls {
-        let limits = rls::source::load(&args.path)?;
+        let limits = rls::source::load(&args.path, args.rls_merge_domains)?;
         return Ok(format!(
             "{name}: configured {} rate limit service domain(s)",
             limits.domains()

@@ -7,19 +7,20 @@
 
 mod common;
 
+use common::client::{h2c, req};
 use common::server::{start_with, without_token, Bridge, RELAXED};
 use common::Valkey;
 use http_body_util::{BodyExt, Full};
-use hyper::Request;
+use hyper::{Method, Request};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use ratelimit_bridge::grpc::{prefixed, Deframer};
 use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
 use ratelimit_bridge::rls::compat::translate;
 use ratelimit_bridge::rls::proto::{
-    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, PATH,
+    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, CODE_OK, CODE_OVER_LIMIT, PATH,
 };
-use ratelimit_bridge::rls::Rls;
+use ratelimit_bridge::rls::{Options, Rls};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,14 +34,14 @@ struct Served {
     _valkey: Valkey,
 }
 
-async fn serve(files: &[(&str, &str)], headers: impl Into<Headers>) -> Served {
+async fn serve(files: &[(&str, &str)], options: impl Into<Options>) -> Served {
     let valkey = Valkey::start();
     let dir = Scratch::new();
     for (name, text) in files {
         dir.write(name, text);
     }
     let path: PathBuf = dir.path().to_owned();
-    let rls = Rls::load(path, "rl", headers).unwrap();
+    let rls = Rls::load(path, "rl", options).unwrap();
     let mut config = without_token(RELAXED);
     config.rls = Some(Arc::new(rls));
     let bridge = start_with(&valkey.url(), config).await;
@@ -158,4 +159,84 @@ async fn response_headers_are_the_references_when_started_its_way() {
     let over = headers(&call(&served, &alice).await.unwrap());
     assert_eq!(over.len(), 3, "no retry-after of the bridge's: {over:?}");
     assert_eq!(over[1].1, "0");
+}
+
+/// Row 2: `SHADOW_MODE=true` lets every call through, counted as shadow, each descriptor
+/// still saying where it stands.
+#[tokio::test]
+async fn shadow_mode_answers_every_call_ok_and_counts_it() {
+    let vars = [("RUNTIME_ROOT", "/data"), ("SHADOW_MODE", "1")];
+    assert_eq!(
+        translated(&vars)["RATELIMIT_BRIDGE_RLS_SHADOW_MODE"],
+        "true"
+    );
+    let options = Options {
+        shadow: true,
+        ..Options::from(ResponseHeaders::Off)
+    };
+    let served = serve(&[("api.yaml", USERS)], options).await;
+    let alice = request("api", &[&[("user", "alice")]]);
+    for _ in 0..3 {
+        assert_eq!(call(&served, &alice).await.unwrap().overall_code, CODE_OK);
+    }
+    for _ in 0..2 {
+        let answer = call(&served, &alice).await.unwrap();
+        assert_eq!(answer.overall_code, CODE_OK);
+        assert_eq!(answer.statuses[0].code, CODE_OVER_LIMIT);
+    }
+    let scraped = h2c(served.bridge.addr, req(Method::GET, "/metrics", ""))
+        .await
+        .1;
+    let counted = "ratelimit_bridge_rls_shadow_mode_total{domain=\"api\",key=\"user\"} 2";
+    assert!(scraped.contains(counted), "{scraped}");
+    assert!(
+        !scraped.contains("ratelimit_bridge_rls_over_limit_total{"),
+        "{scraped}"
+    );
+}
+
+/// Row 2: `MERGE_DOMAIN_CONFIG=true` merges the files of one domain (the same descriptor
+/// in two of them still refused); without it, a domain twice is refused.
+#[tokio::test]
+async fn merge_domain_config_merges_one_domains_files() {
+    let vars = [("RUNTIME_ROOT", "/data"), ("MERGE_DOMAIN_CONFIG", "true")];
+    assert_eq!(
+        translated(&vars)["RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS"],
+        "true"
+    );
+    let teams = "
+domain: api
+descriptors:
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+    let files = [("a.yaml", USERS), ("b.yaml", teams)];
+    let merging = Options {
+        merge: true,
+        ..Options::from(ResponseHeaders::Off)
+    };
+    let dir = Scratch::new();
+    for (name, text) in files {
+        dir.write(name, text);
+    }
+    let path = dir.path().to_owned();
+    let refused = Rls::load(path.clone(), "rl", ResponseHeaders::Off).err();
+    assert!(refused.unwrap().contains("configured twice"));
+    dir.write("c.yaml", teams);
+    let twice = Rls::load(path, "rl", merging.clone()).err();
+    assert!(twice.unwrap().contains("team: the same descriptor"));
+
+    let served = serve(&files, merging).await;
+    let both = request("api", &[&[("user", "u")], &[("team", "t")]]);
+    let first = call(&served, &both).await.unwrap();
+    let limits: Vec<u32> = first
+        .statuses
+        .iter()
+        .map(|s| s.current_limit.as_ref().unwrap().requests_per_unit)
+        .collect();
+    assert_eq!((first.overall_code, limits), (CODE_OK, vec![3, 1]));
+    assert_eq!(
+        call(&served, &both).await.unwrap().overall_code,
+        CODE_OVER_LIMIT
+    );
 }

@@ -58,6 +58,8 @@ pub struct Service {
     /// The bridge's first key prefix.
     pub prefix: String,
     pub headers: Headers,
+    /// Every call over a limit answered OK (`Options::shadow`).
+    pub shadow: bool,
     /// Makes each cost's settlement id unique (the script applies an id once).
     pub costs: AtomicU64,
     pub cost_ids: String,
@@ -123,15 +125,19 @@ impl Service {
                 || outcome
                     .as_ref()
                     .is_some_and(|o| !o.allowed || (rule.shadow && o.wait_ms > 0));
-            let became = match (over, rule.shadow) {
+            let became = match (over, rule.shadow || self.shadow) {
                 (true, false) => Hits::Over,
                 (true, true) => Hits::Shadow,
                 (false, _) if near(rule, outcome.as_ref()) => Hits::Near,
                 (false, _) => Hits::Within,
             };
             metrics.hits(&rule.label, planned.hits, became);
-            let code = if became == Hits::Over {
-                response.overall_code = CODE_OVER_LIMIT;
+            // In shadow mode for the whole service, the descriptor still says it is over
+            // (as envoyproxy/ratelimit's `SHADOW_MODE` answers): only the call is let through.
+            let code = if over && !rule.shadow {
+                if !self.shadow {
+                    response.overall_code = CODE_OVER_LIMIT;
+                }
                 CODE_OVER_LIMIT
             } else {
                 CODE_OK
@@ -165,7 +171,10 @@ impl Service {
         if let Some((rule, outcome)) = shown {
             response.response_headers_to_add = match self.headers.kind {
                 ResponseHeaders::Off => Vec::new(),
-                ResponseHeaders::Draft03 => draft03(rule, &outcome),
+                ResponseHeaders::Draft03 => {
+                    let refused = response.overall_code == CODE_OVER_LIMIT;
+                    draft03(rule, &outcome, refused)
+                }
                 ResponseHeaders::Reference => reference(&self.headers, rule, &outcome),
             };
         }
@@ -211,8 +220,9 @@ where
     call().await.map(|(_, rules)| rules)
 }
 
-/// `X-RateLimit-*` of the tightest limit, as Envoy's own draft-03 headers read.
-fn draft03(rule: &Rule, outcome: &RuleOutcome) -> Vec<HeaderValue> {
+/// `X-RateLimit-*` of the tightest limit, as Envoy's own draft-03 headers read, and
+/// `Retry-After` if the call is `refused`.
+fn draft03(rule: &Rule, outcome: &RuleOutcome, refused: bool) -> Vec<HeaderValue> {
     let window_s = unit_ms(rule.unit).map_or(1, |ms| ms / 1000);
     let n = rule.requests_per_unit;
     let seconds = |ms: u64| ms.div_ceil(1000).to_string();
@@ -221,7 +231,7 @@ fn draft03(rule: &Rule, outcome: &RuleOutcome) -> Vec<HeaderValue> {
         header("x-ratelimit-remaining", outcome.remaining.to_string()),
         header("x-ratelimit-reset", seconds(outcome.full_ms)),
     ];
-    if !outcome.allowed {
+    if refused && !outcome.allowed {
         headers.push(header("retry-after", seconds(outcome.wait_ms.max(1))));
     }
     headers

@@ -4,7 +4,7 @@
 
 use super::answer::{Headers, ResponseHeaders};
 use super::xds::Server;
-use super::Rls;
+use super::{Options, Rls};
 use crate::pem;
 use clap::Args;
 use rustls::pki_types::ServerName;
@@ -97,6 +97,13 @@ pub struct RlsArgs {
         default_value = "RateLimit-Reset"
     )]
     pub rls_reset_header: String,
+    /// Answer every call OK, counting what is over a limit as shadow (`shadow_mode` for the
+    /// whole configuration: a dry run before enforcing it).
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_SHADOW_MODE")]
+    pub rls_shadow_mode: bool,
+    /// Merge the files of one domain into one tree (else a domain twice is refused).
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS")]
+    pub rls_merge_domains: bool,
 }
 
 /// The service, and the xDS server it follows for its configuration (none: from files).
@@ -106,9 +113,13 @@ impl RlsArgs {
     /// The service the flags configure, keying buckets under `prefix`, and the xDS server
     /// to follow for its configuration; `None` without the service.
     pub fn service(&self, prefix: &str) -> Result<Option<Configured>, String> {
-        let headers = self.headers()?;
+        let options = Options {
+            headers: self.headers()?,
+            shadow: self.rls_shadow_mode,
+            merge: self.rls_merge_domains,
+        };
         if let Some(path) = &self.rls_config {
-            let rls = Rls::load(path.clone(), prefix, headers)
+            let rls = Rls::load(path.clone(), prefix, options)
                 .map_err(|e| format!("--rls-config {e}"))?;
             return Ok(Some((Arc::new(rls), None)));
         }
@@ -121,7 +132,7 @@ impl RlsArgs {
             tls: self.xds_tls(address)?,
         };
         Ok(Some((
-            Arc::new(Rls::unconfigured(prefix, headers)),
+            Arc::new(Rls::unconfigured(prefix, options)),
             Some(server),
         )))
     }

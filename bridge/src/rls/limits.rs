@@ -137,9 +137,11 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Reads `files` (name, text), one domain each.
+    /// Reads `files` (name, text), one domain each; those of one domain merged with
+    /// `merge` (`Limits::build`).
     pub fn parse<'a>(
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
+        merge: bool,
     ) -> Result<Limits, String> {
         let domains = files
             .into_iter()
@@ -152,26 +154,29 @@ impl Limits {
                 Ok((file.to_owned(), raw))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Limits::build(domains)
+        Limits::build(domains, merge)
     }
 
-    /// The limits of `domains`, each named by where it came from (a file, a resource).
-    pub(crate) fn build(domains: Vec<(String, RawDomain)>) -> Result<Limits, String> {
+    /// The limits of `domains`, each named by where it came from (a file, a resource). A
+    /// domain twice is refused, or with `merge` its descriptors join the tree it has, as
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` patches a domain: the same descriptor
+    /// in two of them is still refused.
+    pub(crate) fn build(domains: Vec<(String, RawDomain)>, merge: bool) -> Result<Limits, String> {
         let mut limits = Limits::default();
         for (origin, raw) in domains {
             if raw.domain.is_empty() {
                 return Err(format!("{origin}: the domain is empty"));
             }
-            if limits.domains.contains_key(&raw.domain) {
+            if !merge && limits.domains.contains_key(&raw.domain) {
                 return Err(format!(
-                    "{origin}: domain {:?} is configured twice",
+                    "{origin}: domain {:?} is configured twice (MERGE_DOMAIN_CONFIG, \
+                     --rls-merge-domains, merges them)",
                     raw.domain
                 ));
             }
-            let mut level = Level::default();
-            build(&mut level, &raw.domain, raw.descriptors, "", &[], 0)
+            let level = limits.domains.entry(raw.domain.clone()).or_default();
+            build(level, &raw.domain, raw.descriptors, "", &[], 0)
                 .map_err(|e| format!("{origin}: domain {:?}: {e}", raw.domain))?;
-            limits.domains.insert(raw.domain, level);
         }
         Ok(limits)
     }

@@ -3,7 +3,7 @@ use std::path::Path;
 
 fn examples() -> Limits {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rls/examples");
-    crate::rls::source::load(&dir).unwrap()
+    crate::rls::source::load(&dir, false).unwrap()
 }
 
 fn find<'a>(limits: &'a Limits, domain: &str, entries: &[(&str, &str)]) -> Option<&'a Rule> {
@@ -115,7 +115,7 @@ fn units_from_second_to_year() {
         let text = format!(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, requests_per_unit: 1000}}\n"
         );
-        let limits = Limits::parse([("f.yaml", text.as_str())]).unwrap();
+        let limits = Limits::parse([("f.yaml", text.as_str())], false).unwrap();
         let rule = find(&limits, "d", &[("k", "v")]).unwrap();
         assert_eq!(rule.unit, number, "{unit}");
         assert!(matches!(rule.quota, Quota::Bucket(l) if l.per_ms == ms && l.burst == 1000));
@@ -163,22 +163,26 @@ fn what_is_not_supported_is_refused_in_one_line_naming_the_place() {
         ),
     ];
     for (text, expected) in cases {
-        let error = Limits::parse([("f.yaml", text)]).unwrap_err();
+        let error = Limits::parse([("f.yaml", text)], false).unwrap_err();
         assert!(error.starts_with("f.yaml: "), "{error}");
         assert!(error.contains(expected), "{text:?}: {error}");
         assert!(!error.contains('\n'), "{error:?}");
     }
-    let twice = Limits::parse([("a.yaml", "domain: d\n"), ("b.yaml", "domain: d\n")]);
+    let twice = Limits::parse(
+        [("a.yaml", "domain: d\n"), ("b.yaml", "domain: d\n")],
+        false,
+    );
     assert_eq!(
         twice.unwrap_err(),
-        "b.yaml: domain \"d\" is configured twice"
+        "b.yaml: domain \"d\" is configured twice (MERGE_DOMAIN_CONFIG, --rls-merge-domains, \
+         merges them)"
     );
     let mut deep = String::from("domain: d\ndescriptors:\n");
     for depth in 0..=MAX_DEPTH {
         let pad = "  ".repeat(2 * depth);
         deep.push_str(&format!("{pad}  - key: k\n{pad}    descriptors:\n"));
     }
-    assert!(Limits::parse([("f.yaml", deep.as_str())])
+    assert!(Limits::parse([("f.yaml", deep.as_str())], false)
         .unwrap_err()
         .contains("nest deeper"));
 }

@@ -29,7 +29,7 @@ pub mod xds;
 use crate::budget::{Charge, Share};
 use crate::grpc::{self, Deframer};
 use crate::store::Store;
-use answer::{Headers, Service};
+use answer::{Headers, ResponseHeaders, Service};
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -51,10 +51,41 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 /// How often the configuration's files are looked at for a change.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
+/// How the service reads its configuration and answers, besides the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub headers: Headers,
+    /// Every call over a limit answered OK, counted as shadow (envoyproxy/ratelimit's
+    /// `SHADOW_MODE`, a dry run of a whole configuration).
+    pub shadow: bool,
+    /// The files (or xDS resources) of one domain merged into one tree, as
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` merges them; else a domain twice is
+    /// refused.
+    pub merge: bool,
+}
+
+impl From<Headers> for Options {
+    fn from(headers: Headers) -> Options {
+        Options {
+            headers,
+            shadow: false,
+            merge: false,
+        }
+    }
+}
+
+impl From<ResponseHeaders> for Options {
+    fn from(kind: ResponseHeaders) -> Options {
+        Options::from(Headers::from(kind))
+    }
+}
+
 /// The service: the configuration in force and how answers are made.
 pub struct Rls {
     /// The files it was read from (`None`: it comes from xDS).
     path: Option<PathBuf>,
+    /// Whether a domain's files are merged (`Options::merge`).
+    merge: bool,
     limits: RwLock<Arc<Limits>>,
     service: Service,
 }
@@ -65,38 +96,36 @@ impl Rls {
     /// The service with the configuration at `path` (`--rls-config`), keying buckets under
     /// `prefix`; an error if it does not load. It blocks: the bridge calls it off its
     /// runtime, as it reads every configuration (`read`).
-    pub fn load(path: PathBuf, prefix: &str, headers: impl Into<Headers>) -> Result<Rls, String> {
-        let limits = source::load(&path)?;
+    pub fn load(path: PathBuf, prefix: &str, options: impl Into<Options>) -> Result<Rls, String> {
+        let options = options.into();
+        let limits = source::load(&path, options.merge)?;
         log::info!(
             "rate limit service: {} domain(s) from {}",
             limits.domains(),
             path.display()
         );
-        Ok(Rls::new(limits, Some(path), prefix, headers))
+        Ok(Rls::new(limits, Some(path), prefix, options))
     }
 
     /// The service with no domain configured yet, until an xDS server (`xds::follow`)
     /// configures some: every descriptor meanwhile has no limit, as envoyproxy/ratelimit
     /// answers with `FORCE_START_WITHOUT_INITIAL_CONFIG`, which Envoy Gateway sets.
-    pub fn unconfigured(prefix: &str, headers: impl Into<Headers>) -> Rls {
-        Rls::new(Limits::default(), None, prefix, headers)
+    pub fn unconfigured(prefix: &str, options: impl Into<Options>) -> Rls {
+        Rls::new(Limits::default(), None, prefix, options.into())
     }
 
-    fn new(
-        limits: Limits,
-        path: Option<PathBuf>,
-        prefix: &str,
-        headers: impl Into<Headers>,
-    ) -> Rls {
+    fn new(limits: Limits, path: Option<PathBuf>, prefix: &str, options: Options) -> Rls {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         Rls {
             path,
+            merge: options.merge,
             limits: RwLock::new(Arc::new(limits)),
             service: Service {
                 prefix: prefix.to_owned(),
-                headers: headers.into(),
+                headers: options.headers,
+                shadow: options.shadow,
                 costs: AtomicU64::new(0),
                 cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
             },
@@ -126,7 +155,7 @@ impl Rls {
                 continue;
             }
             seen = now;
-            match read(path.clone()).await {
+            match read(path.clone(), self.merge).await {
                 Ok(limits) => {
                     log::info!(
                         "rate limit service: reloaded {} domain(s) from {}",
@@ -209,8 +238,8 @@ impl Rls {
 /// The configuration at `path`, read on a blocking thread: never on the runtime that
 /// serves, where a costly file (the parser's time grows with the square of its depth)
 /// stalled every check and `/healthz` with `--threads 1`.
-async fn read(path: PathBuf) -> Result<Limits, String> {
-    tokio::task::spawn_blocking(move || source::load(&path))
+async fn read(path: PathBuf, merge: bool) -> Result<Limits, String> {
+    tokio::task::spawn_blocking(move || source::load(&path, merge))
         .await
         .unwrap_or_else(|e| Err(format!("the reading stopped: {e}")))
 }

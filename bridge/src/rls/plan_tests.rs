@@ -6,7 +6,11 @@ use ratelimit_protocol::key::parse_key;
 use std::path::Path;
 
 fn examples() -> Limits {
-    source::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rls/examples")).unwrap()
+    source::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rls/examples"),
+        false,
+    )
+    .unwrap()
 }
 
 /// Keys, values and domains from the examples, mixed with hostile bytes.

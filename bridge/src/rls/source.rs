@@ -38,8 +38,9 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
 const MAX_TOTAL_BYTES: usize = 4 * MAX_BYTES;
 
 /// Reads the configuration at `path` (blocking: the bridge calls it off its runtime). No
-/// file is read past `bounds::MAX_BYTES`, nor a directory past `MAX_TOTAL_BYTES`.
-pub fn load(path: &Path) -> Result<Limits, String> {
+/// file is read past `bounds::MAX_BYTES`, nor a directory past `MAX_TOTAL_BYTES`; files of
+/// one domain are merged with `merge`, else refused.
+pub fn load(path: &Path, merge: bool) -> Result<Limits, String> {
     let mut total = 0;
     let texts = files(path)?
         .into_iter()
@@ -60,7 +61,7 @@ pub fn load(path: &Path) -> Result<Limits, String> {
             Ok((name, text))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Limits::parse(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())))
+    Limits::parse(texts.iter().map(|(f, t)| (f.as_str(), t.as_str())), merge)
 }
 
 /// What tells a change: each file's name, size and modification time.

@@ -13,6 +13,7 @@
 //! | `HOST`/`PORT` (`0.0.0.0:8080`, `/healthcheck`), `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`) | `--probe-listen` |
 //! | `CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_SERVER_URL`, `CONFIG_GRPC_XDS_NODE_ID`, `CONFIG_GRPC_XDS_SERVER_USE_TLS`, `CONFIG_GRPC_XDS_CLIENT_TLS_CERT`/`_KEY`, `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`, `CONFIG_GRPC_XDS_SERVER_TLS_SAN` | `--rls-xds`, `--rls-xds-node`, `--rls-xds-tls`, `--rls-xds-client-cert`/`-key`, `--rls-xds-ca`, `--rls-xds-server-name` |
 //! | `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`/`_KEY` | `--redis-ca-file`, `--redis-client-cert`/`-key` |
+//! | `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG` | `--rls-shadow-mode`, `--rls-merge-domains` |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`: no headers, the bridge's `draft03` default is not used), `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | `--rls-response-headers off` or `reference`, `--rls-limit-header`, `--rls-remaining-header`, `--rls-reset-header` |
 //!
 //! Every variable is read as that service's Go code reads it (`settings`: booleans by
@@ -111,6 +112,14 @@ pub fn translate(
         });
     }
     out.push(("RATELIMIT_BRIDGE_PROBE_LISTEN", probes.join(",")));
+    for (theirs, ours) in [
+        ("SHADOW_MODE", "RATELIMIT_BRIDGE_RLS_SHADOW_MODE"),
+        ("MERGE_DOMAIN_CONFIG", "RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS"),
+    ] {
+        if truthy(theirs) {
+            out.push((ours, "true".into()));
+        }
+    }
     // Their answers carry no headers unless asked: with the bridge's draft03 default, an
     // Envoy making its own (`enable_x_ratelimit_headers`) sent every header twice.
     if truthy("LIMIT_RESPONSE_HEADERS_ENABLED") {

@@ -227,7 +227,7 @@ fn apply(rls: &Rls, message: &[u8]) -> (String, Result<String, String>) {
             Ok((origin, domain))
         })
         .collect::<Result<Vec<_>, String>>()
-        .and_then(Limits::build);
+        .and_then(|domains| Limits::build(domains, rls.merge));
     let verdict = limits.map(|limits| {
         log::info!(
             "rate limit service: {} domain(s) from xDS version {:?}",
