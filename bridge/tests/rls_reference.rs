@@ -240,3 +240,50 @@ descriptors:
         CODE_OVER_LIMIT
     );
 }
+
+/// Row 3: `value_to_metric`, `detailed_metric` and `metadata` (any YAML under it) load, as
+/// envoyproxy/ratelimit's test/config/metadata.yaml does there; its
+/// `RESPONSE_DYNAMIC_METADATA`, which the bridge does not make, stops it at start.
+#[tokio::test]
+async fn metric_and_metadata_keys_load_and_dynamic_metadata_is_refused() {
+    let yaml = "
+domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        value_to_metric: true
+        rate_limit: {unit: second, requests_per_unit: 5}
+        metadata: {name: service_1}
+      - key: subkey1
+        value: subvalue1
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+    metadata:
+      service_with_quota: {name: service_2, tiers: [1, 2.5, true, null]}
+";
+    let served = serve(&[("metadata.yaml", yaml)], ResponseHeaders::Off).await;
+    for (entries, limit) in [
+        (&[("key1", "value1"), ("subkey1", "x")][..], 5),
+        (&[("key1", "value1"), ("subkey1", "subvalue1")][..], 10),
+        (&[("key2", "y")][..], 20),
+    ] {
+        let answer = call(&served, &request("test-domain", &[entries])).await;
+        let status = &answer.unwrap().statuses[0];
+        let got = status.current_limit.as_ref().map(|l| l.requests_per_unit);
+        assert_eq!(got, Some(limit), "{entries:?}");
+    }
+    let vars = [
+        ("RUNTIME_ROOT", "/data"),
+        ("RESPONSE_DYNAMIC_METADATA", "t"),
+    ];
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+    let refused = translate(|name| vars.get(name).cloned()).unwrap_err();
+    assert!(refused.contains("RESPONSE_DYNAMIC_METADATA"), "{refused}");
+}

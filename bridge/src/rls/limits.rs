@@ -1,10 +1,10 @@
 //! envoyproxy/ratelimit's configuration, read as it is written: a YAML document per domain,
 //! `domain` and a tree of `descriptors` (`key`, optional `value`, a trailing `*` for a prefix,
 //! `rate_limit {unit, requests_per_unit, unlimited, name, replaces}`, `shadow_mode`,
-//! `share_threshold`, `detailed_metric`, nested `descriptors`), and the lookup that finds a
-//! request descriptor's limit in it, as that service finds it: at each entry an exact
-//! `key`/`value` first, then a prefix, then the `key` alone; the limit applies only where the
-//! descriptor's last entry lands.
+//! `share_threshold`, `detailed_metric`, `value_to_metric`, `metadata`, nested
+//! `descriptors`), and the lookup that finds a request descriptor's limit in it, as that
+//! service finds it: at each entry an exact `key`/`value` first, then a prefix, then the
+//! `key` alone; the limit applies only where the descriptor's last entry lands.
 //!
 //! What differs is the bucket, not the configuration: `requests_per_unit` per `unit` is a
 //! token bucket of that capacity refilled evenly over the unit, so no window edge lets a
@@ -60,10 +60,17 @@ pub(crate) struct RawDescriptor {
     pub(crate) shadow_mode: bool,
     #[serde(default)]
     pub(crate) share_threshold: bool,
-    /// Accepted and ignored: the bridge's series are per configured descriptor, never per
-    /// client value, so their number stays bounded.
+    /// Accepted and ignored, as `value_to_metric`: the bridge's series are per configured
+    /// descriptor, never per client value, so their number stays bounded.
     #[serde(default, rename = "detailed_metric")]
     pub(crate) _detailed_metric: bool,
+    #[serde(default, rename = "value_to_metric")]
+    pub(crate) _value_to_metric: bool,
+    /// Accepted as envoyproxy/ratelimit reads it (a map of any YAML) and unused: it goes
+    /// only into the dynamic metadata of its `RESPONSE_DYNAMIC_METADATA`, which the bridge
+    /// refuses to start with (`compat`) rather than leave out silently.
+    #[serde(default, rename = "metadata")]
+    pub(crate) _metadata: Option<std::collections::BTreeMap<String, serde_yaml_ng::Value>>,
 }
 
 #[derive(Deserialize)]

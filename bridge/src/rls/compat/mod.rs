@@ -143,6 +143,14 @@ pub fn translate(
         ),
         ("REDIS_TLS_CLIENT_KEY", "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY"),
     ]));
+    // Their dynamic metadata (the domain, the descriptors, each limit's `metadata`) is not
+    // made here: a deployment whose access logs or filters read it must learn at start,
+    // not from fields that are silently missing.
+    if truthy("RESPONSE_DYNAMIC_METADATA") {
+        return Err("RESPONSE_DYNAMIC_METADATA=true: the bridge does not add \
+                    envoyproxy/ratelimit's dynamic metadata (only its own ratelimit.reserved)"
+            .into());
+    }
     if let Some(socket) = get("REDIS_SOCKET_TYPE").filter(|s| !s.eq_ignore_ascii_case("tcp")) {
         return Err(format!("REDIS_SOCKET_TYPE={socket}: only tcp is supported"));
     }

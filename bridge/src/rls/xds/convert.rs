@@ -46,6 +46,8 @@ fn descriptors(list: Vec<RateLimitDescriptor>, parent: &str) -> Result<Vec<RawDe
                 shadow_mode: d.shadow_mode,
                 share_threshold: false,
                 _detailed_metric: d.detailed_metric,
+                _value_to_metric: false,
+                _metadata: None,
             })
         })
         .collect()
