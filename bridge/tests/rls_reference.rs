@@ -79,6 +79,9 @@ async fn call(served: &Served, request: &RateLimitRequest) -> Result<RateLimitRe
     Ok(RateLimitResponse::decode(deframer.next_message().unwrap().unwrap()).unwrap())
 }
 
+/// A descriptor's entries, as a case table writes them.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
 fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
     let descriptor = |entries: &&[(&str, &str)]| RateLimitDescriptor {
         entries: entries
@@ -286,4 +289,65 @@ descriptors:
         .collect();
     let refused = translate(|name| vars.get(name).cloned()).unwrap_err();
     assert!(refused.contains("RESPONSE_DYNAMIC_METADATA"), "{refused}");
+}
+
+/// Row 4: a `*` anywhere in a value is any run of characters (envoyproxy/ratelimit's
+/// test/config/wildcard.yaml, its cases), and `share_threshold` on such a value gives
+/// every matching value one bucket.
+#[tokio::test]
+async fn a_star_anywhere_in_a_value_matches_as_the_reference_matches_it() {
+    let yaml = "
+domain: test-domain
+descriptors:
+  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: noWild, value: foo, rate_limit: {unit: minute, requests_per_unit: 21}}
+  - {key: midWild, value: bar*b, rate_limit: {unit: minute, requests_per_unit: 22}}
+  - {key: multiWild, value: foo*bar*baz, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: path, value: /api*v1, rate_limit: {unit: minute, requests_per_unit: 23}}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - {key: wild, value: goo*, rate_limit: {unit: minute, requests_per_unit: 24}}
+  - key: files
+    value: files/*/raw
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+    let served = serve(&[("wildcard.yaml", yaml)], ResponseHeaders::Off).await;
+    let cases: &[(Entries, Option<u32>)] = &[
+        (&[("wild", "foo")], Some(20)),
+        (&[("wild", "foobar")], Some(20)),
+        (&[("wild", "fo")], None),
+        (&[("noWild", "foobar")], None),
+        (&[("midWild", "barab")], Some(22)),
+        (&[("midWild", "barb")], Some(22)),
+        (&[("midWild", "barba")], None),
+        (&[("multiWild", "fooXbarYbaz")], Some(10)),
+        (&[("multiWild", "foobarbaz")], Some(10)),
+        (&[("multiWild", "foobazbar")], None),
+        (&[("path", "/api/users/v1")], Some(23)),
+        (&[("path", "/api/users/v2")], None),
+        (&[("nestedWild", "val1"), ("wild", "goose")], Some(24)),
+        (&[("nestedWild", "val1"), ("wild", "foo")], None),
+    ];
+    for (entries, limit) in cases {
+        let answer = call(&served, &request("test-domain", &[entries])).await;
+        let status = &answer.unwrap().statuses[0];
+        let got = status.current_limit.as_ref().map(|l| l.requests_per_unit);
+        assert_eq!(got, *limit, "{entries:?}");
+    }
+    // Values matching the pattern share its bucket of 2 (the third is over); a value that
+    // does not match has no limit.
+    let values = [
+        "files/a/raw",
+        "files/b/c/raw",
+        "files/d/raw",
+        "files/x/raw.txt",
+    ];
+    let mut got = Vec::new();
+    for value in values {
+        let answer = call(&served, &request("test-domain", &[&[("files", value)]])).await;
+        got.push(answer.unwrap().overall_code);
+    }
+    assert_eq!(got, [CODE_OK, CODE_OK, CODE_OVER_LIMIT, CODE_OK]);
 }

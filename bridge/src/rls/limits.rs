@@ -1,9 +1,9 @@
 //! envoyproxy/ratelimit's configuration, read as it is written: a YAML document per domain,
-//! `domain` and a tree of `descriptors` (`key`, optional `value`, a trailing `*` for a prefix,
+//! `domain` and a tree of `descriptors` (`key`, optional `value`, `*`s in it as wildcards,
 //! `rate_limit {unit, requests_per_unit, unlimited, name, replaces}`, `shadow_mode`,
 //! `share_threshold`, `detailed_metric`, `value_to_metric`, `metadata`, nested
 //! `descriptors`), and the lookup that finds a request descriptor's limit in it, as that
-//! service finds it: at each entry an exact `key`/`value` first, then a prefix, then the
+//! service finds it: at each entry an exact `key`/`value` first, then a wildcard, then the
 //! `key` alone; the limit applies only where the descriptor's last entry lands.
 //!
 //! What differs is the bucket, not the configuration: `requests_per_unit` per `unit` is a
@@ -12,6 +12,7 @@
 //! composite key twice) is refused with one line naming the file and the descriptor.
 
 use super::bounds;
+use super::wildcard::Wildcard;
 use crate::rls_metrics::RuleLabel;
 use ratelimit_config::limit::Limit;
 use serde::Deserialize;
@@ -116,8 +117,8 @@ pub struct Rule {
     pub shadow: bool,
     /// Names of limits this one replaces when both apply to a request.
     pub replaces: Vec<String>,
-    /// Entries (by position) whose value the bucket is keyed on as configured (the prefix
-    /// pattern), not as sent: a `share_threshold` prefix shares one bucket.
+    /// Entries (by position) whose value the bucket is keyed on as configured (the wildcard
+    /// pattern), not as sent: a `share_threshold` wildcard shares one bucket.
     pub shared: Vec<(usize, String)>,
 }
 
@@ -126,8 +127,9 @@ pub struct Rule {
 struct Level {
     /// By key, then by value.
     exact: HashMap<String, HashMap<String, Node>>,
-    /// `(key, prefix, node)` of values ending in `*`, in the file's order.
-    prefixes: Vec<(String, String, Node)>,
+    /// `(key, pattern, node)` of values with a `*`, in the file's order: the first that
+    /// matches is taken, as envoyproxy/ratelimit takes it.
+    wildcards: Vec<(String, Wildcard, Node)>,
     any: HashMap<String, Node>,
 }
 
@@ -203,9 +205,9 @@ impl Limits {
                 .and_then(|values| values.get(value))
                 .or_else(|| {
                     level
-                        .prefixes
+                        .wildcards
                         .iter()
-                        .find(|(k, prefix, _)| k == key && value.starts_with(prefix.as_str()))
+                        .find(|(k, pattern, _)| k == key && pattern.matches(value))
                         .map(|(_, _, node)| node)
                 })
                 .or_else(|| level.any.get(key))?;
@@ -250,13 +252,11 @@ fn build(
             _ => format!("{parent}.{step}"),
         };
         let mut shared = shared.to_vec();
-        let prefix = raw.value.as_deref().and_then(|v| v.strip_suffix('*'));
-        if let (Some(prefix), true) = (prefix, raw.share_threshold) {
-            shared.push((depth, format!("{prefix}*")));
+        let wildcard = raw.value.as_deref().and_then(Wildcard::new);
+        if let (Some(wildcard), true) = (&wildcard, raw.share_threshold) {
+            shared.push((depth, wildcard.pattern.clone()));
         } else if raw.share_threshold {
-            return Err(format!(
-                "{path}: share_threshold needs a value ending in '*'"
-            ));
+            return Err(format!("{path}: share_threshold needs a value with a '*'"));
         }
         let mut node = Node {
             rule: raw
@@ -274,14 +274,14 @@ fn build(
             &shared,
             depth + 1,
         )?;
-        let taken = match (&raw.value, prefix) {
-            (Some(_), Some(prefix)) => {
+        let taken = match (&raw.value, wildcard) {
+            (Some(_), Some(wildcard)) => {
                 let taken = level
-                    .prefixes
+                    .wildcards
                     .iter()
-                    .any(|(k, p, _)| *k == raw.key && p == prefix);
+                    .any(|(k, w, _)| *k == raw.key && *w == wildcard);
                 if !taken {
-                    level.prefixes.push((raw.key, prefix.to_owned(), node));
+                    level.wildcards.push((raw.key, wildcard, node));
                 }
                 taken
             }

@@ -151,7 +151,7 @@ fn what_is_not_supported_is_refused_in_one_line_naming_the_place() {
         ),
         (
             "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n",
-            "k_v: share_threshold needs a value ending in '*'",
+            "k_v: share_threshold needs a value with a '*'",
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 4294967295}\n",

@@ -8,6 +8,7 @@
 //! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
 //! - `bounds`: the size and depth a configuration's YAML is held to before it is parsed.
 //! - `source`: the configuration's files, and what tells that they changed.
+//! - `wildcard`: a configured value with `*`s, matched as envoyproxy/ratelimit matches it.
 //! - `hits`: a number of hits as Envoy reads one from a string.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
@@ -24,6 +25,7 @@ pub mod limits;
 pub mod plan;
 pub mod proto;
 pub mod source;
+pub mod wildcard;
 pub mod xds;
 
 use crate::budget::{Charge, Share};
