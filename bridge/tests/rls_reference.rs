@@ -351,3 +351,28 @@ descriptors:
     }
     assert_eq!(got, [CODE_OK, CODE_OK, CODE_OVER_LIMIT, CODE_OK]);
 }
+
+/// Row 5: a limit that `replaces` its own name, or an empty `replaces` entry, is refused
+/// (envoyproxy/ratelimit's test/config/replaces_self.yaml and replaces_empty.yaml).
+#[test]
+fn replacing_itself_or_nothing_is_refused() {
+    let limit = |replaces: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, \
+             requests_per_unit: 1, name: mine, replaces: [{replaces}]}}\n"
+        )
+    };
+    for (replaces, said) in [
+        ("{name: mine}", "k: replaces its own name \"mine\""),
+        ("{name: \"\"}", "k: an empty replaces entry"),
+    ] {
+        let dir = Scratch::new();
+        dir.write("d.yaml", limit(replaces));
+        let refused = Rls::load(dir.path().to_owned(), "rl", ResponseHeaders::Off).err();
+        let refused = refused.unwrap_or_else(|| panic!("{replaces} loaded"));
+        assert!(refused.contains(said), "{refused}");
+    }
+    let dir = Scratch::new();
+    dir.write("d.yaml", limit("{name: other}"));
+    Rls::load(dir.path().to_owned(), "rl", ResponseHeaders::Off).unwrap();
+}

@@ -307,6 +307,16 @@ fn rule(
     shadow: bool,
     shared: &[(usize, String)],
 ) -> Result<Rule, String> {
+    // As envoyproxy/ratelimit refuses them: an empty name replaces nothing, and a limit
+    // replacing itself would drop itself wherever it applies.
+    for replaced in &raw.replaces {
+        if replaced.name.is_empty() {
+            return Err(format!("{path}: an empty replaces entry"));
+        }
+        if raw.name.as_deref() == Some(replaced.name.as_str()) {
+            return Err(format!("{path}: replaces its own name {:?}", replaced.name));
+        }
+    }
     let (quota, unit) = if raw.unlimited {
         if raw.unit.is_some() || raw.requests_per_unit.is_some() {
             return Err(format!(
