@@ -18,7 +18,8 @@ use ratelimit_bridge::grpc::{prefixed, Deframer};
 use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
 use ratelimit_bridge::rls::compat::translate;
 use ratelimit_bridge::rls::proto::{
-    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, CODE_OK, CODE_OVER_LIMIT, PATH,
+    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value, CODE_OK,
+    CODE_OVER_LIMIT, PATH,
 };
 use ratelimit_bridge::rls::{Options, Rls};
 use std::collections::HashMap;
@@ -375,4 +376,36 @@ fn replacing_itself_or_nothing_is_refused() {
     let dir = Scratch::new();
     dir.write("d.yaml", limit("{name: other}"));
     Rls::load(dir.path().to_owned(), "rl", ResponseHeaders::Off).unwrap();
+}
+
+/// Row 6: a descriptor's `hits_addend: 0` at exactly the limit is OK with 0 remaining (the
+/// reference's counter at its limit), so "check with 0, charge at the stream's end" passes
+/// as many requests; only debt makes it over.
+#[tokio::test]
+async fn an_ask_of_zero_at_exactly_the_limit_is_ok() {
+    let served = serve(&[("api.yaml", USERS)], ResponseHeaders::Off).await;
+    let costing = |hits: u64| {
+        let mut ask = request("api", &[&[("user", "zoe")]]);
+        ask.descriptors[0].hits_addend = Some(UInt64Value { value: hits });
+        ask
+    };
+    let mut got = Vec::new();
+    for hits in [0, 1, 0, 2, 0, 3, 0] {
+        let answer = call(&served, &costing(hits)).await.unwrap();
+        got.push((
+            hits,
+            answer.overall_code,
+            answer.statuses[0].limit_remaining,
+        ));
+    }
+    let expected = [
+        (0, CODE_OK, 3),
+        (1, CODE_OK, 2),
+        (0, CODE_OK, 2),
+        (2, CODE_OK, 0),
+        (0, CODE_OK, 0),
+        (3, CODE_OVER_LIMIT, 0),
+        (0, CODE_OVER_LIMIT, 0),
+    ];
+    assert_eq!(got, expected);
 }

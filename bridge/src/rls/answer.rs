@@ -103,8 +103,10 @@ impl Service {
             let outcome = match planned.ask {
                 Ask::Free | Ask::Over => None,
                 Ask::Check => checked.get(planned.at).cloned(),
+                // An ask (hits 0) is within down to exactly the limit, as envoyproxy/
+                // ratelimit answers a counter at its limit: only debt is over.
                 Ask::Read => were.get(planned.at).cloned().map(|mut o| {
-                    o.allowed = o.remaining >= 1 && o.owed == 0;
+                    o.allowed = o.owed == 0;
                     o
                 }),
                 Ask::Cost => costed.get(planned.at).cloned().map(|mut o| {

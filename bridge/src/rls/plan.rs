@@ -8,7 +8,8 @@
 //!   nothing, so clients held at the limit do not drain it further;
 //! - a descriptor's own `hits_addend` (what Envoy Gateway's `cost` and AI Gateway's token
 //!   usage send, at the request and with `apply_on_stream_done`) is a **cost**: 0 only asks
-//!   whether the bucket holds a token; more is taken in full, past 0 down to one bucket of
+//!   whether the bucket is in debt (at exactly its limit, within, as envoyproxy/ratelimit
+//!   answers a counter at its limit); more is taken in full, past 0 down to one bucket of
 //!   debt, and the answer is over the limit if the bucket could not pay it. A cost reported
 //!   after the response is thus never lost to a bucket that ran low meanwhile;
 //! - a **reservation** and its **commit**, marked by a last entry the lookup never sees:
