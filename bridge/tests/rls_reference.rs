@@ -409,3 +409,24 @@ async fn an_ask_of_zero_at_exactly_the_limit_is_ok() {
     ];
     assert_eq!(got, expected);
 }
+
+/// Row 7: the same descriptor twice in one call: each status says the level after its own
+/// hits (envoyproxy/ratelimit's 9 then 8 of 10), where both said the last.
+#[tokio::test]
+async fn the_same_descriptor_twice_reports_the_level_after_each() {
+    let teams = "
+domain: api
+descriptors:
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 10}
+";
+    let served = serve(&[("api.yaml", teams)], ResponseHeaders::Off).await;
+    let twice = request("api", &[&[("team", "t")], &[("team", "t")]]);
+    let left = |answer: &RateLimitResponse| -> Vec<u32> {
+        answer.statuses.iter().map(|s| s.limit_remaining).collect()
+    };
+    assert_eq!(left(&call(&served, &twice).await.unwrap()), [9, 8]);
+    let thrice = request("api", &[&[("team", "t")], &[("x", "y")], &[("team", "t")]]);
+    let answer = call(&served, &thrice).await.unwrap();
+    assert_eq!(left(&answer), [7, 0, 6]);
+}

@@ -99,10 +99,16 @@ impl Service {
         };
         let mut shown: Option<(&Rule, RuleOutcome)> = None;
         let metrics = &store.metrics().rls;
-        for planned in &plan.descriptors {
+        let later = later_hits(&plan.descriptors);
+        for (planned, later) in plan.descriptors.iter().zip(later) {
             let outcome = match planned.ask {
                 Ask::Free | Ask::Over => None,
-                Ask::Check => checked.get(planned.at).cloned(),
+                Ask::Check => checked.get(planned.at).cloned().map(|mut o| {
+                    if o.allowed {
+                        o.remaining = o.remaining.saturating_add(later);
+                    }
+                    o
+                }),
                 // An ask (hits 0) is within down to exactly the limit, as envoyproxy/
                 // ratelimit answers a counter at its limit: only debt is over.
                 Ask::Read => were.get(planned.at).cloned().map(|mut o| {
@@ -201,6 +207,18 @@ fn reserved(descriptors: &[Planned], checked: &[RuleOutcome]) -> Option<u64> {
             _ => 0,
         })
         .min()
+}
+
+/// For each descriptor, the hits of those after it in the same bucket of the check (the
+/// same descriptor twice in one call): an admitted one's status then says the level after
+/// its own hits, as envoyproxy/ratelimit's do (9, then 8), not after all of them.
+fn later_hits(descriptors: &[Planned]) -> Vec<u64> {
+    let same = |p: &Planned, q: &Planned| p.ask == Ask::Check && q.ask == p.ask && q.at == p.at;
+    let after = |(i, p): (usize, &Planned)| {
+        let rest = descriptors.iter().skip(i + 1).filter(|q| same(p, q));
+        rest.map(|q| q.hits).fold(0, u64::saturating_add)
+    };
+    descriptors.iter().enumerate().map(after).collect()
 }
 
 /// A fifth of the limit or less left after the hits.
