@@ -430,3 +430,32 @@ descriptors:
     let answer = call(&served, &thrice).await.unwrap();
     assert_eq!(left(&answer), [7, 0, 6]);
 }
+
+/// Row 8: an empty descriptor list is an error, as envoyproxy/ratelimit's ("rate limit
+/// descriptor list must not be empty"); an entry with an empty key is answered (no
+/// configured key is empty, so it finds no limit); more than 32 descriptors are answered,
+/// as long as no more than 32 distinct buckets of one kind are in the check.
+#[tokio::test]
+async fn request_validation_is_the_references() {
+    let served = serve(&[("api.yaml", USERS)], ResponseHeaders::Off).await;
+    let refused = call(&served, &request("api", &[])).await.unwrap_err();
+    assert!(
+        refused.contains("descriptor list must not be empty"),
+        "{refused}"
+    );
+    let empty_key = request("api", &[&[("", "x")], &[("user", "amy")]]);
+    let answer = call(&served, &empty_key).await.unwrap();
+    assert_eq!(answer.overall_code, CODE_OK);
+    assert_eq!(answer.statuses[0].current_limit, None);
+    assert_eq!(answer.statuses[1].limit_remaining, 2);
+    // 40 descriptors: 38 without a limit, and one user's twice (3 of 3).
+    let mut many: Vec<Entries> = vec![&[("other", "v")]; 38];
+    many.extend([&[("user", "bo")][..], &[("user", "bo")][..]]);
+    let answer = call(&served, &request("api", &many)).await.unwrap();
+    assert_eq!(answer.statuses.len(), 40);
+    let left: Vec<u32> = answer.statuses[38..]
+        .iter()
+        .map(|s| s.limit_remaining)
+        .collect();
+    assert_eq!((answer.overall_code, left), (CODE_OK, vec![2, 1]));
+}

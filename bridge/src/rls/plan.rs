@@ -34,9 +34,11 @@ use std::sync::Arc;
 
 /// The rule segment of every bucket key the service makes: `prefix:rls:domain:key:value...`.
 pub const RULE: &str = "rls";
-/// Descriptors in one call (as many as a check's rules), and entries in one descriptor:
-/// Envoy sends a handful.
-pub const MAX_DESCRIPTORS: usize = MAX_RULES;
+/// Descriptors in one call, and entries in one descriptor: Envoy sends a handful, and
+/// envoyproxy/ratelimit bounds neither; these bound only the work a hostile call makes. Of
+/// them, at most `MAX_RULES` buckets of each kind (checked, read, costed) in one call: a
+/// check is one all-or-nothing script call of at most that many.
+pub const MAX_DESCRIPTORS: usize = 1024;
 pub const MAX_ENTRIES: usize = 16;
 /// The last entry of a reservation, and of its commit (its value: the hits reserved).
 pub const RESERVE: &str = "ratelimit.reserve";
@@ -108,6 +110,13 @@ pub fn plan(
     let domain = request.domain.as_str();
     if domain.is_empty() {
         return Err(Refusal::Invalid("the domain is empty".into()));
+    }
+    // As envoyproxy/ratelimit refuses it: a call about nothing is a caller's mistake, and
+    // Envoy's failure mode decides it.
+    if request.descriptors.is_empty() {
+        return Err(Refusal::Invalid(
+            "rate limit descriptor list must not be empty".into(),
+        ));
     }
     if request.descriptors.len() > MAX_DESCRIPTORS {
         return Err(Refusal::Invalid(format!(
@@ -189,6 +198,14 @@ pub fn plan(
             reserves,
         });
     }
+    if [&plan.check, &plan.read, &plan.cost]
+        .iter()
+        .any(|call| call.len() > MAX_RULES)
+    {
+        return Err(Refusal::Invalid(format!(
+            "more than {MAX_RULES} limited descriptors of one kind in one call"
+        )));
+    }
     Ok(plan)
 }
 
@@ -220,11 +237,6 @@ fn marked(entries: &[Entry]) -> Result<(&[Entry], Marker), Refusal> {
         return Err(Refusal::Invalid(format!(
             "a descriptor has more than {MAX_ENTRIES} entries"
         )));
-    }
-    if entries.iter().any(|e| e.key.is_empty()) {
-        return Err(Refusal::Invalid(
-            "a descriptor entry has an empty key".into(),
-        ));
     }
     let Some((last, rest)) = entries.split_last() else {
         return Ok((entries, Marker::None));
