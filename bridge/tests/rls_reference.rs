@@ -459,3 +459,48 @@ async fn request_validation_is_the_references() {
         .collect();
     assert_eq!((answer.overall_code, left), (CODE_OK, vec![2, 1]));
 }
+
+/// Row 9: started without a configuration that loads, the service keeps serving and fails
+/// each call as envoyproxy/ratelimit does ("no rate limit configuration loaded"), so
+/// Envoy's `failure_mode_deny` decides, until a change to the files loads one.
+#[tokio::test]
+async fn without_a_loadable_configuration_each_call_fails_until_one_loads() {
+    let valkey = Valkey::start();
+    let dir = Scratch::new();
+    let file = dir.write(
+        "api.yaml",
+        "domain: api\ndescriptors: [{key: user, unknown: 1}]\n",
+    );
+    let rls = Arc::new(Rls::load_or_wait(
+        dir.path().to_owned(),
+        "rl",
+        ResponseHeaders::Off,
+    ));
+    let watching = tokio::spawn(Arc::clone(&rls).watch());
+    let mut config = without_token(RELAXED);
+    config.rls = Some(rls);
+    let served = Served {
+        bridge: start_with(&valkey.url(), config).await,
+        _dir: dir,
+        _valkey: valkey,
+    };
+    let alice = request("api", &[&[("user", "alice")]]);
+    let failed = call(&served, &alice).await.unwrap_err();
+    assert!(
+        failed.contains("no rate limit configuration loaded"),
+        "{failed}"
+    );
+    std::fs::write(&file, USERS).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answer = loop {
+        match call(&served, &alice).await {
+            Ok(answer) => break answer,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("never loaded: {e}"),
+        }
+    };
+    assert_eq!(answer.statuses[0].limit_remaining, 2);
+    watching.abort();
+}

@@ -119,8 +119,7 @@ impl RlsArgs {
             merge: self.rls_merge_domains,
         };
         if let Some(path) = &self.rls_config {
-            let rls = Rls::load(path.clone(), prefix, options)
-                .map_err(|e| format!("--rls-config {e}"))?;
+            let rls = Rls::load_or_wait(path.clone(), prefix, options);
             return Ok(Some((Arc::new(rls), None)));
         }
         let Some(address) = &self.rls_xds else {

@@ -88,7 +88,8 @@ pub struct Rls {
     path: Option<PathBuf>,
     /// Whether a domain's files are merged (`Options::merge`).
     merge: bool,
-    limits: RwLock<Arc<Limits>>,
+    /// `None` until a configuration loads: every call fails meanwhile.
+    limits: RwLock<Option<Arc<Limits>>>,
     service: Service,
 }
 
@@ -106,24 +107,43 @@ impl Rls {
             limits.domains(),
             path.display()
         );
-        Ok(Rls::new(limits, Some(path), prefix, options))
+        Ok(Rls::new(Some(limits), Some(path), prefix, options))
+    }
+
+    /// The service with the configuration at `path`, or, while it does not load, none:
+    /// every call then fails ("no rate limit configuration loaded", so Envoy's
+    /// `failure_mode_deny` decides) until a change to the files loads, as
+    /// envoyproxy/ratelimit keeps serving, and a Deployment does not crash-loop on a bad
+    /// ConfigMap. It blocks, as `load`.
+    pub fn load_or_wait(path: PathBuf, prefix: &str, options: impl Into<Options>) -> Rls {
+        let options = options.into();
+        match Rls::load(path.clone(), prefix, options.clone()) {
+            Ok(rls) => rls,
+            Err(e) => {
+                log::error!(
+                    "rate limit service: no configuration loaded, every call fails until \
+                     one does: {e}"
+                );
+                Rls::new(None, Some(path), prefix, options)
+            }
+        }
     }
 
     /// The service with no domain configured yet, until an xDS server (`xds::follow`)
     /// configures some: every descriptor meanwhile has no limit, as envoyproxy/ratelimit
     /// answers with `FORCE_START_WITHOUT_INITIAL_CONFIG`, which Envoy Gateway sets.
     pub fn unconfigured(prefix: &str, options: impl Into<Options>) -> Rls {
-        Rls::new(Limits::default(), None, prefix, options.into())
+        Rls::new(Some(Limits::default()), None, prefix, options.into())
     }
 
-    fn new(limits: Limits, path: Option<PathBuf>, prefix: &str, options: Options) -> Rls {
+    fn new(limits: Option<Limits>, path: Option<PathBuf>, prefix: &str, options: Options) -> Rls {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         Rls {
             path,
             merge: options.merge,
-            limits: RwLock::new(Arc::new(limits)),
+            limits: RwLock::new(limits.map(Arc::new)),
             service: Service {
                 prefix: prefix.to_owned(),
                 headers: options.headers,
@@ -136,11 +156,14 @@ impl Rls {
 
     /// Puts `limits` in force.
     fn install(&self, limits: Limits) {
-        *self.limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(limits);
+        *self.limits.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(limits));
     }
 
-    fn limits(&self) -> Arc<Limits> {
-        Arc::clone(&self.limits.read().unwrap_or_else(PoisonError::into_inner))
+    fn limits(&self) -> Option<Arc<Limits>> {
+        self.limits
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Reads the configuration again whenever its files change, until dropped (aborted);
@@ -219,7 +242,10 @@ impl Rls {
             Err(e) => return status_only(grpc::INVALID_ARGUMENT, &format!("unreadable: {e}")),
         };
         log::trace!("rate limit call: {request:?}");
-        match self.service.answer(&self.limits(), store, &request).await {
+        let Some(limits) = self.limits() else {
+            return status_only(grpc::UNAVAILABLE, "no rate limit configuration loaded");
+        };
+        match self.service.answer(&limits, store, &request).await {
             Ok(response) => {
                 let frames = [
                     Frame::data(grpc::prefixed(&response.encode_to_vec())),
