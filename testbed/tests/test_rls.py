@@ -4,6 +4,7 @@ client's address, a generic key), envoyproxy/ratelimit's YAML, exact limits acro
 gateways, costs reported at stream end (`apply_on_stream_done`), shadow mode, the failure
 modes, the gateways' token, and a bridge restarted with nothing lost."""
 
+import http.client
 import re
 import socket
 import ssl
@@ -253,10 +254,24 @@ def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):
     assert re.search(r"rate limit service: 1 domain\(s\)", log), log
 
 
+def raw_headers(port, headers):
+    """A GET through a gateway: its status and every response header, repeats kept."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/", headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, [(k.lower(), v) for k, v in resp.getheaders()]
+    finally:
+        conn.close()
+
+
 def test_a_deployment_made_for_envoyproxy_ratelimit_runs_the_bridge_unchanged():
     # Istio's sample: the YAML under $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config (a
     # ConfigMap's mount, hidden entries and all), Redis as REDIS_URL, gRPC on GRPC_PORT.
-    stack = RlsStack(LIMITS, [USER], gateways=1)
+    # Envoy makes its own x-ratelimit-* headers, as many such gateways do.
+    stack = RlsStack(LIMITS, [USER], gateways=1,
+                     ratelimit_options={"enable_x_ratelimit_headers": "DRAFT_VERSION_03"})
     try:
         data = Path(stack.workdir) / "data"
         (data / "ratelimit" / "config").mkdir(parents=True)
@@ -278,6 +293,25 @@ def test_a_deployment_made_for_envoyproxy_ratelimit_runs_the_bridge_unchanged():
         assert got == [200] * 5 + [429], got
         log = stack.logs("bridge")
         assert "envoyproxy/ratelimit's environment read as RATELIMIT_BRIDGE_RLS_CONFIG" in log, log
+        # Started its way, the bridge adds no header unless LIMIT_RESPONSE_HEADERS_ENABLED:
+        # each of Envoy's is there once (the bridge's draft03 default sent each twice).
+        status, headers = raw_headers(stack.ports[0], {"x-user": "hana"})
+        names = [k for k, _ in headers if "ratelimit" in k or k == "retry-after"]
+        assert status == 200 and sorted(names) == [
+            "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"], headers
+        # Its headers, renamed as asked, and SHADOW_MODE: gina, over her limit, passes.
+        stack.bridge.stop()
+        stack.bridge.env.update({"LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+                                 "LIMIT_REMAINING_HEADER": "X-Left", "SHADOW_MODE": "true"})
+        stack.start_bridge()
+        status, headers = raw_headers(stack.ports[0], {"x-user": "ivy"})
+        got = dict(headers)
+        assert status == 200 and got["ratelimit-limit"] == "5" and got["x-left"] == "4", headers
+        assert 1 <= int(got["ratelimit-reset"]) <= 60, headers
+        assert [k for k, _ in headers].count("x-ratelimit-limit") == 1, headers
+        assert stack.get(0, "/", {"x-user": "gina"})[0] == 200
+        assert bridge_series(stack, "ratelimit_bridge_rls_shadow_mode_total",
+                             domain="api", key="user") >= 1
     finally:
         stack.close()
 
