@@ -31,10 +31,13 @@ class World:
     (`replication`), and every bridge reaches that region's Redis through a proxy, its own
     bridge included (`link(r, r)`): `fail_over()` moves them all to the replica.
     `clocks[region]`: the rate that region's bridge's clocks run at (1.0: true time), its
-    monotonic clock included, which its leases' lives are measured on."""
+    monotonic clock included, which its leases' lives are measured on. `plugins[region]`:
+    the plugin that region's gateway loads instead of `plugin`; `listing[region]`: the
+    regions that region's bridge names (`--region-redis`), every one by default: bridges
+    that disagree, as during a rolling restart that adds a region or moves a home."""
 
     def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None,
-                 replica_of=None, clocks=None):
+                 replica_of=None, clocks=None, plugins=None, listing=None):
         self.names = list(names)
         ports = {n: free_port() for n in self.names}
         # links[(a, b)]: the proxy a's bridge reaches b's Redis through.
@@ -45,11 +48,11 @@ class World:
         for a in self.names:
             own = proxy_ports.get((a, a), ports[a])
             flags = ["--region", a, "--region-redis", f"{a}=redis://127.0.0.1:{own}"]
-            for b in self.names:
+            for b in (listing or {}).get(a, self.names):
                 if b != a:
                     flags += ["--region-redis", f"{b}=redis://127.0.0.1:{proxy_ports[(a, b)]}"]
-            stack = Stack(plugin, gateways=1, bridge_args=[*flags, *bridge_args],
-                          upstream=upstream)
+            stack = Stack((plugins or {}).get(a, plugin), gateways=1,
+                          bridge_args=[*flags, *bridge_args], upstream=upstream)
             # The region's Valkey on the port its neighbours' proxies aim at.
             stack.redis_port = ports[a]
             stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])

@@ -1,7 +1,8 @@
 //! The series of global rules' leases (`regions`), registered with the bridge's others
 //! (`metrics`) so that `/metrics` shows them: what the ledgers granted this bridge, what
 //! it returned, what expired unspent here, what the ledgers refused, and how long a call
-//! to each region's ledger took (the cross-region round trip a cold key pays). Labels are
+//! to each region's ledger took (the cross-region round trip a cold key pays), and the
+//! checks refused because bridges disagree on where a rule's ledgers are. Labels are
 //! the events below and the regions of `--region-redis`: bounded.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -53,6 +54,9 @@ pub struct GlobalMetrics {
     tokens: [Counter; EVENTS.len()],
     /// `global_ledger_seconds{region}`.
     seconds: Family<RegionLabel, Histogram, fn() -> Histogram>,
+    /// `global_disagreements_total`: checks refused because bridges disagree on where a
+    /// rule's ledgers are (`regions::agree`).
+    disagreements: Counter,
 }
 
 fn ledger_seconds() -> Histogram {
@@ -68,6 +72,7 @@ impl GlobalMetrics {
             leases: EVENTS.map(|e| leases.get_or_create_owned(&[("event", e)])),
             tokens: EVENTS.map(|e| tokens.get_or_create_owned(&[("event", e)])),
             seconds: Family::new_with_constructor(ledger_seconds),
+            disagreements: Counter::default(),
         };
         registry.register(
             "global_leases",
@@ -85,7 +90,18 @@ impl GlobalMetrics {
             Unit::Seconds,
             m.seconds.clone(),
         );
+        registry.register(
+            "global_disagreements",
+            "Checks of global rules refused because bridges disagree on the regions or a \
+             rule's home (two ledgers for one key)",
+            m.disagreements.clone(),
+        );
         m
+    }
+
+    /// A check refused: bridges disagree on where its rule's ledgers are.
+    pub fn disagreed(&self) {
+        self.disagreements.inc();
     }
 
     /// One lease (or ask) and its `tokens`.

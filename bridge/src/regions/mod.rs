@@ -11,18 +11,22 @@
 //! its lease while its home had tokens left), the rest of the check (its other rules,
 //! and the shares of global rules the leases could not pay) goes to Redis as before, and a
 //! check denied anywhere gives back what it took from the leases: all-or-nothing still.
-//! `tick` returns what leases left unspent when they end here.
+//! `tick` returns what leases left unspent when they end here (`leasing`, which asks for
+//! them too). Bridges that disagree on the regions or on a rule's home refuse the rule
+//! rather than keep two ledgers (`agree`).
 
+pub mod agree;
 pub mod flags;
 pub mod holder;
+mod leasing;
 pub mod ledger;
 
 use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
 use crate::global_metrics::Event;
-use crate::health;
 use crate::store::Store;
+use agree::{Agreement, Verdict};
 use holder::{Holder, Taken};
-use ledger::{Mode, Shape, Split};
+use ledger::{Shape, Split};
 use ratelimit_config::digest;
 use ratelimit_protocol::global::Global;
 use std::collections::HashMap;
@@ -58,6 +62,8 @@ pub struct Regions {
     started: Instant,
     /// How long a check waits for a grant (a cold key's first, or one its spending outran).
     wait: Duration,
+    /// What the bridges serving each global rule claim of it.
+    agreement: Agreement,
 }
 
 /// What became of a global rule of a check.
@@ -77,6 +83,8 @@ struct Planned {
     rest: Check,
     places: Vec<usize>,
     denied: bool,
+    /// Why the check is refused: bridges found to disagree while it waited for a grant.
+    refused: Option<String>,
 }
 
 impl Regions {
@@ -101,6 +109,7 @@ impl Regions {
         }
         let random = std::collections::hash_map::RandomState::new();
         let seed = std::hash::BuildHasher::hash_one(&random, Instant::now());
+        let agreement = Agreement::new(own, &names);
         Ok(Regions {
             own: own.to_string(),
             names,
@@ -110,6 +119,7 @@ impl Regions {
             holder: Mutex::new(Holder::new(drift_ppm)),
             started: Instant::now(),
             wait,
+            agreement,
         })
     }
 
@@ -145,15 +155,35 @@ impl Regions {
     }
 
     /// Why a global rule of a check cannot run here, if it cannot: a home no region is, a
-    /// share the regions together exceed.
+    /// share the regions together exceed, bridges that disagree on where its ledgers are.
     pub fn refusal(&self, rules: &[RuleSpec]) -> Option<String> {
         rules.iter().find_map(|rule| {
             let global = rule.global.as_ref()?;
             if self.home_of(global, &rule.key).is_none() {
                 return Some(format!("no region {:?} (--region-redis)", global.home));
             }
-            self.split(rule, global).err()
+            if let Err(e) = self.split(rule, global) {
+                return Some(e);
+            }
+            self.disagreement(rule, global)
         })
+    }
+
+    /// Why bridges disagree on `rule`'s ledgers, if they are known to: counted.
+    fn disagreement(&self, rule: &RuleSpec, global: &Global) -> Option<String> {
+        let (id, mine) = self.agreement.claim_of(&rule.key, &global.home);
+        let Verdict::Disagree(why) = self.agreement.verdict(&id, &mine) else {
+            return None;
+        };
+        self.local.metrics().global.disagreed();
+        Some(why)
+    }
+
+    /// Every region's store, for a round of claims.
+    fn all_stores(&self) -> Vec<(String, Store)> {
+        (self.stores.iter())
+            .map(|(name, store)| (name.clone(), store.clone()))
+            .collect()
     }
 
     fn split(&self, rule: &RuleSpec, global: &Global) -> Result<Split, String> {
@@ -173,16 +203,18 @@ impl Regions {
             self.await_grants(&waiting).await;
             for (p, check) in planned.iter_mut().zip(checks) {
                 self.retry_lacking(p, check);
+                p.refused = (check.iter())
+                    .find_map(|r| r.global.as_ref().and_then(|g| self.disagreement(r, g)));
             }
         }
         let sent: Vec<Check> = (planned.iter())
-            .filter(|p| !p.denied && !p.rest.is_empty())
+            .filter(|p| !p.denied && p.refused.is_none() && !p.rest.is_empty())
             .map(|p| p.rest.clone())
             .collect();
         let mut answers = store.check_all(&sent).await.into_iter();
         let mut outcomes = Vec::with_capacity(checks.len());
         for (p, check) in planned.into_iter().zip(checks) {
-            let answer = match (p.denied, p.rest.is_empty()) {
+            let answer = match (p.denied || p.refused.is_some(), p.rest.is_empty()) {
                 (false, false) => answers.next().unwrap_or_else(|| Err("no answer".into())),
                 _ => Ok((wall_ms(), Vec::new())),
             };
@@ -199,6 +231,7 @@ impl Regions {
             rest: Vec::new(),
             places: Vec::new(),
             denied: false,
+            refused: None,
         };
         for (i, rule) in check.iter().enumerate() {
             let Some(global) = &rule.global else {
@@ -300,9 +333,9 @@ impl Regions {
     /// rest; a check denied anywhere gives back what the leases gave it. The rules of a
     /// check denied before Redis ran none of it show as passed, nothing known.
     fn conclude(&self, p: Planned, check: &Check, answer: CheckOutcome) -> CheckOutcome {
-        let (now_ms, rest) = match answer {
-            Ok(answer) => answer,
-            Err(e) => {
+        let (now_ms, rest) = match (answer, p.refused) {
+            (Ok(answer), None) => answer,
+            (Err(e), _) | (_, Some(e)) => {
                 self.refund(&p.paid, check);
                 return Err(e);
             }
@@ -351,180 +384,6 @@ impl Regions {
                 holder.refund(&rule.key, taken, now);
             }
         }
-    }
-
-    /// Asks `rule`'s ledger for more of its tokens if its leases here run low (`Holder::ask`):
-    /// in the background, so that no request waits on it once its key is warm.
-    fn ask_ahead(self: &Arc<Self>, rule: &RuleSpec, global: &Global) {
-        let (Some(home), Ok(split)) = (self.home_of(global, &rule.key), self.split(rule, global))
-        else {
-            return;
-        };
-        let regions = u64::try_from(self.names.len()).unwrap_or(1).max(1);
-        let most = (split.ledger.capacity / regions).max(rule.cost);
-        let terms = || Terms {
-            home: home.to_string(),
-            shape: Some(split.ledger),
-            ttl_ms: global.ttl_ms,
-        };
-        let now = self.now_ms();
-        let asked = (self.holder()).ask(&rule.key, rule.cost, global.ttl_ms, most, now, terms);
-        let (Some(ask), Some(store)) = (asked, self.stores.get(home).cloned()) else {
-            return;
-        };
-        let this = Arc::clone(self);
-        let (key, ttl_ms, home) = (rule.key.clone(), global.ttl_ms, home.to_string());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let call = ledger::call(
-                &store,
-                &key,
-                Mode::Grant,
-                &this.holder_id,
-                ask.seq,
-                ask.tokens,
-                ttl_ms,
-                split.ledger,
-            );
-            let limit = this.wait.max(Duration::from_millis(ttl_ms / 2));
-            let reply = tokio::time::timeout(limit, call).await;
-            this.local
-                .metrics()
-                .global
-                .ledger_call(&home, started.elapsed());
-            let now = this.now_ms();
-            let mut holder = this.holder();
-            match reply {
-                Ok(Ok(reply)) if reply.tokens > 0 => {
-                    let event =
-                        match holder.granted(&key, ask.seq, reply.tokens, reply.level, ttl_ms, now)
-                        {
-                            true => Event::Granted,
-                            false => Event::Stranded,
-                        };
-                    drop(holder);
-                    this.lease(event, reply.tokens);
-                }
-                Ok(Ok(reply)) => {
-                    holder.granted(&key, ask.seq, 0, reply.level, ttl_ms, now);
-                    holder.quiet(&key, ask.seq, now + reply.wait_ms.clamp(QUIET_MS, ttl_ms));
-                    drop(holder);
-                    this.lease(Event::Refused, 0);
-                }
-                Ok(Err(e)) => {
-                    holder.quiet(&key, ask.seq, now + QUIET_MS);
-                    drop(holder);
-                    log::debug!("ledger of {key} on {home}: {e}");
-                    this.lease(Event::Failed, 0);
-                }
-                Err(_) => {
-                    // A grant whose answer is lost strands its tokens until the ledger's
-                    // lease ends; none is ever used twice.
-                    holder.quiet(&key, ask.seq, now + QUIET_MS);
-                    drop(holder);
-                    this.lease(Event::Failed, 0);
-                }
-            }
-        });
-    }
-
-    /// Leases over here, or spent: they go back to their ledgers with their unspent tokens
-    /// (best effort: a return that does not arrive leaves them stranded until the
-    /// ledger's lease ends).
-    pub fn tick(self: &Arc<Self>) {
-        let ended = self.holder().expire(self.now_ms(), IDLE_MS);
-        if !ended.is_empty() {
-            // In the background: the next tick must not wait a round trip to the homes.
-            let this = Arc::clone(self);
-            tokio::spawn(async move { this.give_back(ended).await });
-        }
-    }
-
-    /// Gives every lease back: a bridge shutting down.
-    pub async fn drain(self: &Arc<Self>) {
-        let all = self.holder().drain();
-        self.give_back(all).await;
-    }
-
-    /// Returns `ended` to their ledgers, all at once (one lost return must not hold up the
-    /// others for `wait`).
-    async fn give_back(&self, ended: Vec<holder::Ended<Terms>>) {
-        let returns = ended.into_iter().map(|end| async move {
-            if end.left > 0 {
-                self.lease(Event::Expired, end.left);
-            }
-            let (Some(store), Some(shape)) = (self.stores.get(&end.about.home), end.about.shape)
-            else {
-                return;
-            };
-            let sent = ledger::call(
-                store,
-                &end.key,
-                Mode::Return,
-                &self.holder_id,
-                end.seq,
-                end.left,
-                end.about.ttl_ms,
-                shape,
-            );
-            match tokio::time::timeout(self.wait, sent).await {
-                Ok(Ok(reply)) => self.lease(Event::Returned, reply.tokens),
-                _ => self.lease(Event::Stranded, end.left),
-            }
-        });
-        futures_util::future::join_all(returns).await;
-    }
-
-    /// The ledger of `rule` (a global one) as it stands at its home, for `usage`: the home,
-    /// whole tokens held and out on leases, how many leases, and learning's end (Unix
-    /// seconds, or null); `None` for a rule that is not global.
-    pub async fn ledger_of(&self, rule: &RuleSpec) -> Option<Result<serde_json::Value, String>> {
-        let global = rule.global.as_ref()?;
-        let home = self.home_of(global, &rule.key)?;
-        let (Some(store), Ok(split)) = (self.stores.get(home), self.split(rule, global)) else {
-            return None;
-        };
-        let read = ledger::call(
-            store,
-            &rule.key,
-            Mode::Read,
-            "",
-            0,
-            0,
-            global.ttl_ms,
-            split.ledger,
-        );
-        Some(read.await.map(|r| {
-            let now_s = wall_ms() / 1000;
-            serde_json::json!({
-                "home": home,
-                "ledger": {"tokens": r.level, "leased": r.outstanding, "leases": r.leases,
-                           "capacity": split.ledger.capacity},
-                "learning_until": (r.learning_until_ms > 0)
-                    .then(|| now_s + (r.learning_until_ms.saturating_sub(r.now_ms)).div_ceil(1000)),
-                "share": split.share.map(|s| s.capacity),
-            })
-        }))
-    }
-
-    /// Runs `tick` every 100 ms until `stop`, then gives every lease back. Keeps every
-    /// region's connection remade as soon as its Redis answers again (`health::watch`: a
-    /// connection left alone after a partition would be remade only by the next ask).
-    pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let watching: Vec<_> = (self.stores.values())
-            .map(|store| tokio::spawn(health::watch(store.clone())))
-            .collect();
-        let mut every = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tokio::select! {
-                _ = every.tick() => self.tick(),
-                _ = stop.changed() => break,
-            }
-        }
-        for task in watching {
-            task.abort();
-        }
-        self.drain().await;
     }
 }
 
