@@ -481,7 +481,10 @@ async fn a_reservation_is_checked_whole_and_its_commit_settles_the_difference() 
     // What the answer says was reserved, for the commit to name.
     let reserved = |answer: &RateLimitResponse| {
         let fields = &answer.dynamic_metadata.as_ref()?.fields;
-        fields.get("ratelimit.reserved")?.string_value.clone()
+        fields
+            .get("ratelimit.reserved")?
+            .as_str()
+            .map(str::to_owned)
     };
     // Two streams reserve 60 of 100 each: the second does not fit and takes nothing.
     let first = call(&bridge, &marked(("ratelimit.reserve", "1"), 60)).await;

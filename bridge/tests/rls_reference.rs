@@ -18,8 +18,8 @@ use ratelimit_bridge::grpc::{prefixed, Deframer};
 use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
 use ratelimit_bridge::rls::compat::translate;
 use ratelimit_bridge::rls::proto::{
-    Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value, CODE_OK,
-    CODE_OVER_LIMIT, PATH,
+    Entry, Kind, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value, Value,
+    CODE_OK, CODE_OVER_LIMIT, PATH,
 };
 use ratelimit_bridge::rls::{Options, Rls};
 use std::collections::HashMap;
@@ -246,10 +246,11 @@ descriptors:
 }
 
 /// Row 3: `value_to_metric`, `detailed_metric` and `metadata` (any YAML under it) load, as
-/// envoyproxy/ratelimit's test/config/metadata.yaml does there; its
-/// `RESPONSE_DYNAMIC_METADATA`, which the bridge does not make, stops it at start.
+/// envoyproxy/ratelimit's test/config/metadata.yaml does there, and with its
+/// `RESPONSE_DYNAMIC_METADATA` the answer carries its dynamic metadata: the domain, the
+/// descriptors' entries, and the `metadata` of the limits passed, merged.
 #[tokio::test]
-async fn metric_and_metadata_keys_load_and_dynamic_metadata_is_refused() {
+async fn metric_and_metadata_keys_load_and_dynamic_metadata_is_the_references() {
     let yaml = "
 domain: test-domain
 descriptors:
@@ -269,7 +270,17 @@ descriptors:
     metadata:
       service_with_quota: {name: service_2, tiers: [1, 2.5, true, null]}
 ";
-    let served = serve(&[("metadata.yaml", yaml)], ResponseHeaders::Off).await;
+    let vars = [
+        ("RUNTIME_ROOT", "/data"),
+        ("RESPONSE_DYNAMIC_METADATA", "t"),
+    ];
+    let got = translated(&vars);
+    assert_eq!(got["RATELIMIT_BRIDGE_RLS_DYNAMIC_METADATA"], "true");
+    let options = Options {
+        dynamic_metadata: true,
+        ..Options::from(ResponseHeaders::Off)
+    };
+    let served = serve(&[("metadata.yaml", yaml)], options).await;
     for (entries, limit) in [
         (&[("key1", "value1"), ("subkey1", "x")][..], 5),
         (&[("key1", "value1"), ("subkey1", "subvalue1")][..], 10),
@@ -280,16 +291,35 @@ descriptors:
         let got = status.current_limit.as_ref().map(|l| l.requests_per_unit);
         assert_eq!(got, Some(limit), "{entries:?}");
     }
-    let vars = [
-        ("RUNTIME_ROOT", "/data"),
-        ("RESPONSE_DYNAMIC_METADATA", "t"),
-    ];
-    let vars: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| ((*k).into(), (*v).into()))
-        .collect();
-    let refused = translate(|name| vars.get(name).cloned()).unwrap_err();
-    assert!(refused.contains("RESPONSE_DYNAMIC_METADATA"), "{refused}");
+    let both = request(
+        "test-domain",
+        &[&[("key1", "value1"), ("subkey1", "x")], &[("key2", "y")]],
+    );
+    let answer = call(&served, &both).await.unwrap();
+    let fields = answer.dynamic_metadata.unwrap().fields;
+    let text = |v: &Value| match &v.kind {
+        Some(Kind::String(s)) => s.clone(),
+        other => panic!("not text: {other:?}"),
+    };
+    let of = |v: &Value| match &v.kind {
+        Some(Kind::Struct(s)) => s.fields.clone(),
+        other => panic!("not a struct: {other:?}"),
+    };
+    assert_eq!(text(&fields["domain"]), "test-domain");
+    let Some(Kind::List(descriptors)) = &fields["descriptors"].kind else {
+        panic!("{fields:?}");
+    };
+    let Some(Kind::List(entries)) = &of(&descriptors.values[0])["entries"].kind else {
+        panic!("{descriptors:?}");
+    };
+    let entries: Vec<String> = entries.values.iter().map(text).collect();
+    assert_eq!(entries, ["key1=value1", "subkey1=x"]);
+    let metadata = of(&fields["metadata"]);
+    assert_eq!(text(&metadata["name"]), "service_1");
+    assert_eq!(
+        text(&of(&metadata["service_with_quota"])["name"]),
+        "service_2"
+    );
 }
 
 /// Row 4: a `*` anywhere in a value is any run of characters (envoyproxy/ratelimit's

@@ -6,11 +6,12 @@
 //! metadata), which the commit at the stream's end names: the bridge's own record, where
 //! a client's header could say anything.
 
+use super::dynamic;
 use super::limits::{unit_ms, Limits, Quota, Rule};
 use super::plan::{plan, Ask, Planned, Refusal, RESERVED};
 use super::proto::{
     DescriptorStatus, Duration, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
-    Struct, CODE_OK, CODE_OVER_LIMIT,
+    Struct, Value, CODE_OK, CODE_OVER_LIMIT,
 };
 use crate::check::RuleOutcome;
 use crate::rls_metrics::Hits;
@@ -60,6 +61,8 @@ pub struct Service {
     pub headers: Headers,
     /// Every call over a limit answered OK (`Options::shadow`).
     pub shadow: bool,
+    /// envoyproxy/ratelimit's dynamic metadata added (`Options::dynamic_metadata`).
+    pub dynamic_metadata: bool,
     /// Makes each cost's settlement id unique (the script applies an id once).
     pub costs: AtomicU64,
     pub cost_ids: String,
@@ -100,6 +103,7 @@ impl Service {
         let mut shown: Option<(&Rule, RuleOutcome)> = None;
         let metrics = &store.metrics().rls;
         let later = later_hits(&plan.descriptors);
+        let mut passed = Vec::new();
         for (planned, later) in plan.descriptors.iter().zip(later) {
             let outcome = match planned.ask {
                 Ask::Free | Ask::Over => None,
@@ -154,6 +158,9 @@ impl Service {
                 allowed: !over,
                 ..RuleOutcome::default()
             });
+            if code == CODE_OK && rule.quota != Quota::Unlimited {
+                passed.extend(rule.metadata.as_ref());
+            }
             response.statuses.push(DescriptorStatus {
                 code,
                 current_limit: (rule.quota != Quota::Unlimited).then(|| RateLimit {
@@ -186,9 +193,12 @@ impl Service {
                 ResponseHeaders::Reference => reference(&self.headers, rule, &outcome),
             };
         }
+        let mut metadata = self.dynamic_metadata.then(|| dynamic::of(request, &passed));
         if let Some(taken) = reserved(&plan.descriptors, &checked) {
-            response.dynamic_metadata = Some(Struct::one(RESERVED, taken.to_string()));
+            let fields = &mut metadata.get_or_insert_with(Struct::default).fields;
+            fields.insert(RESERVED.into(), Value::string(taken.to_string()));
         }
+        response.dynamic_metadata = metadata;
         Ok(response)
     }
 }

@@ -104,6 +104,10 @@ pub struct RlsArgs {
     /// Merge the files of one domain into one tree (else a domain twice is refused).
     #[arg(long, env = "RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS")]
     pub rls_merge_domains: bool,
+    /// Add envoyproxy/ratelimit's dynamic metadata to every answer: the domain, the
+    /// descriptors, and the `metadata` of the limits they passed.
+    #[arg(long, env = "RATELIMIT_BRIDGE_RLS_DYNAMIC_METADATA")]
+    pub rls_dynamic_metadata: bool,
 }
 
 /// The service, and the xDS server it follows for its configuration (none: from files).
@@ -117,6 +121,7 @@ impl RlsArgs {
             headers: self.headers()?,
             shadow: self.rls_shadow_mode,
             merge: self.rls_merge_domains,
+            dynamic_metadata: self.rls_dynamic_metadata,
         };
         if let Some(path) = &self.rls_config {
             let rls = Rls::load_or_wait(path.clone(), prefix, options);

@@ -12,6 +12,8 @@
 //! composite key twice) is refused with one line naming the file and the descriptor.
 
 use super::bounds;
+use super::dynamic::yaml_metadata;
+use super::proto::Struct;
 use super::wildcard::Wildcard;
 use crate::rls_metrics::RuleLabel;
 use ratelimit_config::limit::Limit;
@@ -67,11 +69,10 @@ pub(crate) struct RawDescriptor {
     pub(crate) _detailed_metric: bool,
     #[serde(default, rename = "value_to_metric")]
     pub(crate) _value_to_metric: bool,
-    /// Accepted as envoyproxy/ratelimit reads it (a map of any YAML) and unused: it goes
-    /// only into the dynamic metadata of its `RESPONSE_DYNAMIC_METADATA`, which the bridge
-    /// refuses to start with (`compat`) rather than leave out silently.
-    #[serde(default, rename = "metadata")]
-    pub(crate) _metadata: Option<std::collections::BTreeMap<String, serde_yaml_ng::Value>>,
+    /// A map of any YAML, as envoyproxy/ratelimit reads it: what its limit adds to the
+    /// dynamic metadata of a call it passes (`--rls-dynamic-metadata`).
+    #[serde(default, deserialize_with = "yaml_metadata")]
+    pub(crate) metadata: Option<Struct>,
 }
 
 #[derive(Deserialize)]
@@ -104,7 +105,7 @@ pub enum Quota {
 }
 
 /// A configured descriptor's limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     /// Its domain and path, `key_value.key`: the labels of its series, made once here rather
     /// than on every call.
@@ -120,6 +121,8 @@ pub struct Rule {
     /// Entries (by position) whose value the bucket is keyed on as configured (the wildcard
     /// pattern), not as sent: a `share_threshold` wildcard shares one bucket.
     pub shared: Vec<(usize, String)>,
+    /// The descriptor's `metadata`, for the dynamic metadata of a call it passes.
+    pub metadata: Option<Struct>,
 }
 
 /// One level of a domain's tree.
@@ -263,7 +266,10 @@ fn build(
                 .rate_limit
                 .map(|r| rule(r, domain, &path, raw.shadow_mode, &shared))
                 .transpose()?
-                .map(Arc::new),
+                .map(|mut rule| {
+                    rule.metadata = raw.metadata;
+                    Arc::new(rule)
+                }),
             children: Level::default(),
         };
         build(
@@ -359,6 +365,7 @@ fn rule(
         shadow,
         replaces: raw.replaces.into_iter().map(|r| r.name).collect(),
         shared: shared.to_vec(),
+        metadata: None,
     })
 }
 

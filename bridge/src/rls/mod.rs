@@ -12,6 +12,7 @@
 //! - `hits`: a number of hits as Envoy reads one from a string.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
+//! - `dynamic`: envoyproxy/ratelimit's dynamic metadata, and a limit's `metadata`.
 //! - `xds`: the configuration from an xDS server, as Envoy Gateway serves it.
 //! - `args`: the service's flags, and the service they make.
 //! - `compat`: envoyproxy/ratelimit's environment variables, read as the bridge's.
@@ -20,6 +21,7 @@ pub mod answer;
 pub mod args;
 pub mod bounds;
 pub mod compat;
+pub mod dynamic;
 pub mod hits;
 pub mod limits;
 pub mod plan;
@@ -64,6 +66,9 @@ pub struct Options {
     /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` merges them; else a domain twice is
     /// refused.
     pub merge: bool,
+    /// envoyproxy/ratelimit's dynamic metadata added to every answer (its
+    /// `RESPONSE_DYNAMIC_METADATA`, `dynamic`).
+    pub dynamic_metadata: bool,
 }
 
 impl From<Headers> for Options {
@@ -72,6 +77,7 @@ impl From<Headers> for Options {
             headers,
             shadow: false,
             merge: false,
+            dynamic_metadata: false,
         }
     }
 }
@@ -148,6 +154,7 @@ impl Rls {
                 prefix: prefix.to_owned(),
                 headers: options.headers,
                 shadow: options.shadow,
+                dynamic_metadata: options.dynamic_metadata,
                 costs: AtomicU64::new(0),
                 cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
             },

@@ -294,9 +294,13 @@ fn rule_of(
             shadow: false,
             replaces: Vec::new(),
             shared: Vec::new(),
+            metadata: None,
         },
         |r| Rule::clone(r),
     );
+    // An override is a limit of the caller's, carrying none of the configured one's
+    // metadata, as envoyproxy/ratelimit makes it.
+    rule.metadata = None;
     rule.quota = quota;
     rule.requests_per_unit = wanted.requests_per_unit;
     rule.unit = wanted.unit;

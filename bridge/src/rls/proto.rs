@@ -83,23 +83,62 @@ pub struct Struct {
     pub fields: std::collections::BTreeMap<String, Value>,
 }
 
-/// `google.protobuf.Value` holding a string: its `string_value` (field 3 of the `kind`
-/// oneof, written as a oneof member is, even when empty). Envoy's `metadata` action reads
-/// strings only.
+/// `google.protobuf.Value`: one of its kinds. Envoy's `metadata` action reads strings
+/// only; envoyproxy/ratelimit's dynamic metadata (`dynamic`) holds any.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Value {
-    #[prost(string, optional, tag = "3")]
-    pub string_value: Option<String>,
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6")]
+    pub kind: Option<Kind>,
+}
+
+/// `google.protobuf.Value.kind`, written as a oneof member is, even when empty.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Kind {
+    /// `NULL_VALUE` (0).
+    #[prost(int32, tag = "1")]
+    Null(i32),
+    #[prost(double, tag = "2")]
+    Number(f64),
+    #[prost(string, tag = "3")]
+    String(String),
+    #[prost(bool, tag = "4")]
+    Bool(bool),
+    #[prost(message, tag = "5")]
+    Struct(Struct),
+    #[prost(message, tag = "6")]
+    List(ListValue),
+}
+
+/// `google.protobuf.ListValue`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListValue {
+    #[prost(message, repeated, tag = "1")]
+    pub values: Vec<Value>,
+}
+
+impl Value {
+    pub fn of(kind: Kind) -> Value {
+        Value { kind: Some(kind) }
+    }
+
+    pub fn string(text: String) -> Value {
+        Value::of(Kind::String(text))
+    }
+
+    /// Its text, if it is text.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            Some(Kind::String(text)) => Some(text),
+            _ => None,
+        }
+    }
 }
 
 impl Struct {
     /// A struct of one string field.
     pub fn one(name: &str, value: String) -> Struct {
-        let value = Value {
-            string_value: Some(value),
-        };
         Struct {
-            fields: [(name.to_owned(), value)].into(),
+            fields: [(name.to_owned(), Value::string(value))].into(),
         }
     }
 }

@@ -13,7 +13,7 @@
 //! | `HOST`/`PORT` (`0.0.0.0:8080`, `/healthcheck`), `USE_PROMETHEUS` with `PROMETHEUS_ADDR` (`:9090`) | `--probe-listen` |
 //! | `CONFIG_TYPE=GRPC_XDS_SOTW`, `CONFIG_GRPC_XDS_SERVER_URL`, `CONFIG_GRPC_XDS_NODE_ID`, `CONFIG_GRPC_XDS_SERVER_USE_TLS`, `CONFIG_GRPC_XDS_CLIENT_TLS_CERT`/`_KEY`, `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`, `CONFIG_GRPC_XDS_SERVER_TLS_SAN` | `--rls-xds`, `--rls-xds-node`, `--rls-xds-tls`, `--rls-xds-client-cert`/`-key`, `--rls-xds-ca`, `--rls-xds-server-name` |
 //! | `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`/`_KEY` | `--redis-ca-file`, `--redis-client-cert`/`-key` |
-//! | `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG` | `--rls-shadow-mode`, `--rls-merge-domains` |
+//! | `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG`, `RESPONSE_DYNAMIC_METADATA` | `--rls-shadow-mode`, `--rls-merge-domains`, `--rls-dynamic-metadata` |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED` (`false`: no headers, the bridge's `draft03` default is not used), `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | `--rls-response-headers off` or `reference`, `--rls-limit-header`, `--rls-remaining-header`, `--rls-reset-header` |
 //!
 //! Every variable is read as that service's Go code reads it (`settings`: booleans by
@@ -115,6 +115,10 @@ pub fn translate(
     for (theirs, ours) in [
         ("SHADOW_MODE", "RATELIMIT_BRIDGE_RLS_SHADOW_MODE"),
         ("MERGE_DOMAIN_CONFIG", "RATELIMIT_BRIDGE_RLS_MERGE_DOMAINS"),
+        (
+            "RESPONSE_DYNAMIC_METADATA",
+            "RATELIMIT_BRIDGE_RLS_DYNAMIC_METADATA",
+        ),
     ] {
         if truthy(theirs) {
             out.push((ours, "true".into()));
@@ -143,14 +147,6 @@ pub fn translate(
         ),
         ("REDIS_TLS_CLIENT_KEY", "RATELIMIT_BRIDGE_REDIS_CLIENT_KEY"),
     ]));
-    // Their dynamic metadata (the domain, the descriptors, each limit's `metadata`) is not
-    // made here: a deployment whose access logs or filters read it must learn at start,
-    // not from fields that are silently missing.
-    if truthy("RESPONSE_DYNAMIC_METADATA") {
-        return Err("RESPONSE_DYNAMIC_METADATA=true: the bridge does not add \
-                    envoyproxy/ratelimit's dynamic metadata (only its own ratelimit.reserved)"
-            .into());
-    }
     if let Some(socket) = get("REDIS_SOCKET_TYPE").filter(|s| !s.eq_ignore_ascii_case("tcp")) {
         return Err(format!("REDIS_SOCKET_TYPE={socket}: only tcp is supported"));
     }

@@ -47,7 +47,7 @@ fn descriptors(list: Vec<RateLimitDescriptor>, parent: &str) -> Result<Vec<RawDe
                 share_threshold: false,
                 _detailed_metric: d.detailed_metric,
                 _value_to_metric: false,
-                _metadata: None,
+                metadata: d.metadata,
             })
         })
         .collect()

@@ -100,6 +100,8 @@ pub struct RateLimitDescriptor {
     pub detailed_metric: bool,
     #[prost(bool, tag = "7")]
     pub quota_mode: bool,
+    #[prost(message, optional, tag = "8")]
+    pub metadata: Option<crate::rls::proto::Struct>,
 }
 
 /// `RateLimitPolicy`: the YAML's `rate_limit`.
