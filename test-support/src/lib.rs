@@ -75,13 +75,29 @@ pub fn free_port() -> u16 {
 }
 
 /// A child process killed when dropped.
-struct Guard(Child);
+/// A server that is killed when dropped, and the directory of its own it ran in, removed.
+struct Guard(Child, Option<PathBuf>);
 
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if let Some(dir) = &self.1 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// A new, empty directory for one server: what a server writes (a replica's copy of its
+/// primary's snapshot) stays there, and no later server finds it and starts from it.
+fn own_dir(what: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for a test server");
+    dir
 }
 
 fn wait_until(child: &mut Child, ready: impl Fn() -> bool) -> bool {
@@ -163,15 +179,19 @@ impl Valkey {
             ".venv/bin/valkey-server",
             &["valkey-server", "redis-server"],
         );
+        // Its own directory, unless the caller names one (the last `--dir` is the one read).
+        let dir = own_dir("ratelimit-valkey");
         let child = Command::new(&binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start valkey-server");
-        let mut guard = Guard(child);
+        let mut guard = Guard(child, Some(dir));
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let pong = || {
             exchange(addr, b"PING\r\n", |r| r.ends_with(b"\r\n"))
@@ -210,7 +230,7 @@ impl Bridge {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("start ratelimit-bridge");
-            let mut guard = Guard(child);
+            let mut guard = Guard(child, None);
             let healthy = || {
                 exchange(
                     addr,
