@@ -35,6 +35,19 @@ local capacity, num, den = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8
 -- Most leases one key keeps out at once, and one holder of them.
 local MAX_LEASES, MAX_PER_HOLDER = 64, 8
 
+-- Every argument is checked before anything is read or written. The state is text split at
+-- spaces, so a holder is one word of the bridges' alphabet (`region/hex`): one with a
+-- space would write leases of its own making into it, or leave the key unreadable. Numbers
+-- are whole, in digits.
+for i = 3, 8 do
+  if not string.match(ARGV[i] or '', '^%d+$') then
+    return redis.error_reply('ledger: argument ' .. i .. ' is not a whole number')
+  end
+end
+if den < 1 or (mode ~= 'read' and not (string.match(holder, '^[%w%-/]+$') and #holder <= 64)) then
+  return redis.error_reply('ledger: a holder is 1 to 64 letters, digits, - and /, den at least 1')
+end
+
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 local info = call('INFO', 'server')

@@ -253,3 +253,19 @@ async fn a_server_younger_than_a_lease_grants_nothing_for_a_key_it_does_not_have
     tokio::time::sleep(Duration::from_millis(young.wait_ms + 1_100)).await;
     refilled_since_learning(&grant(&store, "a/1", 2, 10).await, &young);
 }
+
+#[tokio::test]
+async fn a_holder_that_is_not_one_word_of_the_bridges_alphabet_is_refused_before_anything_is_written(
+) {
+    let (_valkey, store) = settled_valkey().await;
+    // A space would split the stored state: `x 1 0 9999999999999` is a lease of its making.
+    for holder in ["x 1 0 9999999999999", "", "a\tb", &"h".repeat(65)] {
+        let refused = call(&store, "rl:g:k", Mode::Grant, holder, 1, 5, TTL, SHAPE).await;
+        assert!(refused.is_err(), "{holder:?}: {refused:?}");
+        let refused = call(&store, "rl:g:k", Mode::Return, holder, 1, 5, TTL, SHAPE).await;
+        assert!(refused.is_err(), "{holder:?}: {refused:?}");
+    }
+    let r = read(&store).await;
+    assert_eq!((r.level, r.outstanding, r.leases), (100, 0, 0));
+    assert_eq!(grant(&store, "eu-west/00ff", 1, 5).await.tokens, 5);
+}

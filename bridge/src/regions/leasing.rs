@@ -72,6 +72,14 @@ impl Regions {
             }
             let now = this.now_ms();
             let mut holder = this.holder();
+            // Never more than was asked, whatever the reply says (a ledger is Redis's, and
+            // what Redis says is trusted no further than that).
+            let reply = reply.map(|r| {
+                r.map(|r| ledger::Reply {
+                    tokens: r.tokens.min(ask.tokens),
+                    ..r
+                })
+            });
             match reply {
                 Ok(Ok(reply)) if reply.tokens > 0 => {
                     let event =
