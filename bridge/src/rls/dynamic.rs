@@ -3,56 +3,11 @@
 //! access logs and later filters to read. The call's `domain`, its `descriptors` (each
 //! `entries` as `key=value`, its `limit` override, its `hitsAddend`), the request's
 //! `hitsAddend`, and the `metadata` of every limit its descriptor passed, merged: the
-//! shapes that service gives them, so what reads them keeps working. Also the YAML
-//! `metadata` a limit carries, read into a `Struct` at load.
+//! shapes that service gives them, so what reads them keeps working.
 
 use super::limits::unit_name;
 use super::proto::{Kind, ListValue, RateLimitDescriptor, RateLimitRequest, Struct, Value};
-use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
-
-/// A descriptor's `metadata`: a map of any YAML, as envoyproxy/ratelimit reads it.
-pub fn yaml_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Struct>, D::Error> {
-    let map: Option<BTreeMap<String, serde_yaml_ng::Value>> = Option::deserialize(d)?;
-    map.map(|map| to_struct(&map))
-        .transpose()
-        .map_err(serde::de::Error::custom)
-}
-
-fn to_struct(map: &BTreeMap<String, serde_yaml_ng::Value>) -> Result<Struct, String> {
-    let fields = map.iter().map(|(k, v)| Ok((k.clone(), to_value(v)?)));
-    Ok(Struct {
-        fields: fields.collect::<Result<_, String>>()?,
-    })
-}
-
-fn to_value(yaml: &serde_yaml_ng::Value) -> Result<Value, String> {
-    use serde_yaml_ng::Value as Yaml;
-    let kind = match yaml {
-        Yaml::Null => Kind::Null(0),
-        Yaml::Bool(b) => Kind::Bool(*b),
-        Yaml::Number(n) => Kind::Number(n.as_f64().unwrap_or(f64::NAN)),
-        Yaml::String(s) => Kind::String(s.clone()),
-        Yaml::Sequence(list) => Kind::List(ListValue {
-            values: list.iter().map(to_value).collect::<Result<_, String>>()?,
-        }),
-        Yaml::Mapping(map) => {
-            let mut fields = BTreeMap::new();
-            for (k, v) in map {
-                let key = match k {
-                    Yaml::String(s) => s.clone(),
-                    Yaml::Number(n) => n.to_string(),
-                    Yaml::Bool(b) => b.to_string(),
-                    _ => return Err(format!("metadata: a key is not text: {k:?}")),
-                };
-                fields.insert(key, to_value(v)?);
-            }
-            Kind::Struct(Struct { fields })
-        }
-        Yaml::Tagged(tagged) => return to_value(&tagged.value),
-    };
-    Ok(Value::of(kind))
-}
 
 /// The dynamic metadata of `request`, whose descriptors `passed` (by index) carry the
 /// limits' `metadata`, merged in their order.

@@ -12,7 +12,7 @@
 //! composite key twice) is refused with one line naming the file and the descriptor.
 
 use super::bounds;
-use super::dynamic::yaml_metadata;
+use super::metadata::yaml_metadata;
 use super::proto::Struct;
 use super::wildcard::Wildcard;
 use crate::rls_metrics::RuleLabel;

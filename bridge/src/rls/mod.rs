@@ -5,6 +5,7 @@
 //! wasm filter's checks. Served on the bridge's port, behind the gateways' token.
 //!
 //! - `proto`: the call's protobuf messages.
+//! - `metadata`: a limit's YAML `metadata`, read as a protobuf `Struct`.
 //! - `limits`: envoyproxy/ratelimit's YAML configuration and its lookup.
 //! - `bounds`: the size and depth a configuration's YAML is held to before it is parsed.
 //! - `source`: the configuration's files, and what tells that they changed.
@@ -12,7 +13,7 @@
 //! - `hits`: a number of hits as Envoy reads one from a string.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
-//! - `dynamic`: envoyproxy/ratelimit's dynamic metadata, and a limit's `metadata`.
+//! - `dynamic`: envoyproxy/ratelimit's dynamic metadata of a call.
 //! - `xds`: the configuration from an xDS server, as Envoy Gateway serves it.
 //! - `args`: the service's flags, and the service they make.
 //! - `compat`: envoyproxy/ratelimit's environment variables, read as the bridge's.
@@ -24,6 +25,7 @@ pub mod compat;
 pub mod dynamic;
 pub mod hits;
 pub mod limits;
+pub mod metadata;
 pub mod plan;
 pub mod proto;
 pub mod source;
