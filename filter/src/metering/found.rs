@@ -52,8 +52,8 @@ pub(super) struct Found {
     /// A value opened an object at its root and did not close it well formed: whatever
     /// followed in it, the usage included, may have been lost.
     broken: bool,
-    /// A key on a path came twice in one object, or in a form that only Go's reader takes
-    /// for the path's: parsers disagree on which one counts.
+    /// A key on a path came twice in one object, or (in a request's body) in a form that
+    /// only Go's reader takes for the path's: parsers disagree on which one counts.
     repeated: bool,
 }
 

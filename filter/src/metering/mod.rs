@@ -107,13 +107,30 @@ impl UsageReader {
     /// a request's `model`; together at most `MAX_PATHS`.
     pub fn with_texts(
         format: BodyFormat,
+        paths: Vec<Vec<String>>,
+        texts: Vec<Vec<String>>,
+    ) -> UsageReader {
+        UsageReader::reading(format, paths, texts, false)
+    }
+
+    /// A reader of a request's JSON body, which an upstream parses after this filter: as
+    /// `with_texts`, and a key that Go's case-insensitive reader alone takes for a path's
+    /// (`{"Model": ...}`, or a second `MODEL`) makes it `repeated`.
+    pub fn of_request(paths: Vec<Vec<String>>, texts: Vec<Vec<String>>) -> UsageReader {
+        UsageReader::reading(BodyFormat::Json, paths, texts, true)
+    }
+
+    fn reading(
+        format: BodyFormat,
         mut paths: Vec<Vec<String>>,
         texts: Vec<Vec<String>>,
+        fold: bool,
     ) -> UsageReader {
         let first_text = paths.len();
         paths.extend(texts);
+        let paths = paths::Paths::new(paths, first_text, fold);
         UsageReader {
-            json: json::Scanner::new(paths::Paths::new(paths, first_text), first_text),
+            json: json::Scanner::new(paths, first_text),
             framing: match format {
                 BodyFormat::Json => Framing::Json,
                 BodyFormat::EventStream => Framing::Events(events::Framer::new()),

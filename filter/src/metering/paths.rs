@@ -7,8 +7,11 @@
 //!
 //! Go's `encoding/json` (Ollama, LocalAI and other Go upstreams) matches a key to a field
 //! case-insensitively, the last match winning, where Python, JavaScript and serde_json
-//! match exactly: `{"Model": "x"}` names `model` for Go alone. So a key is compared both
-//! ways, and one that only Go takes for a segment (`folded`) is the caller's to distrust.
+//! match exactly: `{"Model": "x"}` names `model` for Go alone. So in a request's body,
+//! which an upstream parses after the gateway, a key is compared both ways, and one that
+//! only Go takes for a segment (`folded`) is the caller's to distrust. A response's keys
+//! are the upstream's own writing, read by the gateway alone: compared exactly, as the
+//! event framer's fast path (`may_hold`) finds them.
 //!
 //! A path the reader cannot match (beyond the 16th, empty, longer than 8 segments) is not
 //! refused here, where there is no one to tell: it keeps its place in `values` and never
@@ -37,11 +40,14 @@ pub(super) struct Paths {
     firsts: u16,
     /// The paths whose value is a string (a text), not a count.
     texts: u16,
+    /// Keys are also compared as Go folds them (`folded`): a request's body.
+    fold: bool,
 }
 
 impl Paths {
-    /// `segments`, those from index `first_text` on text paths.
-    pub(super) fn new(segments: Vec<Vec<String>>, first_text: usize) -> Paths {
+    /// `segments`, those from index `first_text` on text paths; `fold`: keys Go alone takes
+    /// for a segment are found too (`folded`).
+    pub(super) fn new(segments: Vec<Vec<String>>, first_text: usize, fold: bool) -> Paths {
         let mut usable = 0u16;
         let mut last = [0u16; MAX_SEGMENTS];
         for (index, path) in segments.iter().enumerate().take(MAX_PATHS) {
@@ -67,6 +73,7 @@ impl Paths {
             last,
             firsts,
             texts,
+            fold,
         }
     }
 
@@ -132,9 +139,12 @@ impl Paths {
     }
 
     /// Of `candidates`, the paths whose segment `level` Go's JSON reader takes `key` for
-    /// (`go_fold`), exactly or not.
+    /// (`go_fold`), exactly or not; none unless the paths fold.
     pub(super) fn folded(&self, candidates: u16, level: usize, key: &[u8]) -> u16 {
-        self.matching(candidates, level, |segment| go_fold(key, segment))
+        match self.fold {
+            true => self.matching(candidates, level, |segment| go_fold(key, segment)),
+            false => 0,
+        }
     }
 
     fn matching(&self, candidates: u16, level: usize, is: impl Fn(&[u8]) -> bool) -> u16 {
@@ -187,6 +197,7 @@ mod tests {
                 .map(|p| p.iter().map(|s| s.to_string()).collect())
                 .collect(),
             MAX_PATHS,
+            true,
         )
     }
 

@@ -487,3 +487,27 @@ fn a_body_that_is_not_utf8_throughout_is_distrusted() {
     r.finish();
     assert!(!r.trusted(), "a character cut short");
 }
+
+/// Found by the fuzz target `usage`: an event whose only key on a path is in another letter
+/// case read as repeated when fed a byte at a time, and not when the framer passed over it
+/// whole. A response's keys are compared exactly, however the body is cut; a request's are
+/// also compared as Go folds them.
+#[test]
+fn a_response_key_in_another_case_is_no_key_however_it_is_cut_and_a_request_s_is_a_repeat() {
+    let body = b"data: {\"choices\":[],\"usagE\":0}\n\ndata: [DONE]\n\n";
+    let trusted = |pieces: &[&[u8]]| {
+        let mut reader = UsageReader::new(BodyFormat::EventStream, paths(&["usage"]));
+        for piece in pieces {
+            reader.feed(piece);
+        }
+        reader.finish();
+        (reader.values().to_vec(), reader.trusted())
+    };
+    let bytes: Vec<&[u8]> = body.chunks(1).collect();
+    assert_eq!(trusted(&[body]), (vec![None], true));
+    assert_eq!(trusted(&bytes), (vec![None], true));
+    let mut request = UsageReader::of_request(paths(&["usage"]), Vec::new());
+    request.feed(br#"{"usagE": 0}"#);
+    request.finish();
+    assert!(request.repeated() && !request.trusted());
+}

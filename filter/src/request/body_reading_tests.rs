@@ -10,7 +10,7 @@
 //! the filter's reading, forgetting what makes a body ambiguous, must be caught.
 
 use super::{body_value, BodyRead, Problem};
-use crate::metering::{BodyFormat, UsageReader};
+use crate::metering::UsageReader;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use ratelimit_config::keys::key_safe;
@@ -237,7 +237,7 @@ fn filter_reads(
     plant: Plant,
 ) -> Result<Option<String>, Problem> {
     let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
-    let mut reader = UsageReader::with_texts(BodyFormat::Json, Vec::new(), vec![path]);
+    let mut reader = UsageReader::of_request(Vec::new(), vec![path]);
     let (a, b) = body.split_at(cut.min(body.len()));
     reader.feed(a);
     reader.feed(b);

@@ -9,7 +9,7 @@
 use super::{Admission, Start, Worker};
 use crate::decision::metered::is_identity;
 use crate::host::{Kept, Proxy, RequestView};
-use crate::metering::{BodyFormat, Text, UsageReader, MAX_PATHS};
+use crate::metering::{Text, UsageReader, MAX_PATHS};
 use crate::request::identity::{self, BodyRead, Problem};
 use crate::request::rules::{self, Asked, PlannedRule};
 use ratelimit_config::config::{Config, MAX_BODY_FIELDS};
@@ -91,7 +91,7 @@ impl BodyAsk {
         if asks_usage {
             paths.extend([vec!["stream".into()], vec!["stream_options".into()]]);
         }
-        let reader = UsageReader::with_texts(BodyFormat::Json, fields.clone(), paths);
+        let reader = UsageReader::of_request(fields.clone(), paths);
         BodyAsk {
             fields,
             identities,
