@@ -21,6 +21,7 @@ use ratelimit_protocol::key::parse_key;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// The script that keeps claims.
 pub const CLAIMS_LUA: &str = include_str!("../../../lua/claims.lua");
@@ -59,12 +60,22 @@ pub struct Agreement {
     own: String,
     regions: String,
     claims: Mutex<HashMap<String, Claim>>,
+    /// Wakes the grants that wait for a round out (`agreed`) when one ends.
+    rounds: Notify,
     started: Instant,
 }
 
 /// Where `rule`'s claims are kept: beside nothing a gateway can name (`{`).
 fn claims_key(rule: &str) -> String {
     format!("{rule}{{{rule}}}#claims")
+}
+
+/// The rule a bucket key is of: its leading `prefix:rule` (the key itself if it is none).
+fn rule_of(key: &str) -> &str {
+    match parse_key(key) {
+        Ok(k) => key.get(..k.prefix.len() + 1 + k.rule.len()).unwrap_or(key),
+        Err(_) => key,
+    }
 }
 
 impl Agreement {
@@ -74,6 +85,7 @@ impl Agreement {
             own: own.to_string(),
             regions: names.join(","),
             claims: Mutex::new(HashMap::new()),
+            rounds: Notify::new(),
             started: Instant::now(),
         }
     }
@@ -86,24 +98,26 @@ impl Agreement {
         self.claims.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The rule `key` is a key of (its prefix and name: every key of a rule has the same
-    /// terms), and what this bridge claims of it, its home being `home` (empty: chosen
-    /// from each key among the regions named).
+    /// The rule `key` is a key of (every key of a rule has the same terms) and what this
+    /// bridge claims of it, its home being `home` (empty: chosen from each key among the
+    /// regions named).
     pub fn claim_of(&self, key: &str, home: &str) -> (String, String) {
-        let rule = match parse_key(key) {
-            Ok(k) => format!("{}:{}", k.prefix, k.rule),
-            Err(_) => key.to_string(),
-        };
+        (rule_of(key).to_string(), self.mine(home))
+    }
+
+    fn mine(&self, home: &str) -> String {
         let home = if home.is_empty() {
             "chosen-from-the-key"
         } else {
             home
         };
-        (rule, format!("home={home} regions={}", self.regions))
+        format!("home={home} regions={}", self.regions)
     }
 
-    /// The verdict on `rule`, which a check uses now.
-    pub fn verdict(&self, rule: &str, mine: &str) -> Verdict {
+    /// The verdict on the rule of `key` (its home `home`), which a check uses now: a look
+    /// in a map, and an allocation only for a rule seen the first time.
+    pub fn verdict(&self, key: &str, home: &str) -> Verdict {
+        let rule = rule_of(key);
         let now = self.now_ms();
         let mut claims = self.claims();
         if let Some(claim) = claims.get_mut(rule) {
@@ -111,7 +125,7 @@ impl Agreement {
             return claim.verdict.clone();
         }
         let claim = Claim {
-            mine: mine.to_string(),
+            mine: self.mine(home),
             verdict: Verdict::Unknown,
             round_ms: None,
             out: false,
@@ -149,8 +163,12 @@ impl Agreement {
         mine: &str,
         wait: Duration,
     ) -> bool {
-        let deadline = Instant::now() + wait;
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
+            // Made before the look, so that a round ending after it wakes this one.
+            let ended = self.rounds.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
             let run = {
                 let mut claims = self.claims();
                 let Some(claim) = claims.get_mut(rule) else {
@@ -171,10 +189,9 @@ impl Agreement {
             if run {
                 return self.round(stores, rule, mine, wait).await == Verdict::Agreed;
             }
-            if Instant::now() >= deadline {
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -213,6 +230,8 @@ impl Agreement {
             }
         }
         let mut claims = self.claims();
+        // Whatever it found, the grants waiting for it look again.
+        self.rounds.notify_waiters();
         let Some(claim) = claims.get_mut(rule) else {
             return Verdict::Unknown;
         };
@@ -263,7 +282,7 @@ mod tests {
     #[test]
     fn a_rule_is_due_once_a_round_then_every_round() {
         let agreement = Agreement::new("a", &["a".to_string()]);
-        assert_eq!(agreement.verdict("rl:r", "m"), Verdict::Unknown);
+        assert_eq!(agreement.verdict("rl:r:v", "b"), Verdict::Unknown);
         assert_eq!(agreement.due().len(), 1);
         assert!(agreement.due().is_empty(), "one round out at a time");
     }

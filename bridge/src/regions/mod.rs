@@ -171,8 +171,7 @@ impl Regions {
 
     /// Why bridges disagree on `rule`'s ledgers, if they are known to: counted.
     fn disagreement(&self, rule: &RuleSpec, global: &Global) -> Option<String> {
-        let (id, mine) = self.agreement.claim_of(&rule.key, &global.home);
-        let Verdict::Disagree(why) = self.agreement.verdict(&id, &mine) else {
+        let Verdict::Disagree(why) = self.agreement.verdict(&rule.key, &global.home) else {
             return None;
         };
         self.local.metrics().global.disagreed();
