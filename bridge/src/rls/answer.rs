@@ -225,6 +225,9 @@ fn reserved(descriptors: &[Planned], checked: &[RuleOutcome]) -> Option<u64> {
 fn later_hits(descriptors: &[Planned]) -> Vec<u64> {
     let same = |p: &Planned, q: &Planned| p.ask == Ask::Check && q.ask == p.ask && q.at == p.at;
     let after = |(i, p): (usize, &Planned)| {
+        if p.ask != Ask::Check {
+            return 0;
+        }
         let rest = descriptors.iter().skip(i + 1).filter(|q| same(p, q));
         rest.map(|q| q.hits).fold(0, u64::saturating_add)
     };

@@ -197,14 +197,15 @@ pub fn plan(
             at,
             reserves,
         });
-    }
-    if [&plan.check, &plan.read, &plan.cost]
-        .iter()
-        .any(|call| call.len() > MAX_RULES)
-    {
-        return Err(Refusal::Invalid(format!(
-            "more than {MAX_RULES} limited descriptors of one kind in one call"
-        )));
+        // Refused as soon as it passes the bound: `place` looks through a call's buckets.
+        if [&plan.check, &plan.read, &plan.cost]
+            .iter()
+            .any(|call| call.len() > MAX_RULES)
+        {
+            return Err(Refusal::Invalid(format!(
+                "more than {MAX_RULES} limited descriptors of one kind in one call"
+            )));
+        }
     }
     Ok(plan)
 }
