@@ -31,13 +31,13 @@ ROUTER = {"name": "envoy.filters.http.router", "typed_config": {
 LISTENER = "default/eg/http"
 
 
-def filter_name(domain):
+def filter_name(domain, listener=LISTENER):
     """The rate limit filter of a domain: the listener's is `envoy.filters.http.ratelimit`,
     a shared policy's `envoy.filters.http.ratelimit/<namespace>/<policy>`."""
-    return RATELIMIT if domain == LISTENER else f"{RATELIMIT}/{domain}"
+    return RATELIMIT if domain == listener else f"{RATELIMIT}/{domain}"
 
 
-def ratelimit_filter(domain, timeout, fail_closed):
+def ratelimit_filter(domain, timeout, fail_closed, listener=LISTENER):
     """The filter Envoy Gateway puts first in the listener's chain for `domain`."""
     config = {"@type": RATELIMIT_TYPE, "domain": domain,
               "rate_limit_service": {"grpc_service": {"envoy_grpc": {
@@ -47,16 +47,16 @@ def ratelimit_filter(domain, timeout, fail_closed):
               "timeout": timeout}
     if fail_closed:
         config["failure_mode_deny"] = True
-    return {"name": filter_name(domain), "typed_config": config}
+    return {"name": filter_name(domain, listener), "typed_config": config}
 
 
-def route(name, prefix, rate_limits_by_domain):
+def route(name, prefix, rate_limits_by_domain, listener=LISTENER):
     """A route to the backend whose `typed_per_filter_config` gives each domain's filter its
     `rate_limits`, as Envoy Gateway scopes a route's rules to the filter of their domain."""
     return {"name": name, "match": {"prefix": prefix},
             "route": {"cluster": "backend"},
             "typed_per_filter_config": {
-                filter_name(domain): {"@type": PER_ROUTE_TYPE, "domain": domain,
+                filter_name(domain, listener): {"@type": PER_ROUTE_TYPE, "domain": domain,
                                       "rate_limits": rate_limits}
                 for domain, rate_limits in rate_limits_by_domain.items()}}
 
@@ -75,13 +75,14 @@ def response_metadata(header, namespace, key):
 
 def gateway_config(listen_port, admin_port, backend_port, bridge_port, pki, routes,
                    domains, backend_headers=None, filters_after=(), timeout="2s",
-                   fail_closed=True):
-    """One gateway's bootstrap: the listener `LISTENER` on `listen_port` with a rate limit
-    filter per domain of `domains` (sorted, as Envoy Gateway orders them), `filters_after`,
-    and `routes`; a second listener on `backend_port` is the backend, answering 200 with
-    `backend_headers`."""
-    filters = [ratelimit_filter(d, timeout, fail_closed) for d in sorted(domains)]
-    front = {"name": LISTENER,
+                   fail_closed=True, listener=LISTENER):
+    """One gateway's bootstrap: the listener named `listener` (a Gateway's, and the domain
+    of its routes' own rules) on `listen_port` with a rate limit filter per domain of
+    `domains` (sorted, as Envoy Gateway orders them), `filters_after`, and `routes` (made
+    by `route` for the same listener); a second listener on `backend_port` is the backend,
+    answering 200 with `backend_headers`."""
+    filters = [ratelimit_filter(d, timeout, fail_closed, listener) for d in sorted(domains)]
+    front = {"name": listener,
              "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
              "filter_chains": [{"filters": [{
                  "name": "envoy.filters.network.http_connection_manager",
@@ -89,8 +90,8 @@ def gateway_config(listen_port, admin_port, backend_port, bridge_port, pki, rout
                      "@type": HCM_TYPE, "stat_prefix": "http-10080",
                      "use_remote_address": True, "normalize_path": True,
                      "merge_slashes": True,
-                     "route_config": {"name": LISTENER, "virtual_hosts": [
-                         {"name": f"{LISTENER}/*", "domains": ["*"], "routes": routes}]},
+                     "route_config": {"name": listener, "virtual_hosts": [
+                         {"name": f"{listener}/*", "domains": ["*"], "routes": routes}]},
                      "http_filters": [*filters, *filters_after, ROUTER]}}]}]}
     backend = {"name": "backend",
                "address": {"socket_address": {"address": "127.0.0.1",
@@ -157,10 +158,12 @@ def deployment_env(workdir, pki, xds_port, redis_port, grpc_port, http_port, pro
 class EnvoyGatewayStack(Stack):
     """Valkey; the bridge started as Envoy Gateway's Deployment starts envoyproxy/ratelimit
     (no arguments, `deployment_env`), configured by `self.xds`; and `gateways` Envoys made
-    by `gateway_config` from `routes` and `domains` (and its other options). `serve(configs)`
-    gives the bridge its `RateLimitConfig`s and returns once it has accepted them."""
+    by `gateway_config` from `routes` and `domains` (and its other options), gateway i with
+    `per_gateway[i]`'s over them (another `listener`, `routes`, `domains`: another Gateway
+    on the same rate limit service). `serve(configs)` gives the bridge its
+    `RateLimitConfig`s and returns once it has accepted them."""
 
-    def __init__(self, routes, domains, gateways=1, **options):
+    def __init__(self, routes, domains, gateways=1, per_gateway=(), **options):
         super().__init__(plugin={}, gateways=0)
         self.pki = make_pki(self.workdir)
         self.xds = XdsServer(self.pki, free_port())
@@ -174,8 +177,10 @@ class EnvoyGatewayStack(Stack):
         for i in range(gateways):
             port, admin, backend = free_port(), free_port(), free_port()
             path = Path(self.workdir) / f"envoy-{i}.json"
+            own = {"routes": routes, "domains": domains, **options,
+                   **(per_gateway[i] if i < len(per_gateway) else {})}
             path.write_text(json.dumps(gateway_config(
-                port, admin, backend, self.bridge_port, self.pki, routes, domains, **options)))
+                port, admin, backend, self.bridge_port, self.pki, **own)))
             self.envoys.append(Process(f"envoy-{i}", [
                 ENVOY, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warn"], self.workdir))

@@ -172,6 +172,18 @@ def test_each_distinct_header_value_has_its_own_bucket_on_each_route(gateway):
     assert sum(stack.counter(g, "cluster.backend.ratelimit.over_limit") for g in (0, 1)) == 4
 
 
+def test_a_rule_in_shadow_mode_is_counted_and_never_refused(gateway):
+    """rules: [{clientSelectors: [{headers: [{name: x-user-id, type: Distinct}]}],
+    limit: {requests: 2, unit: Minute}, shadowMode: true}] on HTTPRoute `a`."""
+    stack = gateway([route(ROUTE_A, "/a", {LISTENER: [
+        {"actions": [generic(ROUTE_A), header_distinct(0, 0, "x-user-id")]}]})])
+    stack.serve([{"domain": LISTENER, "descriptors": [under(ROUTE_A, {
+        "key": "rule-0-match-0", "shadow_mode": True, **limit(2, "MINUTE")})]}])
+    assert statuses(stack, "/a", {"x-user-id": "erin"}, n=5) == [200] * 5
+    assert series(stack, "ratelimit_bridge_rls_shadow_mode_total", LISTENER) == 3
+    assert series(stack, "ratelimit_bridge_rls_over_limit_total", LISTENER) == 0
+
+
 def test_source_cidr_distinct_and_exact(gateway):
     """Route `a`: clientSelectors: [{sourceCIDR: {type: Distinct, value: 127.0.0.0/30}}],
     2 a minute per address. Route `b`: sourceCIDR {type: Exact, value: 127.0.0.0/30},
@@ -199,34 +211,44 @@ def test_source_cidr_distinct_and_exact(gateway):
 
 
 def test_a_shared_rule_is_one_bucket_across_routes_and_gateways(gateway):
-    """BackendTrafficPolicy default/shared-policy on HTTPRoutes `a` and `b`: rule 0
-    `shared: true`, x-user-id Distinct, 4 a minute; rule 1, not shared, x-user-id Distinct,
-    3 a minute. The shared rule gets a filter and a domain of its own
-    (`envoy.filters.http.ratelimit/default/shared-policy`), so each request makes two calls."""
+    """BackendTrafficPolicy default/shared-policy on HTTPRoutes `a` and `b`, attached to
+    two Gateways (`eg` and `eg2`, one Envoy each): rule 0 `shared: true`, x-user-id
+    Distinct, 4 a minute; rule 1, not shared, x-user-id Distinct, 3 a minute. The shared
+    rule gets a filter and a domain of its own
+    (`envoy.filters.http.ratelimit/default/shared-policy`), so each request makes two
+    calls; the other rule is in each Gateway's listener domain."""
     shared, shared_rule = "default/shared-policy", "default/shared-policy/rule/0"
+    other = "default/eg2/http"
 
-    def rules(r):
-        return {LISTENER: [{"actions": [generic(r), header_distinct(0, 0, "x-user-id")]}],
-                shared: [{"actions": [generic(shared_rule), header_distinct(0, 0, "x-user-id")]}]}
+    def routes(listener):
+        def rules(r):
+            return {listener: [{"actions": [generic(r), header_distinct(0, 0, "x-user-id")]}],
+                    shared: [{"actions": [generic(shared_rule),
+                                          header_distinct(0, 0, "x-user-id")]}]}
+        return [route(ROUTE_A, "/a", rules(ROUTE_A), listener),
+                route(ROUTE_B, "/b", rules(ROUTE_B), listener)]
 
-    stack = gateway([route(ROUTE_A, "/a", rules(ROUTE_A)), route(ROUTE_B, "/b", rules(ROUTE_B))],
-                    domains=(LISTENER, shared), gateways=2)
+    stack = gateway(routes(LISTENER), domains=(LISTENER, shared), gateways=2, per_gateway=[
+        {}, {"listener": other, "routes": routes(other), "domains": (other, shared)}])
     per_route = {"key": "rule-0-match-0", **limit(3, "MINUTE")}
     stack.serve([
-        {"domain": LISTENER, "descriptors": [under(ROUTE_A, per_route),
-                                             under(ROUTE_B, per_route)]},
+        *({"domain": d, "descriptors": [under(ROUTE_A, per_route), under(ROUTE_B, per_route)]}
+          for d in (LISTENER, other)),
         {"domain": shared, "descriptors": [under(shared_rule, {
             "key": "rule-0-match-0", **limit(4, "MINUTE")})]}])
     alice = {"x-user-id": "alice"}
     got = [stack.get(g, p, alice)[0] for g, p in [(0, "/a"), (1, "/b"), (1, "/a"), (0, "/b"),
                                                   (0, "/a"), (1, "/b")]]
-    # Four in all, whichever route and Envoy: the shared bucket.
+    # Four in all, whichever route and Gateway: the shared bucket.
     assert got == [200] * 4 + [429] * 2, got
-    # On one route alone, the route's own rule refuses first (3 < 4).
-    assert statuses(stack, "/a", {"x-user-id": "carol"}, gateways=(0, 1), n=4) == \
-        [200] * 3 + [429]
-    assert series(stack, "ratelimit_bridge_rls_over_limit_total", shared) == 2
+    # On one route of one Gateway, the route's own rule refuses first (3 < 4); the same
+    # route on the other Gateway has a bucket of its own there, and the shared rule's last.
+    carol = {"x-user-id": "carol"}
+    assert statuses(stack, "/a", carol, n=4) == [200] * 3 + [429]
+    assert statuses(stack, "/a", carol, gateways=(1,), n=2) == [200, 429]
+    assert series(stack, "ratelimit_bridge_rls_over_limit_total", shared) == 3
     assert series(stack, "ratelimit_bridge_rls_over_limit_total", LISTENER) == 1
+    assert series(stack, "ratelimit_bridge_rls_over_limit_total", other) == 0
 
 
 TOKENS = ("io.envoyproxy.gateway.ai", "llm_total_token")
