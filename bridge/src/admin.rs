@@ -1,7 +1,8 @@
 //! The admin endpoints, for operators: the overrides (`GET`, `PUT`, `DELETE
 //! /admin/overrides`), lifting a block (`DELETE /admin/blocks`) and a client's usage (`GET
 //! /admin/usage`), the same operations as the `override`, `unblock` and `usage` commands,
-//! with their flags as query parameters. Changing a limit is more than checking one, so
+//! with their flags as query parameters (`rule=`, `value=`; for the rate limit service's
+//! buckets `domain=`, `entry=`). Changing a limit is more than checking one, so
 //! they are served only to holders of the operators' secret (`--admin-token-file`), never
 //! to the gateways' token (`401`), which every gateway holds: a bridge started without an
 //! admin token file serves none of them (`404`), however reachable it is.
@@ -10,6 +11,7 @@ use crate::access::Access;
 use crate::overrides::{parse_spec, Override, Target};
 use crate::regions::Regions;
 use crate::registry;
+use crate::rls::{operators, Rls};
 use crate::store::Store;
 use crate::unblock::unblock;
 use crate::usage::{self, Query};
@@ -33,6 +35,8 @@ pub struct Admin<'a> {
     pub plugin: Option<&'a Config>,
     /// The regions, for a global rule's ledger in usage (`--region`).
     pub regions: Option<&'a Regions>,
+    /// The rate limit service, for its descriptors' usage (`--rls-config`).
+    pub rls: Option<&'a Rls>,
 }
 
 impl Admin<'_> {
@@ -87,9 +91,15 @@ impl Admin<'_> {
         }
     }
 
+    /// `rule=` and `value=`s (a plugin rule's), or `domain=` and `entry=`s (the rate limit
+    /// service's), as the commands' flags.
     fn target(&self, params: &Params) -> Result<Target, Failure> {
-        let rule = params.required("rule")?;
-        Target::new(self.prefix(params)?, rule, &params.all("value")).map_err(Failure::Bad)
+        let prefix = self.prefix(params)?;
+        let target = match params.one("domain") {
+            Some(domain) => operators::target(prefix, domain, &params.all("entry")),
+            None => Target::new(prefix, params.required("rule")?, &params.all("value")),
+        };
+        target.map_err(Failure::Bad)
     }
 
     async fn list(&self, params: &Params) -> Result<Value, Failure> {
@@ -132,12 +142,29 @@ impl Admin<'_> {
     }
 
     async fn unblock(&self, params: &Params) -> Result<Value, Failure> {
+        if params.one("domain").is_some() {
+            return Err(Failure::Bad(
+                "the rate limit service's limits have no block to lift".into(),
+            ));
+        }
         let target = self.target(params)?;
         let unblocked = unblock(self.store, &target).await;
         Ok(serde_json::json!({"key": target.key, "unblocked": unblocked.map_err(Failure::Redis)?}))
     }
 
     async fn usage(&self, params: &Params) -> Result<Value, Failure> {
+        if let Some(domain) = params.one("domain") {
+            let Some(rls) = self.rls else {
+                return Err(Failure::Bad(
+                    "usage of a domain needs the bridge started with --rls-config".into(),
+                ));
+            };
+            let (prefix, rule, spec) =
+                (rls.usage_bucket(domain, &params.all("entry"))).map_err(Failure::Bad)?;
+            return usage::read(self.store, self.regions, &prefix, &rule, spec)
+                .await
+                .map_err(Failure::Redis);
+        }
         let Some(plugin) = self.plugin else {
             return Err(Failure::Bad(
                 "usage needs the bridge started with --config PLUGIN.json".into(),

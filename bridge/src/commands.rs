@@ -14,6 +14,7 @@ use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use clap::{Args, Subcommand, ValueEnum};
 use ratelimit_config::loading::{self, Build};
+use ratelimit_protocol::RuleSpec;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,18 +83,37 @@ pub struct Scope {
     pub key_prefix: String,
 }
 
-/// Which buckets: a rule, and a client of it (for `unblock`, without --value: the bucket
-/// of a rule keyed on nothing).
+/// Which buckets: a plugin rule, and a client of it (for `unblock`, without --value: the
+/// bucket of a rule keyed on nothing); or the rate limit service's, by domain and entries.
 #[derive(Args, Debug)]
 pub struct Which {
     /// The rule's name.
-    #[arg(long)]
-    pub rule: String,
+    #[arg(long, required_unless_present = "domain")]
+    pub rule: Option<String>,
     /// A value of the rule's key as a gateway sees it (`alice`, `198.51.100.4`), once per
     /// identity of the key, in order. None: for `override`, every client of the rule; for
     /// `usage` and `unblock`, the one bucket of a rule keyed on nothing.
-    #[arg(long = "value", value_name = "CLIENT")]
+    #[arg(long = "value", value_name = "CLIENT", conflicts_with = "domain")]
     pub values: Vec<String>,
+    /// The rate limit service's buckets of this domain (instead of --rule).
+    #[arg(long, conflicts_with = "rule")]
+    pub domain: Option<String>,
+    /// With --domain: a descriptor's entry as Envoy sends it, `key=value`, once per entry,
+    /// in order. For `override`, the buckets of every descriptor starting with them (none:
+    /// the whole domain), and the last may be a key alone (every value of it).
+    #[arg(long = "entry", value_name = "KEY=VALUE", requires = "domain")]
+    pub entries: Vec<String>,
+}
+
+impl Which {
+    /// The buckets named under `prefix`.
+    pub fn target(&self, prefix: &str) -> Result<Target, String> {
+        match (&self.domain, &self.rule) {
+            (Some(domain), _) => rls::operators::target(prefix, domain, &self.entries),
+            (None, Some(rule)) => Target::new(prefix, rule, &self.values),
+            (None, None) => Err("--rule or --domain names the buckets".into()),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -133,8 +153,28 @@ pub struct UsageArgs {
     pub regions: RegionArgs,
     /// The plugin configuration (JSON) the gateways load: its key prefix, rules and
     /// identities name the bucket.
-    #[arg(long, value_name = "PLUGIN.json")]
-    pub config: PathBuf,
+    #[arg(
+        long,
+        value_name = "PLUGIN.json",
+        required_unless_present = "rls_config"
+    )]
+    pub config: Option<PathBuf>,
+    /// With --domain: the rate limit service's configuration (as --rls-config), whose
+    /// limit of the descriptor names the bucket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "domain",
+        conflicts_with = "config"
+    )]
+    pub rls_config: Option<PathBuf>,
+    /// With --rls-config: the files of one domain merged, as --rls-merge-domains.
+    #[arg(long, requires = "rls_config")]
+    pub rls_merge_domains: bool,
+    /// With --rls-config: the key prefix the service keys its buckets under (the bridge's
+    /// first --key-prefix).
+    #[arg(long, default_value = "rl", requires = "rls_config")]
+    pub key_prefix: String,
     #[command(flatten)]
     pub which: Which,
     /// The client's tier, for a rule with tiers.
@@ -154,7 +194,7 @@ pub async fn run(command: Command) -> Result<String, String> {
         Command::CheckConfig(args) => return check_config(&args),
         Command::Override(OverrideCommand::Set(args)) => {
             let store = args.scope.redis.store(OPTIONS)?;
-            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let target = args.which.target(&args.scope.key_prefix)?;
             let (limit, ttl_ms) = parse_spec(args.requests, &args.per, args.burst, &args.ttl)?;
             registry::set(&store, target, limit, ttl_ms)
                 .await?
@@ -167,30 +207,54 @@ pub async fn run(command: Command) -> Result<String, String> {
         }
         Command::Override(OverrideCommand::Clear(args)) => {
             let store = args.scope.redis.store(OPTIONS)?;
-            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let target = args.which.target(&args.scope.key_prefix)?;
             let cleared = registry::clear(&store, &target).await?;
             serde_json::json!({"key": target.key, "cleared": cleared})
         }
         Command::Unblock(args) => {
+            if args.which.domain.is_some() {
+                return Err("the rate limit service's limits have no block to lift".into());
+            }
             let store = args.scope.redis.store(OPTIONS)?;
-            let target = Target::new(&args.scope.key_prefix, &args.which.rule, &args.which.values)?;
+            let target = args.which.target(&args.scope.key_prefix)?;
             let unblocked = unblock(&store, &target).await?;
             serde_json::json!({"key": target.key, "unblocked": unblocked})
         }
         Command::Usage(args) => {
-            let config = usage::load_plugin(&args.config).map_err(|e| format!("--config {e}"))?;
+            let (prefix, rule, spec) = usage_bucket(&args)?;
             let store = args.redis.store(OPTIONS)?;
             let regions = args.regions.regions(&args.redis, &store, OPTIONS)?;
-            let query = Query {
-                rule: args.which.rule,
-                values: args.which.values,
-                tier: args.tier,
-            };
-            let (rule, spec) = usage::bucket(&config, &query)?;
-            usage::read(&store, regions.as_ref(), &config.key_prefix, &rule, spec).await?
+            usage::read(&store, regions.as_ref(), &prefix, &rule, spec).await?
         }
     };
     Ok(value.to_string())
+}
+
+/// The bucket `usage` reads: its key prefix, its rule (a plugin rule, or the service's
+/// configured descriptor) and the spec to read it with.
+fn usage_bucket(args: &UsageArgs) -> Result<(String, String, RuleSpec), String> {
+    if let (Some(path), Some(domain)) = (&args.rls_config, &args.which.domain) {
+        let limits = rls::source::load(path, args.rls_merge_domains)
+            .map_err(|e| format!("--rls-config {e}"))?;
+        let (rule, spec) =
+            rls::operators::bucket(&limits, &args.key_prefix, domain, &args.which.entries)?;
+        return Ok((args.key_prefix.clone(), rule, spec));
+    }
+    let (Some(path), Some(rule)) = (&args.config, &args.which.rule) else {
+        return Err(
+            "usage names a plugin rule (--config, --rule) or the rate limit \
+                    service's descriptor (--rls-config, --domain, --entry)"
+                .into(),
+        );
+    };
+    let config = usage::load_plugin(path).map_err(|e| format!("--config {e}"))?;
+    let query = Query {
+        rule: rule.clone(),
+        values: args.which.values.clone(),
+        tier: args.tier.clone(),
+    };
+    let (rule, spec) = usage::bucket(&config, &query)?;
+    Ok((config.key_prefix, rule, spec))
 }
 
 /// `check-config`: the gateway's line for the configuration, as the success or the error.

@@ -113,11 +113,6 @@ mod tests {
     /// through the gateways' wire: refused, whatever sent it.
     #[test]
     fn the_rate_limit_services_buckets_are_no_gateways() {
-        assert_eq!(
-            crate::rls::plan::RULE,
-            SERVICE_RULE,
-            "one name for one namespace"
-        );
         let keys = Keyspace::default();
         let refusal = keys
             .refusal(&check(&["rl:ok", "rl:rls:d:k:v"]))

@@ -15,7 +15,7 @@
 
 use crate::check::{Check, RuleSpec};
 use crate::keyspace::is_name;
-use ratelimit_config::keys::{self, bucket_key};
+use ratelimit_config::keys::{self, bucket_key, SERVICE_RULE};
 use ratelimit_config::limit::{parse_duration_ms, Limit};
 use ratelimit_protocol::Overridden;
 use std::collections::HashMap;
@@ -64,6 +64,12 @@ impl Target {
                 "rule {rule:?} is not a name (1 to 64 letters, digits, '.', '_' or '-')"
             ));
         }
+        if rule == SERVICE_RULE {
+            return Err(format!(
+                "rule {rule:?} is the rate limit service's: name its buckets by --domain and \
+                 --entry"
+            ));
+        }
         let escaped = values
             .iter()
             .map(|v| keys::typed(v).ok_or_else(|| format!("value {v:?} is empty")))
@@ -84,6 +90,21 @@ impl Target {
     pub fn rule_wide(&self) -> bool {
         !self.member().contains(':')
     }
+
+    /// What it covers: a plugin rule's every client (`rule`) or one client (`client`); the
+    /// rate limit service's whole domain (`domain`) or what a descriptor's leading entries
+    /// name (`descriptor`).
+    pub fn scope(&self) -> &'static str {
+        match (
+            self.rule == SERVICE_RULE,
+            self.member().matches(':').count(),
+        ) {
+            (true, 1) => "domain",
+            (true, _) => "descriptor",
+            (false, 0) => "rule",
+            (false, _) => "client",
+        }
+    }
 }
 
 /// An active override.
@@ -101,7 +122,7 @@ impl Override {
         serde_json::json!({
             "key": self.target.key,
             "rule": self.target.rule,
-            "scope": if self.target.rule_wide() { "rule" } else { "client" },
+            "scope": self.target.scope(),
             "requests": self.limit.requests,
             "per_ms": self.limit.per_ms,
             "burst": self.limit.burst,
@@ -199,15 +220,30 @@ impl Table {
     }
 
     /// The override of the bucket `key`: its own, else its rule's. A bucket key's rule is
-    /// its first two segments, as prefixes and rule names hold no `:`.
+    /// its first two segments, as prefixes and rule names hold no `:`. A bucket of the rate
+    /// limit service (`<prefix>:rls:<domain>:<key>:<value>...`) has, for a rule, its domain
+    /// and its descriptor's leading entries: the longest of them with an override.
     pub fn find(&self, key: &str) -> Option<&Override> {
         if let Some(own) = self.by_key.get(key) {
             return Some(own);
         }
-        let rule_end = key.match_indices(':').nth(1).map_or(key.len(), |(i, _)| i);
-        self.by_key
-            .get(key.get(..rule_end)?)
-            .filter(|o| o.target.rule_wide())
+        let mut colons = key.match_indices(':').map(|(i, _)| i);
+        let rule_start = colons.next()? + 1;
+        let rule_end = colons.next().unwrap_or(key.len());
+        if key.get(rule_start..rule_end) != Some(SERVICE_RULE) {
+            return self
+                .by_key
+                .get(key.get(..rule_end)?)
+                .filter(|o| o.target.rule_wide());
+        }
+        let mut end = key.len();
+        while let Some(cut) = key.get(..end)?.rfind(':').filter(|&cut| cut > rule_end) {
+            if let Some(o) = self.by_key.get(key.get(..cut)?) {
+                return Some(o);
+            }
+            end = cut;
+        }
+        None
     }
 
     /// Puts its override on every rule of `check` that has one.
@@ -363,6 +399,40 @@ mod tests {
         assert_eq!(burst("rl:per-user"), Some(5));
         assert_eq!(burst("edge:per-user:alice"), None);
         assert_eq!(burst("rl:per-users:bob"), None);
+    }
+
+    /// The rate limit service's buckets: a domain, or a descriptor's leading entries; the
+    /// longest named wins, and nothing names them as a plugin rule.
+    #[test]
+    fn the_services_overrides_cover_a_domain_or_leading_entries() {
+        let at = |member: &str, requests| Override {
+            target: Target {
+                prefix: "rl".into(),
+                rule: SERVICE_RULE.into(),
+                key: format!("rl:{member}"),
+            },
+            ..active("rl", "r", &[], requests)
+        };
+        let table = Table::new([
+            at("rls:edge", 1),
+            at("rls:edge:tenant:acme", 2),
+            at("rls:edge:path", 3),
+        ]);
+        let burst = |key: &str| table.find(key).map(|o| o.limit.burst);
+        assert_eq!(burst("rl:rls:edge:remote_address:1.2.3.4"), Some(1));
+        assert_eq!(burst("rl:rls:edge:tenant:acme:path:x"), Some(2));
+        assert_eq!(burst("rl:rls:edge:tenant:acme"), Some(2));
+        assert_eq!(burst("rl:rls:edge:tenant:acme2"), Some(1));
+        assert_eq!(burst("rl:rls:edge:path:x"), Some(3));
+        assert_eq!(burst("rl:rls:edgy:path:x"), None, "another domain");
+        assert_eq!(burst("rl:rls"), None);
+        assert_eq!(burst("edge:rls:edge:path:x"), None, "another prefix");
+        assert_eq!(burst("rl:edge:tenant"), None, "a plugin rule named edge");
+        assert!(Target::new("rl", SERVICE_RULE, &[]).is_err());
+        assert_eq!(
+            table.find("rl:rls:edge:k:v").unwrap().target.scope(),
+            "domain"
+        );
     }
 
     #[test]

@@ -279,7 +279,8 @@ impl Served {
         if let Some(rls) = rls {
             let timeout = self.config.bounds.body_timeout;
             let share = self.share.clone();
-            let (answer, charge) = rls.serve(&self.store, share, req, timeout).await;
+            let regions = self.config.regions.as_ref();
+            let (answer, charge) = rls.serve(&self.store, regions, share, req, timeout).await;
             drop(busy);
             return self.answered(answer, charge);
         }
@@ -313,6 +314,7 @@ impl Served {
             access: &self.config.admin,
             plugin: self.config.plugin.as_deref(),
             regions: self.config.regions.as_deref(),
+            rls: self.config.rls.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();
         let (status, body) = admin

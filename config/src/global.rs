@@ -20,7 +20,7 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 2_000;
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawGlobal {
+pub struct RawGlobal {
     home: Option<String>,
     partition: Option<RawPartition>,
     lease_ttl: Option<String>,
@@ -37,8 +37,9 @@ enum RawPartition {
 }
 
 impl RawGlobal {
-    /// The rule's global terms at `field`, as the filter sends them.
-    pub(crate) fn validate(self, field: &str) -> Result<Global, ConfigError> {
+    /// The global terms at `field` (a plugin rule's, or a rate limit service limit's, which
+    /// the bridge reads), as a check carries them.
+    pub fn validate(self, field: &str) -> Result<Global, ConfigError> {
         let home = match self.home {
             Some(home) if valid_region(&home) => home,
             Some(home) => {

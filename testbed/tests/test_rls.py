@@ -5,9 +5,11 @@ gateways, costs reported at stream end (`apply_on_stream_done`), shadow mode, th
 modes, the gateways' token, and a bridge restarted with nothing lost."""
 
 import http.client
+import json
 import re
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -352,3 +354,58 @@ def test_envoy_reaches_the_bridge_over_mutual_tls():
         assert request(stack.health_port, "/healthz")[0] == 200
     finally:
         stack.close()
+
+
+def test_operators_overrides_and_usage_reach_the_services_buckets(rls_stack, tmp_path):
+    """`override set --domain --entry` (a descriptor, or a whole domain) and `usage` on the
+    rate limit service's buckets, through real Envoys: the same commands, records and cache
+    as a plugin rule's, scoped by domain."""
+    from testbed.tests.test_overrides import ADMIN_TOKEN, WITHIN, admin, bridge, until
+    (tmp_path / "admin-token").write_text(ADMIN_TOKEN + "\n")
+    stack = rls_stack([USER], bridge_args=["--admin-token-file", str(tmp_path / "admin-token")])
+    users = iter(range(1000))
+
+    def admitted(user, n):
+        return sum(stack.get(i % 2, "/api", {"x-user": user})[0] == 200 for i in range(n))
+
+    # alice's own descriptor: 2 an hour; every user's (the key alone): 3 an hour; instead
+    # of the configured 5 a minute. Written in that order: once the second is seen, so is
+    # the first (the bridges read every override at once).
+    bridge(stack, "override", "set", "--domain", "api", "--entry", "user=alice",
+           "--requests", "2", "--per", "1h", "--ttl", "1m")
+    bridge(stack, "override", "set", "--domain", "api", "--entry", "user",
+           "--requests", "3", "--per", "1h", "--ttl", "1m")
+    written = time.monotonic()
+    until("the overrides", lambda: admitted(f"probe-{next(users)}", 6) == 3, written + WITHIN)
+    assert admitted("alice", 4) == 2, "alice's own override wins"
+    assert admitted("bob", 6) == 3
+    listed = {o["key"]: o["scope"] for o in bridge(stack, "override", "list")}
+    assert listed == {"rl:rls:api:user:alice": "descriptor", "rl:rls:api:user": "descriptor"}
+    usage = bridge(stack, "usage", "--rls-config", str(stack.rls_file), "--domain", "api",
+                   "--entry", "user=alice")
+    assert (usage["key"], usage["limit"], usage["remaining"], usage["rule"]) == \
+        ("rl:rls:api:user:alice", 2, 0, "user"), usage
+    # The whole domain: 1 an hour for every descriptor without an override of its own.
+    status, body = admin(stack, "PUT", "/admin/overrides?domain=api&requests=1&per=1h&ttl=1m")
+    assert status == 200 and json.loads(body)["scope"] == "domain", body
+    bridge(stack, "override", "clear", "--domain", "api", "--entry", "user")
+    written = time.monotonic()
+    until("the domain's override", lambda: admitted(f"probe-{next(users)}", 2) == 1,
+          written + WITHIN)
+    status, body = admin(stack, "GET", "/admin/usage?domain=api&entry=user%3Dcarol")
+    assert status == 200, body
+    assert (json.loads(body)["limit"], json.loads(body)["override"]["key"]) == (1, "rl:rls:api")
+    # Cleared, the configured limit is back.
+    assert bridge(stack, "override", "clear", "--domain", "api") == \
+        {"key": "rl:rls:api", "cleared": True}
+    gone = time.monotonic()
+    until("the domain's limit back", lambda: admitted(f"probe-{next(users)}", 6) == 5,
+          gone + WITHIN)
+    # A plugin rule cannot name the service's buckets, nor unblock them.
+    refused = subprocess.run([BRIDGE, "override", "set", "--rule", "rls", "--requests", "1",
+                              "--per", "1h", "--ttl", "1m", *stack.redis_args],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1 and "--domain" in refused.stderr, refused.stderr
+    unblock = subprocess.run([BRIDGE, "unblock", "--domain", "api", "--entry", "user=alice",
+                              *stack.redis_args], capture_output=True, text=True, timeout=30)
+    assert unblock.returncode == 1 and "no block" in unblock.stderr, unblock.stderr

@@ -14,9 +14,11 @@ use super::proto::{
     Struct, Value, CODE_OK, CODE_OVER_LIMIT,
 };
 use crate::check::RuleOutcome;
+use crate::regions::Regions;
 use crate::rls_metrics::Hits;
 use crate::store::Store;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Which headers the answer asks Envoy to add to the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -69,11 +71,14 @@ pub struct Service {
 }
 
 impl Service {
-    /// Answers `request`, or why it cannot be (the caller's input, or Redis failing).
+    /// Answers `request`, or why it cannot be (the caller's input, or Redis failing): its
+    /// buckets under the operators' overrides, its global limits paid from this bridge's
+    /// leases (`regions`; without them, a global limit is a plain one).
     pub async fn answer(
         &self,
         limits: &Limits,
         store: &Store,
+        regions: Option<&Arc<Regions>>,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Refusal> {
         let id = format!(
@@ -81,10 +86,26 @@ impl Service {
             self.cost_ids,
             self.costs.fetch_add(1, Ordering::Relaxed)
         );
-        let plan = plan(limits, request, &self.prefix, &id)?;
+        let mut plan = plan(limits, request, &self.prefix, &id)?;
+        // The operators' overrides, as the wire's checks and settlements get them.
+        let overrides = store.overrides().table();
+        for call in [&mut plan.check, &mut plan.read, &mut plan.cost] {
+            overrides.apply(call);
+        }
         let (check, read, cost) = (&plan.check, &plan.read, &plan.cost);
+        if let Some(why) = regions.and_then(|r| r.refusal(check)) {
+            return Err(Refusal::Failed(why));
+        }
         let (checked, were, costed) = tokio::join!(
-            run(!check.is_empty(), || store.check(check)),
+            run(!check.is_empty(), || async {
+                match regions {
+                    Some(regions) => (regions.check_all(store, std::slice::from_ref(check)))
+                        .await
+                        .pop()
+                        .unwrap_or_else(|| Err("no answer".into())),
+                    None => store.check(check).await,
+                }
+            }),
             run(!read.is_empty(), || store.read(read)),
             run(!cost.is_empty(), || async {
                 let mut settled = store.settle_all(std::slice::from_ref(cost)).await;

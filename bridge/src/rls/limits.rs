@@ -16,7 +16,9 @@ use super::metadata::yaml_metadata;
 use super::proto::Struct;
 use super::wildcard::Wildcard;
 use crate::rls_metrics::RuleLabel;
+use ratelimit_config::global::RawGlobal;
 use ratelimit_config::limit::Limit;
+use ratelimit_protocol::global::Global;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,6 +87,9 @@ pub(crate) struct RawRateLimit {
     pub(crate) name: Option<String>,
     #[serde(default)]
     pub(crate) replaces: Vec<RawReplaces>,
+    /// The bridge's own: one budget across regions, as a plugin rule's `global`
+    /// (docs/regions.md).
+    pub(crate) global: Option<RawGlobal>,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +128,9 @@ pub struct Rule {
     pub shared: Vec<(usize, String)>,
     /// The descriptor's `metadata`, for the dynamic metadata of a call it passes.
     pub metadata: Option<Struct>,
+    /// One budget across regions (`rate_limit.global`): checked through the bridge's
+    /// leases of its ledger, as a plugin's global rule is.
+    pub global: Option<Global>,
 }
 
 /// One level of a domain's tree.
@@ -220,6 +228,11 @@ impl Limits {
             level = &node.children;
         }
         None
+    }
+
+    /// Whether `domain` is configured (with descriptors or none).
+    pub fn configures(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
     /// The domains configured.
@@ -353,6 +366,19 @@ fn rule(
         };
         (quota, unit)
     };
+    let global = match raw.global {
+        None => None,
+        Some(_) if !matches!(quota, Quota::Bucket(_)) => {
+            return Err(format!(
+                "{path}: rate_limit.global needs a bucket (requests_per_unit above 0, not \
+                 unlimited)"
+            ))
+        }
+        Some(raw) => Some(
+            raw.validate("rate_limit.global")
+                .map_err(|e| format!("{path}: {e}"))?,
+        ),
+    };
     Ok(Rule {
         label: RuleLabel {
             domain: domain.to_owned(),
@@ -366,6 +392,7 @@ fn rule(
         replaces: raw.replaces.into_iter().map(|r| r.name).collect(),
         shared: shared.to_vec(),
         metadata: None,
+        global,
     })
 }
 

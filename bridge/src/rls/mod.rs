@@ -13,6 +13,7 @@
 //! - `hits`: a number of hits as Envoy reads one from a string.
 //! - `plan`: what one call asks of which bucket: checks, costs, reservations.
 //! - `answer`: one call answered.
+//! - `operators`: the service's buckets as the operator's `override` and `usage` name them.
 //! - `dynamic`: envoyproxy/ratelimit's dynamic metadata of a call.
 //! - `xds`: the configuration from an xDS server, as Envoy Gateway serves it.
 //! - `args`: the service's flags, and the service they make.
@@ -26,6 +27,7 @@ pub mod dynamic;
 pub mod hits;
 pub mod limits;
 pub mod metadata;
+pub mod operators;
 pub mod plan;
 pub mod proto;
 pub mod source;
@@ -33,7 +35,9 @@ pub mod wildcard;
 pub mod xds;
 
 use crate::budget::{Charge, Share};
+use crate::check::RuleSpec;
 use crate::grpc::{self, Deframer};
+use crate::regions::Regions;
 use crate::store::Store;
 use answer::{Headers, ResponseHeaders, Service};
 use bytes::Bytes;
@@ -175,6 +179,20 @@ impl Rls {
             .clone()
     }
 
+    /// The bucket of `domain`'s descriptor `entries` (`key=value`) in the configuration in
+    /// force, as `/admin/usage` reads it: its key prefix, its configured path and the spec
+    /// to read it with.
+    pub fn usage_bucket(
+        &self,
+        domain: &str,
+        entries: &[String],
+    ) -> Result<(String, String, RuleSpec), String> {
+        let limits = self.limits().ok_or("no rate limit configuration loaded")?;
+        let prefix = &self.service.prefix;
+        let (rule, spec) = operators::bucket(&limits, prefix, domain, entries)?;
+        Ok((prefix.clone(), rule, spec))
+    }
+
     /// Reads the configuration again whenever its files change, until dropped (aborted);
     /// returns at once for a configuration from xDS.
     pub async fn watch(self: Arc<Rls>) {
@@ -210,6 +228,7 @@ impl Rls {
     pub async fn serve(
         &self,
         store: &Store,
+        regions: Option<&Arc<Regions>>,
         share: Share,
         req: Request<Incoming>,
         body_timeout: Duration,
@@ -221,10 +240,16 @@ impl Rls {
             .exact()
             .map_or(framed, |n| n as usize);
         let charge = share.charge(expected.min(framed)).await;
-        (self.answer(store, req, body_timeout).await, charge)
+        (self.answer(store, regions, req, body_timeout).await, charge)
     }
 
-    async fn answer(&self, store: &Store, req: Request<Incoming>, body_timeout: Duration) -> Reply {
+    async fn answer(
+        &self,
+        store: &Store,
+        regions: Option<&Arc<Regions>>,
+        req: Request<Incoming>,
+        body_timeout: Duration,
+    ) -> Reply {
         let grpc = req
             .headers()
             .get("content-type")
@@ -254,7 +279,7 @@ impl Rls {
         let Some(limits) = self.limits() else {
             return status_only(grpc::UNAVAILABLE, "no rate limit configuration loaded");
         };
-        match self.service.answer(&limits, store, &request).await {
+        match self.service.answer(&limits, store, regions, &request).await {
             Ok(response) => {
                 let frames = [
                     Frame::data(grpc::prefixed(&response.encode_to_vec())),

@@ -27,13 +27,11 @@ use super::proto::{Entry, RateLimitDescriptor, RateLimitRequest};
 use crate::check::{Check, RuleSpec};
 use crate::rls_metrics::RuleLabel;
 use ratelimit_config::digest::sha256_hex;
-use ratelimit_config::keys::{bucket_key, key_safe};
+use ratelimit_config::keys::{bucket_key, key_safe, SERVICE_RULE};
 use ratelimit_config::limit::Limit;
 use ratelimit_protocol::{Settle, MAX_EXACT, MAX_RULES};
 use std::sync::Arc;
 
-/// The rule segment of every bucket key the service makes: `prefix:rls:domain:key:value...`.
-pub const RULE: &str = "rls";
 /// Descriptors in one call, and entries in one descriptor: Envoy sends a handful, and
 /// envoyproxy/ratelimit bounds neither; these bound only the work a hostile call makes. Of
 /// them, at most `MAX_RULES` buckets of each kind (checked, read, costed) in one call: a
@@ -163,6 +161,14 @@ pub fn plan(
                 continue;
             }
         };
+        if found.global.is_some() && (own.is_some() || !matches!(marker, Marker::None)) {
+            return Err(Refusal::Invalid(format!(
+                "descriptor {} is a global limit: only the request's hits are checked \
+                 against it (a descriptor's own hits_addend, a reservation or a commit are \
+                 not supported yet)",
+                found.label.key
+            )));
+        }
         let reserves = matches!(marker, Marker::Reserve);
         let (ask, at) = match (marker, own) {
             (Marker::Reserved(reserved), Some(_)) => {
@@ -264,7 +270,9 @@ fn rule_of(
         domain,
         entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
     );
-    let Some(wanted) = &descriptor.limit else {
+    // As envoyproxy/ratelimit: no limit at all in a domain it does not configure, not even
+    // the caller's own.
+    let (Some(wanted), true) = (&descriptor.limit, limits.configures(domain)) else {
         return Ok(found.cloned());
     };
     let ms = unit_ms(wanted.unit).ok_or_else(|| {
@@ -296,6 +304,7 @@ fn rule_of(
             replaces: Vec::new(),
             shared: Vec::new(),
             metadata: None,
+            global: None,
         },
         |r| Rule::clone(r),
     );
@@ -314,8 +323,21 @@ fn value(text: &str) -> String {
     key_safe(text.as_bytes()).map_or_else(|| format!("#{}", sha256_hex(b"")), Into::into)
 }
 
+/// The key of `domain`'s bucket for `parts`, a descriptor's entries as the key holds them
+/// (each key, then its value or its shared pattern); fewer of them name what an operator's
+/// override covers (`overrides::Table::find`).
+pub fn bucket_of<'a>(
+    prefix: &str,
+    domain: &str,
+    parts: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let mut values = vec![value(domain)];
+    values.extend(parts.into_iter().map(value));
+    bucket_key(prefix, SERVICE_RULE, &values)
+}
+
 /// The rule of a descriptor's bucket, as the script takes it.
-fn spec(
+pub fn spec(
     prefix: &str,
     domain: &str,
     entries: &[Entry],
@@ -323,17 +345,17 @@ fn spec(
     limit: &Limit,
     cost: u64,
 ) -> RuleSpec {
-    let mut values = vec![value(domain)];
-    for (i, entry) in entries.iter().enumerate() {
-        values.push(value(&entry.key));
-        match rule.shared.iter().find(|(at, _)| *at == i) {
-            Some((_, pattern)) => values.push(value(pattern)),
-            None => values.push(value(&entry.value)),
-        }
-    }
-    let key = bucket_key(prefix, RULE, &values);
+    let parts = entries.iter().enumerate().flat_map(|(i, entry)| {
+        let shared = rule.shared.iter().find(|(at, _)| *at == i);
+        [
+            entry.key.as_str(),
+            shared.map_or(entry.value.as_str(), |(_, p)| p.as_str()),
+        ]
+    });
+    let key = bucket_of(prefix, domain, parts);
     let mut spec = RuleSpec::plain(key, limit.burst, limit.num, limit.den, cost);
     spec.shadow = rule.shadow;
+    spec.global.clone_from(&rule.global);
     spec
 }
 

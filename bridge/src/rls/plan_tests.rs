@@ -136,3 +136,67 @@ fn a_reservation_and_its_commit_name_the_same_bucket_as_the_plain_descriptor() {
         (plain.check[0].key.as_str(), -4)
     );
 }
+
+/// A limit with `global` is checked as the plugin's global rules are (the spec carries its
+/// terms); what regions cannot do yet (a descriptor's own hits, reservations) is refused, as
+/// a plugin's global rule that meters is; a caller's `limit` applies only in a configured
+/// domain, as envoyproxy/ratelimit applies it.
+#[test]
+fn global_limits_and_callers_limits_are_planned_as_documented() {
+    let yaml = "domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 20, global: {home: eu, lease_ttl: 500ms}}
+";
+    let limits = Limits::parse([("edge.yaml", yaml)], false).unwrap();
+    let call = |domain: &str, hits: Option<u64>, limit: Option<LimitOverride>| {
+        let request = RateLimitRequest {
+            domain: domain.into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "tenant".into(),
+                    value: "acme".into(),
+                }],
+                limit,
+                hits_addend: hits.map(|value| UInt64Value { value }),
+            }],
+            hits_addend: 2,
+        };
+        plan(&limits, &request, "rl", "id")
+    };
+    let checked = call("edge", None, None).unwrap();
+    let global = checked.check[0].global.as_ref().unwrap();
+    assert_eq!(
+        (global.home.as_str(), global.ttl_ms, checked.check[0].cost),
+        ("eu", 500, 2)
+    );
+    for hits in [0, 5] {
+        let Err(Refusal::Invalid(why)) = call("edge", Some(hits), None) else {
+            panic!("a global limit's own hits {hits} are refused");
+        };
+        assert!(why.contains("global"), "{why}");
+    }
+    let wanted = || {
+        Some(LimitOverride {
+            requests_per_unit: 10,
+            unit: 3,
+        })
+    };
+    let unconfigured = call("elsewhere", None, wanted()).unwrap();
+    assert!(unconfigured.check.is_empty() && unconfigured.descriptors[0].ask == Ask::Free);
+    let configured = call("edge", None, wanted()).unwrap();
+    assert_eq!(configured.check[0].burst, 10);
+    let refused = [
+        "unit: second, requests_per_unit: 0, global: {}",
+        "unlimited: true, global: {}",
+    ];
+    for rate_limit in refused {
+        let yaml =
+            format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{rate_limit}}}\n");
+        let why = Limits::parse([("d.yaml", yaml.as_str())], false).unwrap_err();
+        assert!(why.contains("global needs a bucket"), "{why}");
+    }
+    let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, global: {home: EU}}\n";
+    let why = Limits::parse([("d.yaml", bad)], false).unwrap_err();
+    assert!(why.contains("rate_limit.global.home"), "{why}");
+}

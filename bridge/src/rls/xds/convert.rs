@@ -37,6 +37,8 @@ fn descriptors(list: Vec<RateLimitDescriptor>, parent: &str) -> Result<Vec<RawDe
                     .into_iter()
                     .map(|r| RawReplaces { name: r.name })
                     .collect(),
+                // The xDS resource has no place for it: a file's extension.
+                global: None,
             });
             Ok(RawDescriptor {
                 descriptors: descriptors(d.descriptors, &path)?,
