@@ -41,6 +41,17 @@ pub fn translate(
     };
     settings::check(&get)?;
     let truthy = |name: &str| settings::boolean(&get, name, false);
+    // Settings whose meaning the bridge cannot give are refused, not ignored: memcache
+    // buckets (theirs refuses any other backend too), and quota mode everywhere (as
+    // `quota_mode` in the configuration is), which changes which calls are over.
+    if let Some(backend) = get("BACKEND_TYPE").filter(|b| !b.is_empty() && b != "redis") {
+        return Err(format!(
+            "BACKEND_TYPE={backend}: the bridge keeps its buckets in Redis (redis) only"
+        ));
+    }
+    if truthy("QUOTA_MODE") {
+        return Err("QUOTA_MODE: quota mode is not supported".into());
+    }
     let mut out = Vec::new();
     let kind = get("CONFIG_TYPE").unwrap_or_else(|| "FILE".into());
     // Compared as theirs compares it (a Go switch): `file` is no configuration type there.

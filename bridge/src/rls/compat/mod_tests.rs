@@ -166,6 +166,17 @@ fn booleans_and_ports_are_read_as_go_reads_them() {
 #[test]
 fn nothing_without_runtime_root_and_clear_refusals() {
     assert!(from(&[("REDIS_URL", "redis:6379")]).unwrap().is_empty());
+    // Their defaults, written out, are read.
+    for (name, value) in [
+        ("BACKEND_TYPE", "redis"),
+        ("BACKEND_TYPE", ""),
+        ("QUOTA_MODE", "false"),
+    ] {
+        assert!(
+            from(&[("RUNTIME_ROOT", "/data"), (name, value)]).is_ok(),
+            "{name}={value}"
+        );
+    }
     for (vars, said) in [
         (vec![("REDIS_SOCKET_TYPE", "unix")], "only tcp"),
         (vec![("REDIS_URL", "a:1,b:2")], "one host:port"),
@@ -181,6 +192,9 @@ fn nothing_without_runtime_root_and_clear_refusals() {
             vec![("CONFIG_TYPE", "GRPC_XDS_DELTA")],
             "CONFIG_TYPE=GRPC_XDS_DELTA",
         ),
+        (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache"),
+        (vec![("BACKEND_TYPE", "Redis")], "BACKEND_TYPE=Redis"),
+        (vec![("QUOTA_MODE", "T")], "QUOTA_MODE"),
     ] {
         let mut vars = vars;
         vars.push(("RUNTIME_ROOT", "/data"));
