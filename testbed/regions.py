@@ -34,10 +34,12 @@ class World:
     monotonic clock included, which its leases' lives are measured on. `plugins[region]`:
     the plugin that region's gateway loads instead of `plugin`; `listing[region]`: the
     regions that region's bridge names (`--region-redis`), every one by default: bridges
-    that disagree, as during a rolling restart that adds a region or moves a home."""
+    that disagree, as during a rolling restart that adds a region or moves a home.
+    `stack_of(plugin, bridge_args)`: a region's stack of one gateway, if not a plugin's
+    (Envoy's `ratelimit` filter and the bridge's rate limit service: `RlsStack`)."""
 
     def __init__(self, plugin, names=("a", "b", "c"), bridge_args=(), upstream=None,
-                 replica_of=None, clocks=None, plugins=None, listing=None):
+                 replica_of=None, clocks=None, plugins=None, listing=None, stack_of=None):
         self.names = list(names)
         ports = {n: free_port() for n in self.names}
         # links[(a, b)]: the proxy a's bridge reaches b's Redis through.
@@ -51,8 +53,9 @@ class World:
             for b in (listing or {}).get(a, self.names):
                 if b != a:
                     flags += ["--region-redis", f"{b}=redis://127.0.0.1:{proxy_ports[(a, b)]}"]
-            stack = Stack((plugins or {}).get(a, plugin), gateways=1,
-                          bridge_args=[*flags, *bridge_args], upstream=upstream)
+            own_plugin, own_args = (plugins or {}).get(a, plugin), [*flags, *bridge_args]
+            stack = stack_of(own_plugin, own_args) if stack_of else \
+                Stack(own_plugin, gateways=1, bridge_args=own_args, upstream=upstream)
             # The region's Valkey on the port its neighbours' proxies aim at.
             stack.redis_port = ports[a]
             stack.valkey.argv[stack.valkey.argv.index("--port") + 1] = str(ports[a])

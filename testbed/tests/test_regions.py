@@ -17,6 +17,7 @@ import pytest
 
 from testbed.plugins import plugin, rule
 from testbed.client import request
+from testbed.native_ratelimit import RlsStack
 from testbed.regions import Answer, Demand, World, admitted, admitted_rate, excess
 from testbed.stack import BRIDGE
 
@@ -195,6 +196,47 @@ def test_negative_control_three_independent_buckets_are_caught(world_of):
     world = world_of(config(global_=False))
     answers, _ = run(world, UNIFORM, 3)
     assert excess(answers, RATE, RATE, 1) > RATE / 2, "three budgets, not one"
+
+
+def rls_regions(global_):
+    """A region's stack: Envoy's own `ratelimit` filter, the bridge as its rate limit
+    service, the tenant's descriptor limited as `config()` limits the plugin's rule, global
+    (`rate_limit.global`) or not."""
+    terms = f", global: {{lease_ttl: {TTL_MS}ms}}" if global_ else ""
+    limits = (f"domain: api\ndescriptors:\n  - key: api_key\n"
+              f"    rate_limit: {{unit: second, requests_per_unit: {RATE}{terms}}}\n")
+    tenant = {"actions": [{"request_headers": {"header_name": "x-api-key",
+                                               "descriptor_key": "api_key"}}]}
+    return lambda _plugin, args: RlsStack(limits, [tenant], gateways=1, bridge_args=args)
+
+
+@pytest.mark.parametrize("global_", [True, False], ids=["global", "negative-control-plain"])
+def test_a_rate_limit_service_descriptor_made_global_keeps_one_budget(world_of, global_):
+    """The rate limit service's door to global rules: three times the rate through
+    Envoy's `ratelimit` filter in three regions stays within one budget; the same
+    descriptor without `global` (three budgets) is caught by the same checker."""
+    world = world_of(None, stack_of=rls_regions(global_))
+    answers, start = run(world, UNIFORM, 4)
+    if not global_:
+        assert excess(answers, RATE, RATE, 1) > RATE / 2, "three budgets, not one"
+        return
+    within_bound(answers)
+    assert admitted_rate(answers, start + 1, start + 4) >= 0.85 * RATE
+    granted = 'ratelimit_bridge_global_leases_total{event="granted"}'
+    assert all(series(stack, granted) > 0 for stack in world.regions.values())
+    # `usage` names the descriptor as Envoy sends it and reads its ledger at its home.
+    a = world.regions["a"]
+    flags = a.bridge.argv
+    regions = [f for i, f in enumerate(flags) if f.startswith("--region")
+               or flags[i - 1].startswith("--region")]
+    usage = subprocess.run(
+        [BRIDGE, "usage", "--redis", flags[flags.index("--redis") + 1], *regions,
+         "--rls-config", str(a.rls_file), "--domain", "api", "--entry", "api_key=tenant-1"],
+        capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 0, usage.stderr
+    seen = json.loads(usage.stdout)
+    assert seen["key"] == "rl:rls:api:api_key:tenant-1" and seen["global"]["home"] in "abc", seen
+    assert seen["global"]["ledger"]["capacity"] == RATE, seen
 
 
 def test_negative_control_regions_syncing_counts_asynchronously_are_caught(world_of):
