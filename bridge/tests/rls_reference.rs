@@ -8,77 +8,20 @@
 mod common;
 
 use common::client::{h2c, req};
-use common::server::{start_with, without_token, Bridge, RELAXED};
+use common::rls::{call, serve, Served};
+use common::server::{start_with, without_token, RELAXED};
 use common::Valkey;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use prost::Message;
-use ratelimit_bridge::grpc::{prefixed, Deframer};
+use hyper::Method;
 use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
 use ratelimit_bridge::rls::compat::translate;
 use ratelimit_bridge::rls::proto::{
     Entry, Kind, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value, Value,
-    CODE_OK, CODE_OVER_LIMIT, PATH,
+    CODE_OK, CODE_OVER_LIMIT,
 };
 use ratelimit_bridge::rls::{Options, Rls};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use test_support::pki::Scratch;
-use tokio::net::TcpStream;
-
-/// A bridge serving `yaml` (files of one directory) with `headers`.
-struct Served {
-    bridge: Bridge,
-    _dir: Scratch,
-    _valkey: Valkey,
-}
-
-async fn serve(files: &[(&str, &str)], options: impl Into<Options>) -> Served {
-    let valkey = Valkey::start();
-    let dir = Scratch::new();
-    for (name, text) in files {
-        dir.write(name, text);
-    }
-    let path: PathBuf = dir.path().to_owned();
-    let rls = Rls::load(path, "rl", options).unwrap();
-    let mut config = without_token(RELAXED);
-    config.rls = Some(Arc::new(rls));
-    let bridge = start_with(&valkey.url(), config).await;
-    Served {
-        bridge,
-        _dir: dir,
-        _valkey: valkey,
-    }
-}
-
-/// One call: the answer, or the gRPC status and message it ended with instead.
-async fn call(served: &Served, request: &RateLimitRequest) -> Result<RateLimitResponse, String> {
-    let io = TokioIo::new(TcpStream::connect(served.bridge.addr).await.unwrap());
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let body = Full::new(prefixed(&request.encode_to_vec()));
-    let request = Request::post(format!("http://bridge{PATH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(body)
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let head = response.headers().clone();
-    let collected = response.into_body().collect().await.unwrap();
-    let trailers = collected.trailers().cloned().unwrap_or(head);
-    let status = trailers.get("grpc-status").map(|v| v.to_str().unwrap());
-    if status != Some("0") {
-        let why = trailers.get("grpc-message").map(|v| v.to_str().unwrap());
-        return Err(format!("{status:?} {why:?}"));
-    }
-    let mut deframer = Deframer::default();
-    deframer.push(&collected.to_bytes());
-    Ok(RateLimitResponse::decode(deframer.next_message().unwrap().unwrap()).unwrap())
-}
 
 /// A descriptor's entries, as a case table writes them.
 type Entries<'a> = &'a [(&'a str, &'a str)];
@@ -506,13 +449,14 @@ async fn without_a_loadable_configuration_each_call_fails_until_one_loads() {
         "rl",
         ResponseHeaders::Off,
     ));
-    let watching = tokio::spawn(Arc::clone(&rls).watch());
+    let watching = Some(tokio::spawn(Arc::clone(&rls).watch()));
     let mut config = without_token(RELAXED);
     config.rls = Some(rls);
     let served = Served {
         bridge: start_with(&valkey.url(), config).await,
-        _dir: dir,
-        _valkey: valkey,
+        dir,
+        valkey: Some(valkey),
+        watching,
     };
     let alice = request("api", &[&[("user", "alice")]]);
     let failed = call(&served, &alice).await.unwrap_err();
@@ -532,5 +476,4 @@ async fn without_a_loadable_configuration_each_call_fails_until_one_loads() {
         }
     };
     assert_eq!(answer.statuses[0].limit_remaining, 2);
-    watching.abort();
 }

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod cutter;
 pub mod model;
 pub mod process;
+pub mod rls;
 pub mod sentinel;
 pub mod server;
 pub mod stream;
