@@ -12,10 +12,9 @@ use prometheus_client::registry::Registry;
 /// What became of a descriptor's hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hits {
-    /// Within the limit with more than a fifth of it left.
-    Within,
-    /// Within the limit, with a fifth of it or less left.
-    Near,
+    /// Within the limit; of them, this many past 80% of it used (envoyproxy/ratelimit's
+    /// near-limit ratio: the hits that took the use past `floor(0.8 x limit)`).
+    Within { near: u64 },
     /// Over the limit: the request was refused (or its cost taken into debt).
     Over,
     /// Over the limit of a descriptor in shadow mode: let through.
@@ -77,11 +76,11 @@ impl RlsMetrics {
         let family = match became {
             Hits::Over => &self.over_limit,
             Hits::Shadow => &self.shadow_mode,
-            Hits::Within | Hits::Near => &self.within_limit,
+            Hits::Within { .. } => &self.within_limit,
         };
         family.get_or_create(label).inc_by(hits);
-        if became == Hits::Near {
-            self.near_limit.get_or_create(label).inc_by(hits);
+        if let Hits::Within { near: near @ 1.. } = became {
+            self.near_limit.get_or_create(label).inc_by(near.min(hits));
         }
     }
 }

@@ -140,8 +140,15 @@ impl Service {
                     o.allowed = o.owed == 0;
                     o
                 }),
+                // A cost is within if the bucket paid all of it: it borrowed nothing, and
+                // left no debt (`borrowed` counts whole tokens: a cost of 1 on 0.3 tokens
+                // borrows 0.7, which is debt, as envoyproxy/ratelimit's counter at its
+                // limit is over at one hit more). A give-back is never over.
                 Ask::Cost => costed.get(planned.at).cloned().map(|mut o| {
-                    o.allowed = o.borrowed == 0;
+                    let took = (plan.cost.get(planned.at))
+                        .and_then(|spec| spec.settle.as_ref())
+                        .is_some_and(|settle| settle.delta > 0);
+                    o.allowed = o.borrowed == 0 && !(took && o.owed > 0);
                     o
                 }),
             };
@@ -161,8 +168,9 @@ impl Service {
             let became = match (over, rule.shadow || self.shadow) {
                 (true, false) => Hits::Over,
                 (true, true) => Hits::Shadow,
-                (false, _) if near(rule, outcome.as_ref()) => Hits::Near,
-                (false, _) => Hits::Within,
+                (false, _) => Hits::Within {
+                    near: near(rule, outcome.as_ref(), planned.hits),
+                },
             };
             metrics.hits(&rule.label, planned.hits, became);
             // In shadow mode for the whole service, the descriptor still says it is over
@@ -255,12 +263,15 @@ fn later_hits(descriptors: &[Planned]) -> Vec<u64> {
     descriptors.iter().enumerate().map(after).collect()
 }
 
-/// A fifth of the limit or less left after the hits.
-fn near(rule: &Rule, outcome: Option<&RuleOutcome>) -> bool {
-    match (rule.quota, outcome) {
-        (Quota::Bucket(limit), Some(o)) => o.remaining.saturating_mul(5) <= limit.burst,
-        _ => false,
-    }
+/// Of `hits` within the limit, how many took its use past `floor(0.8 x limit)`, as
+/// envoyproxy/ratelimit counts them near the limit: all of them if it was past already.
+fn near(rule: &Rule, outcome: Option<&RuleOutcome>, hits: u64) -> u64 {
+    let (Quota::Bucket(limit), Some(o)) = (rule.quota, outcome) else {
+        return 0;
+    };
+    let threshold = limit.burst.saturating_mul(4) / 5;
+    let used = limit.burst.saturating_sub(o.remaining);
+    used.saturating_sub(threshold).min(hits)
 }
 
 async fn run<F, Fut>(needed: bool, call: F) -> Result<Vec<RuleOutcome>, String>

@@ -107,7 +107,9 @@ pub fn plan(
 ) -> Result<Plan, Refusal> {
     let domain = request.domain.as_str();
     if domain.is_empty() {
-        return Err(Refusal::Invalid("the domain is empty".into()));
+        return Err(Refusal::Invalid(
+            "rate limit domain must not be empty".into(),
+        ));
     }
     // As envoyproxy/ratelimit refuses it: a call about nothing is a caller's mistake, and
     // Envoy's failure mode decides it.
