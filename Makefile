@@ -37,7 +37,7 @@ export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
 export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 
 .PHONY: all help build quick-build package setup test test-unit test-wasm test-e2e test-module test-package test-rules lint demo \
-	testbed soak soak-regions clean bench bench-smoke bench-build
+	testbed soak soak-regions clean bench bench-smoke bench-build flaky
 
 all: build
 
@@ -149,6 +149,12 @@ test-module: setup build
 		--target-dir target/planted
 	RATELIMIT_FILTER=module $(PY) -m pytest -q $(MODULE_TESTS)
 	$(PY) -m pytest -q $(MODULE_ONLY)
+
+## flaky: TESTS="..." (pytest node ids or files, or cargo:NAME[::FILTER] for a bridge
+## integration test) each run RUNS (20) times beside two CPU-bound processes: how many passed
+RUNS ?= 20
+flaky: setup build
+	$(PY) tools/flaky.py --runs $(RUNS) $(TESTS)
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
 ## filter and the configuration it compiles in; the dynamic module's test build)
