@@ -35,8 +35,15 @@ export RATELIMIT_ENVOY := $(CURDIR)/$(VENV)/bin/envoy
 export RATELIMIT_VALKEY := $(CURDIR)/$(VENV)/bin/valkey-server
 export RATELIMIT_PROMETHEUS := $(CURDIR)/$(VENV)/bin/prometheus
 export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
+# The end-to-end tests run on this many pytest workers (pytest-xdist; `auto`: one per core).
+# Each test starts its own servers on free ports, so they do not share a thing.
+PYTEST_WORKERS ?= auto
+# Where each test stage leaves its times, for the slowest tests `make test` prints last.
+TIMES := target/test-times
+# pytest with its times kept: $(call PYTEST,stage) ARGS...
+PYTEST = $(PY) -m pytest -q --junitxml=$(TIMES)/$(1).xml
 
-.PHONY: all help build quick-build package setup test test-unit test-wasm test-e2e test-module test-package test-rules lint demo \
+.PHONY: all help build quick-build package setup check test test-unit test-wasm test-e2e test-module test-package test-rules lint demo \
 	testbed soak soak-regions clean bench bench-smoke bench-build flaky
 
 all: build
@@ -109,15 +116,25 @@ package: setup $(PACKAGE_STAMP) build
 ## seconds of each fuzz target, and a smoke run of the benchmark scripts so they cannot rot
 test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules test-e2e test-module \
 	bench-smoke
+	@$(PYTHON) tools/slowest.py $(TIMES)
+
+## check: the quick tier, before a commit: no import cycle, rustfmt, clippy, and the unit and
+## property tests of every crate, native and wasm32 (no release build, no server)
+check: .rust-target lint
+	$(CARGO) test --workspace --lib --bins
+	$(MAKE) --no-print-directory test-wasm
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
-	$(CARGO) test --workspace
+	@mkdir -p $(TIMES)
+	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee $(TIMES)/unit.log
 
 # The unit tests of the filter and of the configuration it compiles in, compiled to
 # wasm32-wasip1, run by the harness's WASI runner.
+# The runner is built with the workspace's test features, as `cargo test --workspace` builds
+# it: built alone (-p), its dependencies would be built again with other features.
 test-wasm: .rust-target
-	$(CARGO) build -p wasmtime-harness --bin wasi-run
+	$(CARGO) build --workspace --bin wasi-run
 	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
 		$(CARGO) test -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET)
 
@@ -129,7 +146,7 @@ PACKAGE_TESTS := testbed/tests/test_package.py testbed/tests/test_bridge_image.p
 
 ## test-package: the package tests alone (no Envoy), after `package`
 test-package: setup package
-	$(PY) -m pytest -q $(PACKAGE_TESTS)
+	$(call PYTEST,package) $(PACKAGE_TESTS)
 
 ## test-rules: deploy/prometheus/'s rules checked and unit-tested by promtool (no servers)
 test-rules: $(PROM_STAMP)
@@ -137,7 +154,7 @@ test-rules: $(PROM_STAMP)
 	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 test-e2e: setup build
-	$(PY) -m pytest -q testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
+	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
 
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
 ## of the filter's core, and its test build (target/planted/) through a planted panic
@@ -147,8 +164,8 @@ MODULE_TESTS := $(addprefix testbed/tests/,test_e2e.py test_metered.py test_mete
 test-module: setup build
 	$(CARGO) build --profile module -p ratelimit-dynamic-module --features planted-panic \
 		--target-dir target/planted
-	RATELIMIT_FILTER=module $(PY) -m pytest -q $(MODULE_TESTS)
-	$(PY) -m pytest -q $(MODULE_ONLY)
+	RATELIMIT_FILTER=module $(call PYTEST,module) -n $(PYTEST_WORKERS) $(MODULE_TESTS)
+	$(call PYTEST,planted) $(MODULE_ONLY)
 
 ## flaky: TESTS="..." (pytest node ids or files, or cargo:NAME[::FILTER] for a bridge
 ## integration test) each run RUNS (20) times beside two CPU-bound processes: how many passed
@@ -167,7 +184,7 @@ lint: .rust-target
 	$(CARGO) clippy -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call \
 		--target-dir $(REDIS_TARGET_DIR) -- -D warnings
-	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target/fuzz -- -D warnings
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target -- -D warnings
 
 # The filter and the bridge for the demo and the testbed, quick to build (`quick`).
 quick-build: .rust-target
@@ -236,12 +253,17 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 	-Cllvm-args=-sanitizer-coverage-stack-depth \
 	-Cllvm-args=-simplifycfg-branch-fold-threshold=0 --cfg fuzzing
 
+# FUZZ_OPT: the smoke run's seconds of fuzzing need no fully optimized build (opt-level 1
+# built in 124 s here, 3 in 158 s); `make fuzz` keeps the release profile's 3.
+FUZZ_OPT ?= 3
 fuzz-build:
-	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" $(CARGO) build --release --bins \
+	CARGO_PROFILE_RELEASE_OPT_LEVEL=$(FUZZ_OPT) RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
+		$(CARGO) build --release --bins \
 		--manifest-path fuzz/Cargo.toml --target $(FUZZ_HOST) --target-dir target/fuzz
 
 fuzz: fuzz-build
 	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN) $(FUZZ_TARGETS)
 
+fuzz-smoke: FUZZ_OPT = 1
 fuzz-smoke: fuzz-build
 	fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_BIN) $(FUZZ_TARGETS)
