@@ -54,7 +54,7 @@ def command_of(test):
     if test.startswith("cargo:"):
         name, _, filter_ = test[len("cargo:"):].partition("::")
         return [cargo_binary(name), *([filter_] if filter_ else []), "--test-threads", "1"]
-    return [str(PY), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test]
+    return [str(PY), "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
 
 
 def main():
