@@ -8,11 +8,10 @@
 //! admin token file serves none of them (`404`), however reachable it is.
 
 use crate::access::Access;
+use crate::engine::Engine;
 use crate::overrides::{parse_spec, Override, Target};
-use crate::regions::Regions;
 use crate::registry;
 use crate::rls::{operators, Rls};
-use crate::store::Store;
 use crate::unblock::unblock;
 use crate::usage::{self, Query};
 use hyper::header::HeaderMap;
@@ -28,13 +27,13 @@ pub type Answer = (StatusCode, String);
 
 /// What the admin endpoints may use.
 pub struct Admin<'a> {
-    pub store: &'a Store,
+    /// The store the overrides and blocks are in, and the regions, for a global rule's
+    /// ledger in usage (`--region`).
+    pub engine: &'a Engine,
     /// The operators' secret; open (no `--admin-token-file`): no admin endpoint is served.
     pub access: &'a Access,
     /// The plugin configuration, for usage (`--config`).
     pub plugin: Option<&'a Config>,
-    /// The regions, for a global rule's ledger in usage (`--region`).
-    pub regions: Option<&'a Regions>,
     /// The rate limit service, for its descriptors' usage (`--rls-config`).
     pub rls: Option<&'a Rls>,
 }
@@ -81,7 +80,7 @@ impl Admin<'_> {
 
     /// `prefix=` (default: the bridge's first key prefix), which must be one of its own.
     fn prefix<'p>(&'p self, params: &'p Params) -> Result<&'p str, Failure> {
-        let mut own = self.store.keyspace().prefixes();
+        let mut own = self.engine.store().keyspace().prefixes();
         match params.one("prefix") {
             None => own.next().ok_or(Failure::Bad("no key prefix".into())),
             Some(p) if own.any(|o| o == p) => Ok(p),
@@ -103,7 +102,7 @@ impl Admin<'_> {
     }
 
     async fn list(&self, params: &Params) -> Result<Value, Failure> {
-        let active = registry::list(self.store, self.prefix(params)?).await;
+        let active = registry::list(self.engine.store(), self.prefix(params)?).await;
         Ok(active
             .map_err(Failure::Redis)?
             .iter()
@@ -131,13 +130,13 @@ impl Admin<'_> {
             params.required("ttl")?,
         )
         .map_err(Failure::Bad)?;
-        let set = registry::set(self.store, target, limit, ttl_ms).await;
+        let set = registry::set(self.engine.store(), target, limit, ttl_ms).await;
         Ok(set.map_err(Failure::Redis)?.to_json())
     }
 
     async fn clear(&self, params: &Params) -> Result<Value, Failure> {
         let target = self.target(params)?;
-        let cleared = registry::clear(self.store, &target).await;
+        let cleared = registry::clear(self.engine.store(), &target).await;
         Ok(serde_json::json!({"key": target.key, "cleared": cleared.map_err(Failure::Redis)?}))
     }
 
@@ -148,7 +147,7 @@ impl Admin<'_> {
             ));
         }
         let target = self.target(params)?;
-        let unblocked = unblock(self.store, &target).await;
+        let unblocked = unblock(self.engine.store(), &target).await;
         Ok(serde_json::json!({"key": target.key, "unblocked": unblocked.map_err(Failure::Redis)?}))
     }
 
@@ -161,7 +160,7 @@ impl Admin<'_> {
             };
             let (prefix, rule, spec) =
                 (rls.usage_bucket(domain, &params.all("entry"))).map_err(Failure::Bad)?;
-            return usage::read(self.store, self.regions, &prefix, &rule, spec)
+            return usage::read(self.engine, &prefix, &rule, spec)
                 .await
                 .map_err(Failure::Redis);
         }
@@ -176,7 +175,7 @@ impl Admin<'_> {
             tier: params.one("tier").map(str::to_string),
         };
         let (rule, spec) = usage::bucket(plugin, &query).map_err(Failure::Bad)?;
-        usage::read(self.store, self.regions, &plugin.key_prefix, &rule, spec)
+        usage::read(self.engine, &plugin.key_prefix, &rule, spec)
             .await
             .map_err(Failure::Redis)
     }

@@ -4,6 +4,7 @@
 //! prints one line of JSON; and `check-config`, which reads no Redis and prints what a
 //! gateway would log.
 
+use crate::engine::Engine;
 use crate::overrides::{parse_spec, Override, Target};
 pub use crate::redis_args::RedisArgs;
 use crate::regions::flags::RegionArgs;
@@ -17,6 +18,7 @@ use ratelimit_config::loading::{self, Build};
 use ratelimit_protocol::RuleSpec;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An operator's command.
@@ -223,8 +225,9 @@ pub async fn run(command: Command) -> Result<String, String> {
         Command::Usage(args) => {
             let (prefix, rule, spec) = usage_bucket(&args)?;
             let store = args.redis.store(OPTIONS)?;
-            let regions = args.regions.regions(&args.redis, &store, OPTIONS)?;
-            usage::read(&store, regions.as_ref(), &prefix, &rule, spec).await?
+            let regions = args.regions.regions(&args.redis, OPTIONS)?;
+            let engine = Engine::new(store, regions.map(Arc::new));
+            usage::read(&engine, &prefix, &rule, spec).await?
         }
     };
     Ok(value.to_string())

@@ -1,11 +1,12 @@
-//! The series of global rules' leases (`regions`), registered with the bridge's others
-//! (`metrics`) so that `/metrics` shows them: what the ledgers granted this bridge, what
-//! it returned, what expired unspent here, what the ledgers refused, and how long a call
-//! to each region's ledger took (the cross-region round trip a cold key pays), and the
-//! checks refused because bridges disagree on where a rule's ledgers are. Labels are
-//! the events below and the regions of `--region-redis`: bounded.
+//! The series of global rules' leases (`regions`), kept by the regions and shown on
+//! `/metrics` before the bridge's others (`metrics`, `probes::render`): what the ledgers
+//! granted this bridge, what it returned, what expired unspent here, what the ledgers
+//! refused, and how long a call to each region's ledger took (the cross-region round trip
+//! a cold key pays), and the checks refused because bridges disagree on where a rule's
+//! ledgers are. Labels are the events below and the regions of `--region-redis`: bounded.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::metrics::PREFIX;
+use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -48,6 +49,8 @@ type Static = [(&'static str, &'static str); 1];
 
 /// The series of the leases of global rules.
 pub struct GlobalMetrics {
+    /// What `/metrics` encodes of them: every series below.
+    registry: Registry,
     /// `global_leases_total{event}`: leases (or asks) by what became of them.
     leases: [Counter; EVENTS.len()],
     /// `global_lease_tokens_total{event}`: their tokens.
@@ -63,12 +66,20 @@ fn ledger_seconds() -> Histogram {
     Histogram::new(LEDGER_SECONDS)
 }
 
+impl Default for GlobalMetrics {
+    fn default() -> GlobalMetrics {
+        GlobalMetrics::new()
+    }
+}
+
 impl GlobalMetrics {
-    /// Its series, registered with `registry`.
-    pub fn registered(registry: &mut Registry) -> GlobalMetrics {
+    /// Its series, in a registry of their own under the bridge's prefix.
+    pub fn new() -> GlobalMetrics {
+        let mut registry = Registry::with_prefix(PREFIX);
         let leases = Family::<Static, Counter>::default();
         let tokens = Family::<Static, Counter>::default();
         let m = GlobalMetrics {
+            registry: Registry::default(),
             leases: EVENTS.map(|e| leases.get_or_create_owned(&[("event", e)])),
             tokens: EVENTS.map(|e| tokens.get_or_create_owned(&[("event", e)])),
             seconds: Family::new_with_constructor(ledger_seconds),
@@ -96,7 +107,12 @@ impl GlobalMetrics {
              rule's home (two ledgers for one key)",
             m.disagreements.clone(),
         );
-        m
+        GlobalMetrics { registry, ..m }
+    }
+
+    /// The series as OpenMetrics text, without the end marker (`probes::render` adds it).
+    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+        text::encode_registry(out, &self.registry)
     }
 
     /// A check refused: bridges disagree on where its rule's ledgers are.

@@ -14,9 +14,8 @@
 
 use crate::budget::{Charge, Share};
 use crate::deadlines::{Activity, Unwritten};
+use crate::engine::Engine;
 use crate::metrics::{Failure, Transport};
-use crate::regions::Regions;
-use crate::store::Store;
 use crate::wire;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt;
@@ -116,9 +115,8 @@ pub type Holding = (Option<Charge>, Option<Unwritten>);
 
 /// What one stream is served with.
 pub struct Serving {
-    pub store: Store,
-    /// For global rules (`--region`).
-    pub regions: Option<Arc<Regions>>,
+    /// What runs the stream's exchanges.
+    pub engine: Engine,
     /// The connection's share of the budget.
     pub share: Share,
     /// The connection's: a reply waits under its write deadline.
@@ -138,14 +136,13 @@ pub async fn serve(
     out: mpsc::Sender<(Frame<Bytes>, Holding)>,
 ) {
     let Serving {
-        store,
-        regions,
+        engine,
         share,
         activity,
         stop: mut shutdown,
         message_timeout,
     } = serving;
-    let _open = store.metrics().stream_opened();
+    let _open = engine.store().metrics().stream_opened();
     let mut deframer = Deframer::default();
     let mut answering = JoinSet::new();
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_MESSAGES));
@@ -207,10 +204,9 @@ pub async fn serve(
             // goes, or a long-lived stream keeps every answer it ever gave (about 900
             // bytes each, as `make soak` found).
             while answering.try_join_next().is_some() {}
-            let (store, out, activity) = (store.clone(), out.clone(), activity.clone());
-            let regions = regions.clone();
+            let (engine, out, activity) = (engine.clone(), out.clone(), activity.clone());
             answering.spawn(async move {
-                let reply = answer(&store, regions.as_ref(), id, &message).await;
+                let reply = answer(&engine, id, &message).await;
                 drop(message);
                 let holding = (Some(charge), Some(activity.unwritten()));
                 let _ = out
@@ -228,8 +224,8 @@ pub async fn serve(
     // Every message read is answered before the stream ends.
     while answering.join_next().await.is_some() {}
     match status {
-        INVALID_ARGUMENT => store.metrics().failure(Failure::BadMessage),
-        DEADLINE_EXCEEDED => store.metrics().failure(Failure::MessageTimeout),
+        INVALID_ARGUMENT => engine.store().metrics().failure(Failure::BadMessage),
+        DEADLINE_EXCEEDED => engine.store().metrics().failure(Failure::MessageTimeout),
         _ => {}
     }
     match status {
@@ -245,10 +241,10 @@ pub async fn serve(
 
 /// The reply message to exchange `id`; a batch that cannot be read at all is answered with
 /// one failed line, which the filter cannot match to its checks and so fails the exchange.
-async fn answer(store: &Store, regions: Option<&Arc<Regions>>, id: u32, message: &[u8]) -> String {
+async fn answer(engine: &Engine, id: u32, message: &[u8]) -> String {
     let body = split_message(message).map_or(&[][..], |(_, body)| body);
     let mut reply = String::new();
-    if let Err(bad) = wire::answer(store, regions, Transport::Grpc, body, &mut reply).await {
+    if let Err(bad) = wire::answer(engine, Transport::Grpc, body, &mut reply).await {
         log::warn!("exchange {id} refused: {bad}");
         reply = format!("! {bad}\n");
     }

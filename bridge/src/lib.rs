@@ -71,6 +71,7 @@ pub mod commands;
 pub mod commit;
 pub mod connect;
 pub mod deadlines;
+pub mod engine;
 #[cfg(test)]
 pub(crate) mod fakes;
 pub mod global_metrics;

@@ -5,6 +5,7 @@ use ratelimit_bridge::access::Access;
 use ratelimit_bridge::commands::{self, Command, RedisArgs};
 use ratelimit_bridge::connect::redact;
 use ratelimit_bridge::deadlines::ConnectionBounds;
+use ratelimit_bridge::engine::Engine;
 use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::listen_tls::ListenTlsArgs;
 use ratelimit_bridge::probes;
@@ -253,10 +254,7 @@ async fn serve(args: Args) -> Result<(), String> {
             ));
         }
     }
-    let regions = args
-        .regions
-        .regions(&args.redis, &store, options)?
-        .map(Arc::new);
+    let regions = args.regions.regions(&args.redis, options)?.map(Arc::new);
     let prefix = store.keyspace().prefixes().next().unwrap_or(DEFAULT_PREFIX);
     // The rate limit service's configuration is parsed on a blocking thread, never on the
     // runtime, at start as on every reload: its cost is the operator's file's to set.
@@ -274,12 +272,17 @@ async fn serve(args: Args) -> Result<(), String> {
         .zip(xds)
         .map(|(rls, xds)| tokio::spawn(xds::follow(rls, xds)));
     let tls = args.tls.acceptor()?;
+    let engine = Engine::new(store, regions.clone());
     let mut probing = Vec::new();
     for addr in &args.probe_listen {
         let probes = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("--probe-listen {addr}: {e}"))?;
-        probing.push(tokio::spawn(probes::serve(probes, store.clone())));
+        probing.push(tokio::spawn(probes::serve(
+            probes,
+            engine.clone(),
+            rls.clone(),
+        )));
     }
     let listener = TcpListener::bind(args.listen)
         .await
@@ -315,13 +318,12 @@ async fn serve(args: Args) -> Result<(), String> {
     };
     server::run(
         listener,
-        store,
+        engine,
         Config {
             bounds,
             access,
             admin,
             plugin,
-            regions,
             rls,
             tls,
         },

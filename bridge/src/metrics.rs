@@ -12,8 +12,6 @@
 //! a histogram takes a short lock. A node's series are made on its first call and found
 //! again without allocating.
 
-use crate::global_metrics::GlobalMetrics;
-use crate::rls_metrics::RlsMetrics;
 use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -24,6 +22,9 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
+
+/// The prefix of every series' name, the regions' and the rate limit service's too.
+pub const PREFIX: &str = "ratelimit_bridge";
 
 /// What `GET /metrics` answers with: the OpenMetrics text the crate encodes (Prometheus
 /// reads it).
@@ -187,7 +188,8 @@ struct Node {
     queue: Gauge,
 }
 
-/// The registry and every series the bridge records; one per `Store`, shared by its clones.
+/// The registry and the series the store and the doors record (the regions and the rate
+/// limit service keep their own); one per `Store`, shared by its clones.
 pub struct Metrics {
     /// What `/metrics` encodes; holds every family below.
     registry: Registry,
@@ -219,10 +221,6 @@ pub struct Metrics {
     grpc_streams: Gauge,
     /// Each node's series by name, found without building a label set (which allocates).
     nodes: RwLock<HashMap<String, Node>>,
-    /// Global rules' leases (`regions`).
-    pub global: GlobalMetrics,
-    /// The rate limit service's per-limit series (`rls`).
-    pub rls: RlsMetrics,
 }
 
 impl Default for Metrics {
@@ -240,11 +238,8 @@ impl Metrics {
         let checks = Family::<Static, Counter>::default();
         let exchanges = Family::<Static, Counter>::default();
         let failures = Family::<Static, Counter>::default();
-        let mut registry = Registry::with_prefix("ratelimit_bridge");
-        let global = GlobalMetrics::registered(&mut registry);
-        let rls = RlsMetrics::registered(&mut registry);
         let mut m = Metrics {
-            registry,
+            registry: Registry::with_prefix(PREFIX),
             checks: ["allowed", "denied", "failed", "refused"]
                 .map(|o| checks.get_or_create_owned(&[("outcome", o)])),
             exchanges: ["http", "grpc"].map(|t| exchanges.get_or_create_owned(&[("transport", t)])),
@@ -259,8 +254,6 @@ impl Metrics {
             connections: Gauge::default(),
             grpc_streams: Gauge::default(),
             nodes: RwLock::default(),
-            global,
-            rls,
         };
         let r = &mut m.registry;
         r.register("checks", "Checks answered, by outcome", checks);
@@ -320,11 +313,17 @@ impl Metrics {
         m
     }
 
-    /// The metrics as OpenMetrics text (`CONTENT_TYPE`).
+    /// These series alone as OpenMetrics text (`CONTENT_TYPE`); `/metrics` shows the
+    /// regions' and the rate limit service's with them (`probes::render`).
     pub fn render(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+
+    /// These series as OpenMetrics text without the end marker, for `probes::render`.
+    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+        text::encode_registry(out, &self.registry)
     }
 
     /// One check of an exchange answered.

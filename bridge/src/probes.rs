@@ -4,14 +4,18 @@
 //! envoyproxy/ratelimit's deployments (Envoy Gateway's) probe its HTTP port and scrape a
 //! Prometheus port beside its TLS gRPC port.
 
+use crate::engine::Engine;
+use crate::global_metrics::GlobalMetrics;
 use crate::metrics;
-use crate::store::Store;
+use crate::rls::Rls;
+use crate::rls_metrics::RlsMetrics;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderValue;
 use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::text;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,26 +40,52 @@ pub fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
 }
 
 /// The answer to a probe's `method` and `path`; `None` for a path that is not a probe's.
-pub async fn answer(store: &Store, method: &Method, path: &str) -> Option<Reply> {
+/// Redis's health is the `engine`'s store's; the metrics are every series of the bridge
+/// (`render`), the rate limit service's from `rls`.
+pub async fn answer(
+    engine: &Engine,
+    rls: Option<&Rls>,
+    method: &Method,
+    path: &str,
+) -> Option<Reply> {
     let probe = matches!(path, "/healthz" | "/healthcheck" | "/metrics");
     Some(match (method, path) {
         (_, _) if !probe => return None,
-        (&Method::GET, "/metrics") => scrape(store),
-        (&Method::GET, _) => healthz(store).await,
+        (&Method::GET, "/metrics") => scrape(engine, rls),
+        (&Method::GET, _) => healthz(engine).await,
         _ => reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
     })
 }
 
-async fn healthz(store: &Store) -> Reply {
-    if store.ping().await {
+async fn healthz(engine: &Engine) -> Reply {
+    if engine.store().ping().await {
         reply(StatusCode::OK, "ok\n")
     } else {
         reply(StatusCode::SERVICE_UNAVAILABLE, "redis unreachable\n")
     }
 }
 
-fn scrape(store: &Store) -> Reply {
-    match store.metrics().render() {
+/// Every series of the bridge as one OpenMetrics text, in the order one registry held them:
+/// the regions' leases, the store's and the doors' (`metrics`), the rate limit service's.
+/// A bridge without regions or without the service shows theirs as one that has them
+/// starts: at 0, or no series yet.
+pub fn render(engine: &Engine, rls: Option<&Rls>) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    match engine.regions() {
+        Some(regions) => regions.metrics().encode(&mut out)?,
+        None => GlobalMetrics::new().encode(&mut out)?,
+    }
+    engine.store().metrics().encode(&mut out)?;
+    match rls {
+        Some(rls) => rls.metrics().encode(&mut out)?,
+        None => RlsMetrics::new().encode(&mut out)?,
+    }
+    text::encode_eof(&mut out)?;
+    Ok(out)
+}
+
+fn scrape(engine: &Engine, rls: Option<&Rls>) -> Reply {
+    match render(engine, rls) {
         Ok(text) => {
             let mut answer = reply(StatusCode::OK, text);
             answer.headers_mut().insert(
@@ -73,7 +103,7 @@ fn scrape(store: &Store) -> Reply {
 
 /// Serves probes alone on `listener` (HTTP/1.1, plaintext) until dropped (aborted): any
 /// other path is not found, and a connection past the few it serves at once waits.
-pub async fn serve(listener: TcpListener, store: Store) {
+pub async fn serve(listener: TcpListener, engine: Engine, rls: Option<Arc<Rls>>) {
     let room = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
     loop {
         let Ok(permit) = Arc::clone(&room).acquire_owned().await else {
@@ -87,11 +117,12 @@ pub async fn serve(listener: TcpListener, store: Store) {
                 continue;
             }
         };
-        let store = store.clone();
+        let (engine, rls) = (engine.clone(), rls.clone());
         let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-            let store = store.clone();
+            let (engine, rls) = (engine.clone(), rls.clone());
             async move {
-                let answer = answer(&store, req.method(), req.uri().path()).await;
+                let path = req.uri().path();
+                let answer = answer(&engine, rls.as_deref(), req.method(), path).await;
                 Ok::<_, Infallible>(
                     answer.unwrap_or_else(|| reply(StatusCode::NOT_FOUND, "not found\n")),
                 )

@@ -8,6 +8,7 @@
 //! need that policy): readers skip a record past its expiry by Redis's clock (`TIME`), and
 //! the next `set` or `clear` deletes it.
 
+use crate::engine::Engine;
 use crate::override_cache::REFRESH_EVERY;
 use crate::overrides::{self, index_key, record_key, Override, Table, Target};
 use crate::store::Store;
@@ -93,21 +94,21 @@ async fn load(store: &Store) -> Result<Table, String> {
     Ok(Table::new(all))
 }
 
-/// Reads the overrides every `REFRESH_EVERY` into the store's cache, for as long as it
-/// runs, logging when reading them starts and stops failing.
-pub async fn refresh(store: Store) {
+/// Reads the overrides every `REFRESH_EVERY` from the engine's store into its cache, for as
+/// long as it runs, logging when reading them starts and stops failing.
+pub async fn refresh(engine: Engine) {
     let mut failing = false;
     let mut ticks = tokio::time::interval(REFRESH_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match load(&store).await {
+        match load(engine.store()).await {
             Ok(table) => {
                 if failing {
                     log::info!("overrides are read again");
                     failing = false;
                 }
-                store.overrides().replace(table);
+                engine.overrides().replace(table);
             }
             Err(e) if !failing => {
                 log::warn!("cannot read the overrides ({e}); none applies past a second");

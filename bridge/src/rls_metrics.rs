@@ -1,10 +1,12 @@
-//! The series of Envoy's rate limit service (`rls`), registered with the bridge's others
-//! (`metrics`), named as envoyproxy/ratelimit names its per-limit stats so that dashboards
-//! carry over: hits in all, over the limit, near it (past 80 % of it), within it, and over
-//! it in shadow mode. Labels are the domain and the configured descriptor's path
-//! (`key_value.key`), never a client's value: a wildcard or an override adds no series.
+//! The series of Envoy's rate limit service (`rls`), kept by the service and shown on
+//! `/metrics` after the bridge's others (`metrics`, `probes::render`), named as
+//! envoyproxy/ratelimit names its per-limit stats so that dashboards carry over: hits in
+//! all, over the limit, near it (past 80 % of it), within it, and over it in shadow mode.
+//! Labels are the domain and the configured descriptor's path (`key_value.key`), never a
+//! client's value: a wildcard or an override adds no series.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::metrics::PREFIX;
+use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -31,6 +33,8 @@ pub struct RuleLabel {
 
 /// The series of the rate limit service.
 pub struct RlsMetrics {
+    /// What `/metrics` encodes of them: every family below, under `rls_`.
+    registry: Registry,
     total_hits: Family<RuleLabel, Counter>,
     over_limit: Family<RuleLabel, Counter>,
     near_limit: Family<RuleLabel, Counter>,
@@ -38,17 +42,24 @@ pub struct RlsMetrics {
     shadow_mode: Family<RuleLabel, Counter>,
 }
 
+impl Default for RlsMetrics {
+    fn default() -> RlsMetrics {
+        RlsMetrics::new()
+    }
+}
+
 impl RlsMetrics {
-    /// Its series, registered with `registry`.
-    pub fn registered(registry: &mut Registry) -> RlsMetrics {
-        let m = RlsMetrics {
+    /// Its series, in a registry of their own under the bridge's prefix.
+    pub fn new() -> RlsMetrics {
+        let mut m = RlsMetrics {
+            registry: Registry::with_prefix(PREFIX),
             total_hits: Family::default(),
             over_limit: Family::default(),
             near_limit: Family::default(),
             within_limit: Family::default(),
             shadow_mode: Family::default(),
         };
-        let rls = registry.sub_registry_with_prefix("rls");
+        let rls = m.registry.sub_registry_with_prefix("rls");
         for (name, help, family) in [
             ("total_hits", "Hits on a configured limit", &m.total_hits),
             ("over_limit", "Hits over the limit", &m.over_limit),
@@ -67,6 +78,11 @@ impl RlsMetrics {
             rls.register(name, help, family.clone());
         }
         m
+    }
+
+    /// The series as OpenMetrics text, without the end marker (`probes::render` adds it).
+    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+        text::encode_registry(out, &self.registry)
     }
 
     /// `hits` on `label`'s limit, and what became of them. Near hits are within hits too,

@@ -10,12 +10,11 @@ use crate::budget::{Budget, Charge, Share};
 use crate::deadlines::{
     self, Activity, Busy, Connection, ConnectionBounds, Unwritten, DRAIN_TIMEOUT,
 };
+use crate::engine::Engine;
 use crate::metrics::{Failure, Transport};
 use crate::probes::{self, reply};
-use crate::regions::Regions;
 use crate::rls::{self, Rls};
 use crate::slots::{Peer, Slots};
-use crate::store::Store;
 use crate::{grpc, health, registry, wire};
 use bytes::Bytes;
 use futures_util::stream;
@@ -59,18 +58,17 @@ pub struct Config {
     pub admin: Access,
     /// The gateways' plugin configuration, for `GET /admin/usage` (`--config`).
     pub plugin: Option<Arc<Plugin>>,
-    /// This bridge's region and the others', for global rules (`--region`).
-    pub regions: Option<Arc<Regions>>,
     /// Envoy's Rate Limit Service (`--rls-config`).
     pub rls: Option<Arc<Rls>>,
     /// TLS on the port (`--tls-cert`); plaintext without.
     pub tls: Option<TlsAcceptor>,
 }
 
-/// Serves connections from `listener` until `shutdown` completes, then drains.
+/// Serves connections from `listener` until `shutdown` completes, then drains; every door
+/// runs its lines through `engine`.
 pub async fn run(
     listener: TcpListener,
-    store: Store,
+    engine: Engine,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -89,8 +87,8 @@ pub async fn run(
         .max_header_list_size(H2_MAX_HEADER_BYTES);
     let mut slots = Slots::new(bounds.max_connections);
     let budget = Budget::new(bounds.max_pending_mib);
-    let watching = tokio::spawn(health::watch(store.clone()));
-    let refreshing = tokio::spawn(registry::refresh(store.clone()));
+    let watching = tokio::spawn(health::watch(engine.store().clone()));
+    let refreshing = tokio::spawn(registry::refresh(engine.clone()));
     let (stopping, stop_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -105,10 +103,11 @@ pub async fn run(
                     }
                 };
                 // Over the cap: closed at once (dropped), see `slots`.
-                let Some((slot, peer)) = slots.take(store.metrics()).await else { continue };
+                let metrics = engine.store().metrics();
+                let Some((slot, peer)) = slots.take(metrics).await else { continue };
                 let _ = stream.set_nodelay(true);
                 let served = Served {
-                    store: store.clone(),
+                    engine: engine.clone(),
                     stop: stop_seen.clone(),
                     config: config.clone(),
                     share: budget.share(),
@@ -165,7 +164,7 @@ async fn serve<S>(
     let (bounds, stop, store) = (
         served.config.bounds,
         served.stop.clone(),
-        served.store.clone(),
+        served.engine.store().clone(),
     );
     let service = hyper::service::service_fn(move |req| {
         let served = served.clone();
@@ -180,7 +179,7 @@ type Reply = probes::Reply;
 /// What a connection's requests are served with.
 #[derive(Clone)]
 struct Served {
-    store: Store,
+    engine: Engine,
     stop: watch::Receiver<bool>,
     config: Config,
     /// The connection's share of the budget.
@@ -263,7 +262,7 @@ impl Served {
         if stream || path == PATH || rls.is_some() {
             if !self.config.access.admits(req.headers()) {
                 log::debug!("refused a request to {path} without the token");
-                self.store.metrics().failure(Failure::Unauthorized);
+                self.engine.store().metrics().failure(Failure::Unauthorized);
                 let mut refused = reply(StatusCode::UNAUTHORIZED, "unauthorized\n");
                 refused
                     .headers_mut()
@@ -279,8 +278,7 @@ impl Served {
         if let Some(rls) = rls {
             let timeout = self.config.bounds.body_timeout;
             let share = self.share.clone();
-            let regions = self.config.regions.as_ref();
-            let (answer, charge) = rls.serve(&self.store, regions, share, req, timeout).await;
+            let (answer, charge) = rls.serve(&self.engine, share, req, timeout).await;
             drop(busy);
             return self.answered(answer, charge);
         }
@@ -289,15 +287,17 @@ impl Served {
             return self.answered(answer, None);
         }
         let (answer, charge) = match (req.method(), path) {
-            (&Method::POST, PATH) => check(&self.store, &self.config, &self.share, req).await,
+            (&Method::POST, PATH) => check(&self.engine, &self.config, &self.share, req).await,
             (_, PATH) => (
                 reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
                 None,
             ),
-            (method, path) => match probes::answer(&self.store, method, path).await {
-                Some(answer) => (answer, None),
-                None => (reply(StatusCode::NOT_FOUND, "not found\n"), None),
-            },
+            (method, path) => {
+                match probes::answer(&self.engine, self.config.rls.as_deref(), method, path).await {
+                    Some(answer) => (answer, None),
+                    None => (reply(StatusCode::NOT_FOUND, "not found\n"), None),
+                }
+            }
         };
         drop(busy);
         self.answered(answer, charge)
@@ -310,10 +310,9 @@ impl Served {
 
     async fn admin(&self, req: Request<Incoming>) -> Reply {
         let admin = Admin {
-            store: &self.store,
+            engine: &self.engine,
             access: &self.config.admin,
             plugin: self.config.plugin.as_deref(),
-            regions: self.config.regions.as_deref(),
             rls: self.config.rls.as_deref(),
         };
         let query = req.uri().query().unwrap_or_default();
@@ -337,14 +336,14 @@ impl Served {
 /// Starts serving a gRPC stream and answers with its headers at once; the messages and the
 /// trailers follow as the stream goes on.
 fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
-    let store = &served.store;
+    let metrics = served.engine.store().metrics();
     let grpc = req
         .headers()
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"));
     if req.method() != Method::POST || req.version() != Version::HTTP_2 || !grpc {
-        store.metrics().failure(Failure::NotGrpc);
+        metrics.failure(Failure::NotGrpc);
         return reply(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "gRPC (POST, HTTP/2, application/grpc) only\n",
@@ -353,8 +352,7 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
     let (out, frames) = mpsc::channel(grpc::REPLIES_QUEUED);
     tokio::spawn(grpc::serve(
         grpc::Serving {
-            store: store.clone(),
-            regions: served.config.regions.clone(),
+            engine: served.engine.clone(),
             share: served.share.clone(),
             activity: served.activity.clone(),
             stop: served.stop.clone(),
@@ -382,14 +380,14 @@ fn stream_checks(served: &Served, req: Request<Incoming>) -> Reply {
 /// is given up (408). The share is taken before the body is read: the size announced, or
 /// the bound when none is.
 async fn check(
-    store: &Store,
+    engine: &Engine,
     config: &Config,
     share: &Share,
     req: Request<Incoming>,
 ) -> (Reply, Option<Charge>) {
     let bounds = config.bounds;
     let announced = req.body().size_hint().lower();
-    let metrics = store.metrics();
+    let metrics = engine.store().metrics();
     if announced > MAX_BODY as u64 {
         metrics.failure(Failure::TooLarge);
         let refused = reply(
@@ -405,18 +403,13 @@ async fn check(
         .map_or(MAX_BODY, |n| n as usize);
     let charge = share.charge(expected).await;
     (
-        read_and_answer(store, config.regions.as_ref(), bounds.body_timeout, req).await,
+        read_and_answer(engine, bounds.body_timeout, req).await,
         charge,
     )
 }
 
-async fn read_and_answer(
-    store: &Store,
-    regions: Option<&Arc<Regions>>,
-    body_timeout: Duration,
-    req: Request<Incoming>,
-) -> Reply {
-    let metrics = store.metrics();
+async fn read_and_answer(engine: &Engine, body_timeout: Duration, req: Request<Incoming>) -> Reply {
+    let metrics = engine.store().metrics();
     let read = Limited::new(req.into_body(), MAX_BODY).collect();
     let body = match tokio::time::timeout(body_timeout, read).await {
         Ok(Ok(body)) => body.to_bytes(),
@@ -442,7 +435,7 @@ async fn read_and_answer(
         }
     };
     let mut answer = String::new();
-    match wire::answer(store, regions, Transport::Http, &body, &mut answer).await {
+    match wire::answer(engine, Transport::Http, &body, &mut answer).await {
         Ok(()) => reply(StatusCode::OK, answer),
         Err(bad) => reply(StatusCode::BAD_REQUEST, format!("{bad}\n")),
     }

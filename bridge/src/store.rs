@@ -16,7 +16,6 @@ use crate::check::{Check, CheckOutcome};
 use crate::commit::{CallError, Lanes, PartReply, CALLS_IN_FLIGHT};
 use crate::keyspace::Keyspace;
 use crate::metrics::Metrics;
-use crate::override_cache::OverrideCache;
 use crate::sentinel::Sentinels;
 use crate::slot_map::SlotMap;
 use crate::tally::Tally;
@@ -46,7 +45,6 @@ pub struct Store {
     /// The slot map the calls are planned with.
     slot_map: SlotMap,
     keyspace: Arc<Keyspace>,
-    overrides: Arc<OverrideCache>,
 }
 
 impl Store {
@@ -101,7 +99,6 @@ impl Store {
             backend,
             slot_map: SlotMap::new(topology),
             keyspace: Arc::default(),
-            overrides: Arc::default(),
         }
     }
 
@@ -127,12 +124,7 @@ impl Store {
         &self.keyspace
     }
 
-    /// The overrides checks are rewritten with (`override_cache` keeps them fresh).
-    pub fn overrides(&self) -> &OverrideCache {
-        &self.overrides
-    }
-
-    /// The bridge's metrics (served on `/metrics`), recorded by the store and the server
+    /// The bridge's metrics (served on `/metrics`), recorded by the store and the doors
     /// alike.
     pub fn metrics(&self) -> &Metrics {
         self.backend.metrics()

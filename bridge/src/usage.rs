@@ -7,10 +7,9 @@
 //! could block the client), and the answer is the level now in whole tokens, below 0 for
 //! a metered rule's debt, when the bucket is full again, and a block in force.
 
+use crate::engine::Engine;
 use crate::overrides::{overridden, Table, Target};
-use crate::regions::Regions;
 use crate::registry;
-use crate::store::Store;
 use ratelimit_config::config::Config;
 use ratelimit_protocol::RuleSpec;
 use serde_json::{json, Value};
@@ -88,15 +87,16 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
 /// 0), `owed` (whole tokens of a metered rule's debt, 0 when none: a bucket in debt has 0
 /// remaining), `reset` (Unix seconds when the bucket is full again, by Redis's clock), the
 /// active `override` (or null) and `blocked` (null, or `{"until": Unix seconds}` while the
-/// rule's automatic block refuses the client; `remaining` is then 0). Fails only when
-/// Redis does.
+/// rule's automatic block refuses the client; `remaining` is then 0). Read through the
+/// `engine`: its store, and its regions for a global rule's ledger. Fails only when Redis
+/// does.
 pub async fn read(
-    store: &Store,
-    regions: Option<&Regions>,
+    engine: &Engine,
     prefix: &str,
     rule: &str,
     mut spec: RuleSpec,
 ) -> Result<Value, String> {
+    let store = engine.store();
     let table = Table::new(registry::list(store, prefix).await?);
     let found = table.find(&spec.key);
     if let Some(o) = found {
@@ -108,7 +108,7 @@ pub async fn read(
     };
     // A global rule's budget is its ledger's, at its home region (null: not a global rule,
     // or a bridge without --region, which checks it as a plain one).
-    let global = match regions {
+    let global = match engine.regions() {
         Some(regions) => regions.ledger_of(&spec).await.transpose()?,
         None => None,
     };

@@ -2,12 +2,10 @@
 //! its answer out, shared by the HTTP and the gRPC stream transports.
 
 use crate::check::{Check, CheckOutcome};
+use crate::engine::{Engine, Intent};
 use crate::metrics::{Failure, Outcome, Transport};
-use crate::regions::Regions;
-use crate::store::Store;
 pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line, LineKind};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Where a line of the batch went.
@@ -19,45 +17,41 @@ enum Place {
     Settled,
 }
 
-/// Answers one batch: every readable line whose keys lie in the store's keyspace is run
-/// (the checks together, in order; the lease returns together; the settlements together);
-/// any other line is refused alone (`?`, which the filter never holds against the backend).
-/// A check's rule with an active override is run under the override (`overrides`), and so
-/// is a settlement's, which corrects what a check took. A lease return is not: it returns
-/// a lease's tokens, which only the rule's own bucket gives (no lease is taken under an
-/// override), so they go back there. A check's global rules are paid from this bridge's
-/// leases of their ledgers (`regions`); without regions a global rule is a plain one, the
-/// one region's. The error is for a body that is no batch at all. The metrics count the
-/// exchange (by `transport`) and each check's outcome; a refused line counts as a refused
-/// check, whatever its kind.
+/// Answers one batch through the `engine`: every readable line it admits (keys in the
+/// store's keyspace, global rules the regions can run) is run (the checks together, in
+/// order; the lease returns together; the settlements together); any other line is refused
+/// alone (`?`, which the filter never holds against the backend). A check's rule with an
+/// active override is run under the override (`overrides`), and so is a settlement's,
+/// which corrects what a check took. A lease return is not: it returns a lease's tokens,
+/// which only the rule's own bucket gives (no lease is taken under an override), so they go
+/// back there. A check's global rules are paid from this bridge's leases of their ledgers
+/// (`regions`); without regions a global rule is a plain one, the one region's. The error
+/// is for a body that is no batch at all. The metrics count the exchange (by `transport`)
+/// and each check's outcome; a refused line counts as a refused check, whatever its kind.
 pub async fn answer(
-    store: &Store,
-    regions: Option<&Arc<Regions>>,
+    engine: &Engine,
     transport: Transport,
     body: &[u8],
     out: &mut String,
 ) -> Result<(), BadBatch> {
     let read_at = Instant::now();
-    let metrics = store.metrics();
+    let metrics = engine.store().metrics();
     metrics.exchange(transport);
     let lines = parse_batch(body).inspect_err(|_| metrics.failure(Failure::BadBatch))?;
     let mut checks: Vec<Check> = Vec::new();
     let mut returns: Vec<Check> = Vec::new();
     let mut settlements: Vec<Check> = Vec::new();
     let mut places = Vec::new();
-    let overrides = store.overrides().table();
+    let intake = engine.intake();
     for line in lines {
         let line = line.and_then(|mut line| {
-            let global = regions.and_then(|r| r.refusal(&line.rules));
-            match global.or_else(|| store.keyspace().refusal(&line.rules)) {
-                Some(reason) => Err(reason),
-                None => {
-                    if line.kind != LineKind::LeaseReturn {
-                        overrides.apply(&mut line.rules);
-                    }
-                    Ok(line)
-                }
-            }
+            let intent = match line.kind {
+                LineKind::Check => Intent::Check,
+                LineKind::LeaseReturn => Intent::Return,
+                LineKind::Settlement => Intent::Settle,
+            };
+            intake.admit_gateways(intent, &mut line.rules)?;
+            Ok(line)
         });
         places.push(match line {
             Ok(Line { kind, rules }) => {
@@ -72,13 +66,9 @@ pub async fn answer(
             Err(reason) => Place::Refused(reason),
         });
     }
-    let mut checked = match regions {
-        Some(regions) => regions.check_all(store, &checks).await,
-        None => store.check_all(&checks).await,
-    }
-    .into_iter();
-    let mut returned = store.return_leases(&returns).await.into_iter();
-    let mut settled = store.settle_all(&settlements).await.into_iter();
+    let mut checked = engine.check_all(&checks).await.into_iter();
+    let mut returned = engine.return_leases(&returns).await.into_iter();
+    let mut settled = engine.settle_all(&settlements).await.into_iter();
     let results: Vec<CheckResult> = places
         .into_iter()
         .map(|place| {

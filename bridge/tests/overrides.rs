@@ -13,6 +13,7 @@ use common::buckets::{options, rule, store};
 use common::cluster::{node_of, Cluster};
 use common::{Connect, Valkey};
 use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::engine::Engine;
 use ratelimit_bridge::overrides::{parse_spec, Table, Target};
 use ratelimit_bridge::store::Store;
 use ratelimit_bridge::{registry, usage};
@@ -48,7 +49,7 @@ async fn remaining(store: &Store, user: &str) -> u64 {
         cost: 0,
         ..per_user(user)
     };
-    let usage = usage::read(store, None, "rl", "per-user", spec)
+    let usage = usage::read(&Engine::new(store.clone(), None), "rl", "per-user", spec)
         .await
         .unwrap();
     usage["remaining"].as_u64().unwrap()
@@ -169,7 +170,7 @@ async fn usage_reads_an_unused_override_as_a_check_would_start_it(
             cost: 0,
             ..spec.clone()
         };
-        let usage = usage::read(store, None, "rl", "per-user", zero)
+        let usage = usage::read(&Engine::new(store.clone(), None), "rl", "per-user", zero)
             .await
             .unwrap();
         assert_eq!(usage["limit"], 1000, "{usage}");

@@ -13,6 +13,7 @@ use common::buckets::{options, redis_now_ms, rule, run, store};
 use common::cluster::{node_of, Cluster};
 use common::{Connect, Valkey};
 use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::engine::Engine;
 use ratelimit_bridge::store::Store;
 use ratelimit_bridge::usage;
 use ratelimit_protocol::{Block, Settle};
@@ -162,7 +163,9 @@ fn snapshot(server: &Valkey) -> Vec<(String, Vec<u8>, i64)> {
 
 /// `usage`'s numbers for `spec`: limit, remaining, owed, and whether a block shows.
 async fn usage_of(store: &Store, spec: RuleSpec) -> (u64, u64, u64, bool) {
-    let usage = usage::read(store, None, "rl", "t", spec).await.unwrap();
+    let usage = usage::read(&Engine::new(store.clone(), None), "rl", "t", spec)
+        .await
+        .unwrap();
     let number = |field: &str| usage[field].as_u64().unwrap();
     let numbers = (number("limit"), number("remaining"), number("owed"));
     (numbers.0, numbers.1, numbers.2, !usage["blocked"].is_null())
@@ -176,9 +179,14 @@ async fn usage_shows_a_bucket_in_debt_as_tokens_owed() {
     // at a token a minute.
     settle(&store, vec![settling("rl:t:o", 130, 50, "o1")]).await;
     let now_s = redis_now_ms(&valkey) / 1000;
-    let usage = usage::read(&store, None, "rl", "t", tokens("rl:t:o", 0))
-        .await
-        .unwrap();
+    let usage = usage::read(
+        &Engine::new(store.clone(), None),
+        "rl",
+        "t",
+        tokens("rl:t:o", 0),
+    )
+    .await
+    .unwrap();
     assert_eq!(usage["remaining"], 0, "{usage}");
     assert_eq!(usage["owed"], 30, "{usage}");
     assert_eq!(usage["limit"], 100, "{usage}");

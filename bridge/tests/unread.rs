@@ -77,7 +77,6 @@ async fn unauthenticated_peers_that_never_read_cannot_keep_a_gateway_out() {
         access: Access::from_token_file(&token_file()).unwrap(),
         admin: Access::open(),
         plugin: None,
-        regions: None,
         rls: None,
         tls: None,
     };

@@ -6,7 +6,7 @@
 
 use super::Regions;
 use crate::redis_args::RedisArgs;
-use crate::store::{Store, StoreOptions};
+use crate::store::StoreOptions;
 use clap::Args;
 use ratelimit_protocol::global::valid_region;
 use std::time::Duration;
@@ -75,12 +75,11 @@ fn region_redis(value: &str, base: &RedisArgs) -> Result<(String, RedisArgs), St
 }
 
 impl RegionArgs {
-    /// The regions these flags name, with `local` the store this bridge checks on; `None`
-    /// without `--region` (a global rule is then a plain one, this region's).
+    /// The regions these flags name; `None` without `--region` (a global rule is then a
+    /// plain one, this region's).
     pub fn regions(
         &self,
         base: &RedisArgs,
-        local: &Store,
         options: StoreOptions,
     ) -> Result<Option<Regions>, String> {
         let Some(own) = &self.region else {
@@ -103,7 +102,7 @@ impl RegionArgs {
             stores.push((name, store));
         }
         let wait = Duration::from_millis(self.region_wait_ms);
-        Regions::new(own, stores, local.clone(), self.region_drift_ppm, wait).map(Some)
+        Regions::new(own, stores, self.region_drift_ppm, wait).map(Some)
     }
 }
 

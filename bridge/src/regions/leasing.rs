@@ -58,7 +58,7 @@ impl Regions {
             let stores = this.all_stores();
             let agreed = (this.agreement).agreed(&stores, &rule_id, &claim, this.wait);
             let (agreed, (reply, took)) = tokio::join!(agreed, timed);
-            this.local.metrics().global.ledger_call(&home, took);
+            this.metrics.ledger_call(&home, took);
             if !agreed {
                 this.holder().quiet(&key, ask.seq, this.now_ms() + QUIET_MS);
                 match reply {

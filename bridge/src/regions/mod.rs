@@ -22,7 +22,7 @@ mod leasing;
 pub mod ledger;
 
 use crate::check::{Check, CheckOutcome, RuleOutcome, RuleSpec};
-use crate::global_metrics::Event;
+use crate::global_metrics::{Event, GlobalMetrics};
 use crate::store::Store;
 use agree::{Agreement, Verdict};
 use holder::{Holder, Taken};
@@ -53,8 +53,8 @@ pub struct Regions {
     /// Every region's name, sorted: a home chosen from a key is the same on every bridge.
     names: Vec<String>,
     stores: HashMap<String, Store>,
-    /// This region's store: whose `/metrics` show the leases.
-    local: Store,
+    /// The leases' series, shown on `/metrics`.
+    metrics: GlobalMetrics,
     /// Names this bridge at the ledgers: its region and a random part (a restarted bridge
     /// is a new holder; its old leases expire).
     holder_id: String,
@@ -88,13 +88,11 @@ struct Planned {
 }
 
 impl Regions {
-    /// Regions named `stores` (this bridge's own, `own`, among them; `local` is the store
-    /// its checks run on), leases given up for `drift_ppm` millionths of their life, a check
-    /// waiting `wait` at most for a grant.
+    /// Regions named `stores` (this bridge's own, `own`, among them), leases given up for
+    /// `drift_ppm` millionths of their life, a check waiting `wait` at most for a grant.
     pub fn new(
         own: &str,
         stores: Vec<(String, Store)>,
-        local: Store,
         drift_ppm: u64,
         wait: Duration,
     ) -> Result<Regions, String> {
@@ -114,7 +112,7 @@ impl Regions {
             own: own.to_string(),
             names,
             stores: stores.into_iter().collect(),
-            local,
+            metrics: GlobalMetrics::new(),
             holder_id: format!("{own}/{seed:016x}"),
             holder: Mutex::new(Holder::new(drift_ppm)),
             started: Instant::now(),
@@ -127,8 +125,13 @@ impl Regions {
         &self.own
     }
 
+    /// The leases' series, for `/metrics`.
+    pub fn metrics(&self) -> &GlobalMetrics {
+        &self.metrics
+    }
+
     fn lease(&self, event: Event, tokens: u64) {
-        self.local.metrics().global.lease(event, tokens);
+        self.metrics.lease(event, tokens);
     }
 
     fn now_ms(&self) -> u64 {
@@ -174,7 +177,7 @@ impl Regions {
         let Verdict::Disagree(why) = self.agreement.verdict(&rule.key, &global.home) else {
             return None;
         };
-        self.local.metrics().global.disagreed();
+        self.metrics.disagreed();
         Some(why)
     }
 

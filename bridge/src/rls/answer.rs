@@ -14,11 +14,9 @@ use super::proto::{
     Struct, Value, CODE_OK, CODE_OVER_LIMIT,
 };
 use crate::check::RuleOutcome;
-use crate::regions::Regions;
-use crate::rls_metrics::Hits;
-use crate::store::Store;
+use crate::engine::{Engine, Intent};
+use crate::rls_metrics::{Hits, RlsMetrics};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Which headers the answer asks Envoy to add to the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,17 +66,18 @@ pub struct Service {
     /// Makes each cost's settlement id unique (the script applies an id once).
     pub costs: AtomicU64,
     pub cost_ids: String,
+    /// The per-limit series, shown on `/metrics` beside the bridge's others.
+    pub metrics: RlsMetrics,
 }
 
 impl Service {
-    /// Answers `request`, or why it cannot be (the caller's input, or Redis failing): its
-    /// buckets under the operators' overrides, its global limits paid from this bridge's
-    /// leases (`regions`; without them, a global limit is a plain one).
+    /// Answers `request` through the `engine`, or why it cannot be (the caller's input, or
+    /// Redis failing): its buckets under the operators' overrides, its global limits paid
+    /// from this bridge's leases (`regions`; without them, a global limit is a plain one).
     pub async fn answer(
         &self,
         limits: &Limits,
-        store: &Store,
-        regions: Option<&Arc<Regions>>,
+        engine: &Engine,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Refusal> {
         let id = format!(
@@ -87,28 +86,23 @@ impl Service {
             self.costs.fetch_add(1, Ordering::Relaxed)
         );
         let mut plan = plan(limits, request, &self.prefix, &id)?;
-        // The operators' overrides, as the wire's checks and settlements get them.
-        let overrides = store.overrides().table();
-        for call in [&mut plan.check, &mut plan.read, &mut plan.cost] {
-            overrides.apply(call);
+        // The engine's step, as the wire's lines take it: the regions' refusals, the
+        // operators' overrides. Only a check holds global limits (`plan` refuses them
+        // elsewhere).
+        let intake = engine.intake();
+        for (intent, call) in [
+            (Intent::Check, &mut plan.check),
+            (Intent::Read, &mut plan.read),
+            (Intent::Settle, &mut plan.cost),
+        ] {
+            intake.admit(intent, call).map_err(Refusal::Failed)?;
         }
         let (check, read, cost) = (&plan.check, &plan.read, &plan.cost);
-        if let Some(why) = regions.and_then(|r| r.refusal(check)) {
-            return Err(Refusal::Failed(why));
-        }
         let (checked, were, costed) = tokio::join!(
-            run(!check.is_empty(), || async {
-                match regions {
-                    Some(regions) => (regions.check_all(store, std::slice::from_ref(check)))
-                        .await
-                        .pop()
-                        .unwrap_or_else(|| Err("no answer".into())),
-                    None => store.check(check).await,
-                }
-            }),
-            run(!read.is_empty(), || store.read(read)),
+            run(!check.is_empty(), || engine.check(check)),
+            run(!read.is_empty(), || engine.read(read)),
             run(!cost.is_empty(), || async {
-                let mut settled = store.settle_all(std::slice::from_ref(cost)).await;
+                let mut settled = engine.settle_all(std::slice::from_ref(cost)).await;
                 settled.pop().unwrap_or_else(|| Err("no answer".into()))
             }),
         );
@@ -122,7 +116,7 @@ impl Service {
             ..RateLimitResponse::default()
         };
         let mut shown: Option<(&Rule, RuleOutcome)> = None;
-        let metrics = &store.metrics().rls;
+        let metrics = &self.metrics;
         let later = later_hits(&plan.descriptors);
         let mut passed = Vec::new();
         for (planned, later) in plan.descriptors.iter().zip(later) {

@@ -36,9 +36,9 @@ pub mod xds;
 
 use crate::budget::{Charge, Share};
 use crate::check::RuleSpec;
+use crate::engine::Engine;
 use crate::grpc::{self, Deframer};
-use crate::regions::Regions;
-use crate::store::Store;
+use crate::rls_metrics::RlsMetrics;
 use answer::{Headers, ResponseHeaders, Service};
 use bytes::Bytes;
 use futures_util::stream;
@@ -163,6 +163,7 @@ impl Rls {
                 dynamic_metadata: options.dynamic_metadata,
                 costs: AtomicU64::new(0),
                 cost_ids: format!("rls{}-{}", started.as_nanos(), std::process::id()),
+                metrics: RlsMetrics::new(),
             },
         }
     }
@@ -193,6 +194,11 @@ impl Rls {
         Ok((prefix.clone(), rule, spec))
     }
 
+    /// The service's per-limit series, for `/metrics`.
+    pub fn metrics(&self) -> &RlsMetrics {
+        &self.service.metrics
+    }
+
     /// Reads the configuration again whenever its files change, until dropped (aborted);
     /// returns at once for a configuration from xDS.
     pub async fn watch(self: Arc<Rls>) {
@@ -221,14 +227,14 @@ impl Rls {
         }
     }
 
-    /// Answers one `ShouldRateLimit` call whose caller was admitted, and its share of the
-    /// budget, taken before its body is read (as an exchange's is): the request message
-    /// is read within `body_timeout`, and the answer is a gRPC response with its status in
-    /// the trailers (or alone, for a call that was not answered).
+    /// Answers one `ShouldRateLimit` call whose caller was admitted, through the `engine`,
+    /// and its share of the budget, taken before its body is read (as an exchange's is):
+    /// the request message is read within `body_timeout`, and the answer is a gRPC
+    /// response with its status in the trailers (or alone, for a call that was not
+    /// answered).
     pub async fn serve(
         &self,
-        store: &Store,
-        regions: Option<&Arc<Regions>>,
+        engine: &Engine,
         share: Share,
         req: Request<Incoming>,
         body_timeout: Duration,
@@ -240,13 +246,12 @@ impl Rls {
             .exact()
             .map_or(framed, |n| n as usize);
         let charge = share.charge(expected.min(framed)).await;
-        (self.answer(store, regions, req, body_timeout).await, charge)
+        (self.answer(engine, req, body_timeout).await, charge)
     }
 
     async fn answer(
         &self,
-        store: &Store,
-        regions: Option<&Arc<Regions>>,
+        engine: &Engine,
         req: Request<Incoming>,
         body_timeout: Duration,
     ) -> Reply {
@@ -279,7 +284,7 @@ impl Rls {
         let Some(limits) = self.limits() else {
             return status_only(grpc::UNAVAILABLE, "no rate limit configuration loaded");
         };
-        match self.service.answer(&limits, store, regions, &request).await {
+        match self.service.answer(&limits, engine, &request).await {
             Ok(response) => {
                 let frames = [
                     Frame::data(grpc::prefixed(&response.encode_to_vec())),

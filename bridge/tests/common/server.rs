@@ -2,6 +2,7 @@
 
 use ratelimit_bridge::access::Access;
 use ratelimit_bridge::deadlines::ConnectionBounds;
+use ratelimit_bridge::engine::Engine;
 use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
@@ -32,7 +33,6 @@ pub fn without_token(bounds: ConnectionBounds) -> Config {
         access: Access::open(),
         admin: Access::open(),
         plugin: None,
-        regions: None,
         rls: None,
         tls: None,
     }
@@ -54,7 +54,6 @@ pub async fn start_with_token(redis_url: &str, token: &str) -> Bridge {
         access: access.unwrap(),
         admin: Access::open(),
         plugin: None,
-        regions: None,
         rls: None,
         tls: None,
     };
@@ -74,9 +73,14 @@ pub async fn start_with(redis_url: &str, config: Config) -> Bridge {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::run(listener, store, config, async move {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(server::run(
+        listener,
+        Engine::new(store, None),
+        config,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     Bridge {
         addr,
         stop: Some(stop),
