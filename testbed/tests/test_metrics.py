@@ -3,19 +3,17 @@ envoy.yaml) turns `wasmcustom.ratelimit.<counter>_rule=<rule>` into the family
 `ratelimit_<counter>_rule` with a `rule` label at /stats/prometheus. Each kind of outcome is
 driven through its own rule and counted exactly."""
 
-import time
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.plugins import plugin, rule
-from testbed.stack import request
+from testbed.stack import request, wait_for
 
 PER_RULE = ["allowed", "denied", "denied_cached", "blocked", "allowed_leased", "shadow_denied"]
 
 
 def scrape(admin_port):
-    """{(family, rule): value} for the per-rule families, read by Prometheus' own parser."""
-    time.sleep(0.3)  # the filter hands its counts to Envoy on its 100 ms tick
+    """{(family, rule): value} for the per-rule families, read by Prometheus' own parser, as
+    they are now (the filter hands its counts to Envoy on its tick: `counted` waits)."""
     status, _, body = request(admin_port, "/stats/prometheus")
     assert status == 200
     return {(family.name, sample.labels["rule"]): sample.value
@@ -43,13 +41,8 @@ def test_every_per_rule_counter_reaches_prometheus_with_its_rule_label(stack_of)
     assert [stack.get(0, "/hot")[0] for _ in range(6)] == [200] * 6
     assert [stack.get(0, "/shadow", {"x-user-id": "carol"})[0] for _ in range(3)] == [200] * 3
 
-    metrics = scrape(stack.admin_ports[0])
-    for name in ["per-user", "login.v1", "hot", "trial"]:
-        for counter in PER_RULE:
-            assert (f"ratelimit_{counter}_rule", name) in metrics, (counter, name)
-    value = {k: v for k, v in metrics.items() if v}
     # One worker: the second /hot request asks for a lease, the next four use it.
-    assert value == {
+    expected = {
         ("ratelimit_allowed_rule", "per-user"): 2,
         ("ratelimit_denied_rule", "per-user"): 1,
         ("ratelimit_denied_cached_rule", "per-user"): 1,
@@ -59,6 +52,18 @@ def test_every_per_rule_counter_reaches_prometheus_with_its_rule_label(stack_of)
         ("ratelimit_allowed_leased_rule", "hot"): 4,
         ("ratelimit_allowed_rule", "trial"): 1,
         ("ratelimit_shadow_denied_rule", "trial"): 2,
-    }, value
+    }
+
+    def counted():
+        metrics = scrape(stack.admin_ports[0])
+        for name in ["per-user", "login.v1", "hot", "trial"]:
+            for counter in PER_RULE:
+                assert (f"ratelimit_{counter}_rule", name) in metrics, (counter, name)
+        value = {k: v for k, v in metrics.items() if v}
+        assert value == expected, value
+        return True
+    # Until the filter's tick has handed every count to Envoy (the last try's mismatch is
+    # in the failure); a count past the expected one never matches.
+    wait_for("the per-rule counters", counted, timeout=20)
     # The global counters keep their own, unlabelled families.
     assert stack.stats(0)["allowed"] == 2 + 1 + 2 + 1
