@@ -3,9 +3,9 @@
 //! that the module has no use for.
 
 use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
-use crate::answer::{reply, status};
 use crate::config::FilterConfig;
 use crate::guard::guard;
+use crate::reply::{reply, status};
 use crate::streams::Streams;
 use crate::worker;
 use std::ffi::c_void;

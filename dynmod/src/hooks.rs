@@ -4,10 +4,10 @@
 //! dispatcher decides.
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
-use crate::answer::reply;
 use crate::callouts;
 use crate::config::FilterConfig;
 use crate::guard::guard;
+use crate::reply::reply;
 use crate::request::{request, Request, CONTINUE, STOP, STOP_AND_BUFFER};
 use crate::worker::{self, carry_out};
 use ratelimit_filter::decision::admission::Verdict;

@@ -20,13 +20,13 @@
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
 //!   requests.
 //! - `host`: the dispatcher's `Proxy` and `Link` over the ABI.
-//! - `answer`: a callout's answer as Envoy hands it over.
+//! - `reply`: a callout's reply as Envoy hands it over.
 //! - `request`: one request as its hooks see it.
 //! - `hooks`: the hooks of a request's life.
 //! - `config_hooks`: the hooks of a configuration, on Envoy's main thread.
 
 mod abi;
-mod answer;
+mod reply;
 mod callouts;
 mod config;
 mod config_hooks;

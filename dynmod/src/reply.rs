@@ -1,10 +1,10 @@
-//! A callout's answer as Envoy hands it to a hook: its status and its body, read only up to
-//! the longest answer the wire allows (one byte more, so that a longer one is refused).
+//! A callout's reply as Envoy hands it to a hook: its status and its body, read only up to
+//! the longest reply the wire allows (one byte more, so that a longer one is refused).
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHeader};
 use ratelimit_filter::wire::MAX_REPLY_LEN;
 
-/// A callout's answer: its HTTP status and its body, bounded; no status and no body for
+/// A callout's reply: its HTTP status and its body, bounded; no status and no body for
 /// one that failed (`result`: reset, timed out, or never sent).
 ///
 /// # Safety
