@@ -234,11 +234,13 @@ def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):
     frank = {"x-user": "frank"}
     assert [stack.get(g, "/", frank)[0] for g in (0, 1, 0)] == [200] * 3
     stop = threading.Event()
+    answered = []  # (when, status) of each load request
 
     def load():
         n = 0
         while not stop.is_set():
-            stack.get(n % 2, "/", {"x-user": f"load-{n % 50}"}, timeout=5)
+            status = stack.get(n % 2, "/", {"x-user": f"load-{n % 50}"}, timeout=5)[0]
+            answered.append((time.monotonic(), status))
             n += 1
 
     loader = threading.Thread(target=load, daemon=True)
@@ -246,7 +248,11 @@ def test_a_bridge_restarted_under_load_loses_nothing(rls_stack):
     try:
         stack.bridge.stop()
         stack.start_bridge()
-        time.sleep(0.5)
+        restarted = time.monotonic()
+        # The load goes on until the restarted bridge has decided some of it.
+        wait_for("load decided by the restarted bridge", lambda: sum(
+            1 for t, status in answered if t > restarted and status in (200, 429)) >= 20,
+            timeout=30)
     finally:
         stop.set()
         loader.join(timeout=10)

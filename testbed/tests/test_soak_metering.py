@@ -36,7 +36,7 @@ def test_the_metering_abuser_is_held_to_its_bound(stack_of):
         stack = stack_of(rules, gateways=2, upstream=upstream.port, upstream_prefix=LLM_PREFIX)
         start = time.monotonic()
         abuser = MeteringAbuser(stack.ports, LLM_PATH, LLM_KEY).start()
-        time.sleep(6)
+        time.sleep(6)  # the attack's length: the bound is judged over whatever it sent
         abuser.stop()
         end = time.monotonic()
         served = [(s.at, LLM_WEIGHTS["prompt"] * s.tokens.prompt
