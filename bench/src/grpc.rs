@@ -16,7 +16,7 @@ use hyper::client::conn::http2;
 use hyper::header::{HeaderName, CONTENT_TYPE, TE};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioExecutor;
-use ratelimit_bridge::grpc::{prefixed, Deframer};
+use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 use ratelimit_protocol::{split_message, stream_message, GRPC_METHOD, GRPC_SERVICE};
 use std::convert::Infallible;
 use std::pin::Pin;

@@ -1,20 +1,20 @@
 //! Command line and process lifecycle of `ratelimit-bridge`.
 
 use clap::Parser;
-use ratelimit_bridge::access::Access;
-use ratelimit_bridge::commands::{self, Command, RedisArgs};
-use ratelimit_bridge::connect::redact;
-use ratelimit_bridge::deadlines::ConnectionBounds;
+use ratelimit_bridge::doors::commands::{self, Command, RedisArgs};
+use ratelimit_bridge::doors::guards::access::Access;
+use ratelimit_bridge::doors::guards::deadlines::ConnectionBounds;
+use ratelimit_bridge::doors::guards::listen_tls::ListenTlsArgs;
+use ratelimit_bridge::doors::probes;
+use ratelimit_bridge::doors::rls::args::RlsArgs;
+use ratelimit_bridge::doors::rls::{compat, xds};
+use ratelimit_bridge::doors::server::{self, Config};
+use ratelimit_bridge::doors::usage;
+use ratelimit_bridge::engine::regions::flags::RegionArgs;
 use ratelimit_bridge::engine::Engine;
-use ratelimit_bridge::keyspace::{Keyspace, DEFAULT_PREFIX};
-use ratelimit_bridge::listen_tls::ListenTlsArgs;
-use ratelimit_bridge::probes;
-use ratelimit_bridge::regions::flags::RegionArgs;
-use ratelimit_bridge::rls::args::RlsArgs;
-use ratelimit_bridge::rls::{compat, xds};
-use ratelimit_bridge::server::{self, Config};
+use ratelimit_bridge::store::connection::connect::redact;
+use ratelimit_bridge::store::keyspace::{Keyspace, DEFAULT_PREFIX};
 use ratelimit_bridge::store::StoreOptions;
-use ratelimit_bridge::usage;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -96,7 +96,7 @@ struct Args {
     #[arg(
         long,
         env = "RATELIMIT_BRIDGE_CALLS_IN_FLIGHT",
-        default_value_t = ratelimit_bridge::commit::CALLS_IN_FLIGHT as u64,
+        default_value_t = ratelimit_bridge::store::calls::commit::CALLS_IN_FLIGHT as u64,
         value_parser = clap::value_parser!(u64).range(1..=64)
     )]
     calls_in_flight: u64,

@@ -10,7 +10,7 @@ mod common;
 use common::buckets::rule;
 use common::process::BridgeProcess;
 use common::{Valkey, BRIDGE_ACL};
-use ratelimit_bridge::connect::RedisAccess;
+use ratelimit_bridge::store::connection::connect::RedisAccess;
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;
 use test_support::pki::Scratch;

@@ -8,7 +8,7 @@ mod common;
 
 use common::buckets::{batch, redis_now_ms, reset_stats, rule, run, script_calls, store, stored};
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::Check;
+use ratelimit_bridge::store::check::Check;
 
 #[tokio::test]
 async fn buckets_written_together_each_expire_a_second_after_full() {

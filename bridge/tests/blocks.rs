@@ -10,11 +10,11 @@ mod common;
 
 use common::buckets::{redis_now_ms, rule, run, store};
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::doors::usage;
+use ratelimit_bridge::engine::overrides::Target;
+use ratelimit_bridge::engine::unblock::unblock;
 use ratelimit_bridge::engine::Engine;
-use ratelimit_bridge::overrides::Target;
-use ratelimit_bridge::unblock::unblock;
-use ratelimit_bridge::usage;
+use ratelimit_bridge::store::check::RuleSpec;
 use ratelimit_protocol::Block;
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ mod common;
 
 use common::buckets::store;
 use common::Valkey;
-use ratelimit_bridge::regions::agree::{Agreement, Verdict};
+use ratelimit_bridge::engine::regions::agree::{Agreement, Verdict};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;
 

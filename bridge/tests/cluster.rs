@@ -11,8 +11,8 @@ mod common;
 
 use common::buckets::{hourly, options};
 use common::cluster::{node_of, Cluster, OneNodeCluster};
-use ratelimit_bridge::check::{Check, RuleSpec};
-use ratelimit_bridge::slot::slot;
+use ratelimit_bridge::store::check::{Check, RuleSpec};
+use ratelimit_bridge::store::slot::slot;
 use ratelimit_bridge::store::Store;
 
 /// The `cmdstat_evalsha` line of `info` (`INFO commandstats`), or "".

@@ -12,7 +12,7 @@ use common::stream::{open, open_as};
 use common::Valkey;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use ratelimit_bridge::grpc::prefixed;
+use ratelimit_bridge::doors::grpc::prefixed;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -87,7 +87,7 @@ async fn plain_http_on_the_stream_path_is_refused() {
 async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
     let valkey = Valkey::start();
     let short = Duration::from_millis(300);
-    let bounds = ratelimit_bridge::deadlines::ConnectionBounds {
+    let bounds = ratelimit_bridge::doors::guards::deadlines::ConnectionBounds {
         header_timeout: short,
         body_timeout: short,
         ..RELAXED
@@ -102,7 +102,7 @@ async fn an_idle_stream_outlives_the_header_and_body_deadlines() {
 #[tokio::test]
 async fn a_message_that_stalls_midway_ends_the_stream_at_the_body_deadline() {
     let valkey = Valkey::start();
-    let bounds = ratelimit_bridge::deadlines::ConnectionBounds {
+    let bounds = ratelimit_bridge::doors::guards::deadlines::ConnectionBounds {
         body_timeout: Duration::from_millis(300),
         ..RELAXED
     };

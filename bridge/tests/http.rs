@@ -54,7 +54,7 @@ async fn bad_requests_are_refused_with_a_reason() {
     let (status, reply) = http1(bridge.addr, req(Method::POST, "/v1/check", "")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(reply.contains("no check"), "{reply}");
-    let huge = "x".repeat(ratelimit_bridge::wire::MAX_BODY + 1);
+    let huge = "x".repeat(ratelimit_bridge::doors::wire::MAX_BODY + 1);
     let (status, _) = http1(bridge.addr, req(Method::POST, "/v1/check", &huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     let (status, _) = http1(bridge.addr, req(Method::GET, "/v1/check", "")).await;

@@ -12,8 +12,8 @@ use common::client::{http1, req};
 use common::server::start;
 use common::{Connect, Valkey};
 use hyper::{Method, StatusCode};
-use ratelimit_bridge::overrides::{parse_spec, Target};
-use ratelimit_bridge::registry;
+use ratelimit_bridge::engine::overrides::registry;
+use ratelimit_bridge::engine::overrides::{parse_spec, Target};
 
 /// The reply line to a check of `key` alone through the bridge's HTTP transport.
 async fn check_line(addr: std::net::SocketAddr, key: &str) -> String {

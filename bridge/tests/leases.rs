@@ -9,7 +9,7 @@ mod common;
 
 use common::buckets::{rule, run, store, stored};
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::store::check::RuleSpec;
 use ratelimit_protocol::Block;
 
 fn leasing(key: &str, burst: u64, lease: u64) -> RuleSpec {

@@ -12,7 +12,7 @@ mod common;
 
 use common::buckets::store;
 use common::{Connect, Valkey};
-use ratelimit_bridge::regions::ledger::{call, ledger_key, Mode, Reply, Shape};
+use ratelimit_bridge::engine::regions::ledger::{call, ledger_key, Mode, Reply, Shape};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;
 
@@ -153,10 +153,10 @@ async fn learns(store: &Store, key: &str) {
 
 /// A key whose ledger shares `key`'s hash slot.
 fn slot_mate(key: &str) -> String {
-    let slot = ratelimit_bridge::slot::slot(key.as_bytes());
+    let slot = ratelimit_bridge::store::slot::slot(key.as_bytes());
     (0..)
         .map(|i| format!("rl:g:mate-{i}"))
-        .find(|k| ratelimit_bridge::slot::slot(k.as_bytes()) == slot)
+        .find(|k| ratelimit_bridge::store::slot::slot(k.as_bytes()) == slot)
         .unwrap()
 }
 

@@ -14,9 +14,9 @@ use common::buckets::{rule, store};
 use common::cluster::OneNodeCluster;
 use common::process::BridgeProcess;
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::{Check, RuleSpec};
-use ratelimit_bridge::overrides::{parse_spec, Target};
-use ratelimit_bridge::registry;
+use ratelimit_bridge::engine::overrides::registry;
+use ratelimit_bridge::engine::overrides::{parse_spec, Target};
+use ratelimit_bridge::store::check::{Check, RuleSpec};
 use ratelimit_bridge::store::Store;
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@ use common::Valkey;
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use ratelimit_bridge::deadlines::ConnectionBounds;
+use ratelimit_bridge::doors::guards::deadlines::ConnectionBounds;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -8,8 +8,8 @@ mod common;
 
 use common::buckets::store;
 use common::{Connect, Valkey};
-use ratelimit_bridge::overrides::{parse_spec, Target};
-use ratelimit_bridge::registry;
+use ratelimit_bridge::engine::overrides::registry;
+use ratelimit_bridge::engine::overrides::{parse_spec, Target};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;
 

@@ -12,11 +12,13 @@ mod common;
 use common::buckets::{options, rule, store};
 use common::cluster::{node_of, Cluster};
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::RuleSpec;
+use ratelimit_bridge::doors::usage;
+use ratelimit_bridge::engine::overrides::registry;
+use ratelimit_bridge::engine::overrides::table::Table;
+use ratelimit_bridge::engine::overrides::{parse_spec, Target};
 use ratelimit_bridge::engine::Engine;
-use ratelimit_bridge::overrides::{parse_spec, Table, Target};
+use ratelimit_bridge::store::check::RuleSpec;
 use ratelimit_bridge::store::Store;
-use ratelimit_bridge::{registry, usage};
 use std::time::Duration;
 
 /// 100 an hour for `user` (one token every 36 s: a test's few seconds refill nothing).
@@ -288,7 +290,7 @@ async fn a_record_holds_its_expiry_in_digits_however_far_it_is() {
     let store = store(&valkey);
     let target = Target::new("rl", "per-user", &["dave".into()]).unwrap();
     let (limit, _) = parse_spec(1000, "1s", None, "1h").unwrap();
-    let ttl_ms = 10_000 * ratelimit_bridge::overrides::MAX_TTL_MS;
+    let ttl_ms = 10_000 * ratelimit_bridge::engine::overrides::MAX_TTL_MS;
     let set = registry::set(&store, target, limit, ttl_ms).await.unwrap();
     let listed = registry::list(&store, "rl").await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");

@@ -13,8 +13,8 @@ mod common;
 
 use common::buckets::{hourly, options, stored};
 use common::cluster::{node_of, Cluster};
-use ratelimit_bridge::check::RuleSpec;
-use ratelimit_bridge::slot::slot;
+use ratelimit_bridge::store::check::RuleSpec;
+use ratelimit_bridge::store::slot::slot;
 use ratelimit_bridge::store::Store;
 
 /// A hash tag whose slot primary 0 serves, other than `not`'s.

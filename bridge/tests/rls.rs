@@ -14,14 +14,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use ratelimit_bridge::access::Access;
-use ratelimit_bridge::grpc::{prefixed, Deframer};
-use ratelimit_bridge::rls::answer::ResponseHeaders;
-use ratelimit_bridge::rls::proto::{
+use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
+use ratelimit_bridge::doors::guards::access::Access;
+use ratelimit_bridge::doors::rls::answer::ResponseHeaders;
+use ratelimit_bridge::doors::rls::proto::{
     Entry, LimitOverride, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value,
     CODE_OK, CODE_OVER_LIMIT, PATH,
 };
-use ratelimit_bridge::rls::Rls;
+use ratelimit_bridge::doors::rls::Rls;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -18,7 +18,7 @@ use common::client::{h2c, req};
 use common::rls::{call, serve_watching, Served};
 use common::{Connect, Valkey};
 use hyper::Method;
-use ratelimit_bridge::rls::proto::RateLimitResponse;
+use ratelimit_bridge::doors::rls::proto::RateLimitResponse;
 use schema::{normal, options, request, status, structure, Area, Case, Expect, CODES};
 use serde_yaml_ng::Value as Yaml;
 use std::path::Path;

@@ -12,13 +12,13 @@ use common::rls::{call, serve, Served};
 use common::server::{start_with, without_token, RELAXED};
 use common::Valkey;
 use hyper::Method;
-use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
-use ratelimit_bridge::rls::compat::translate;
-use ratelimit_bridge::rls::proto::{
+use ratelimit_bridge::doors::rls::answer::{Headers, ResponseHeaders};
+use ratelimit_bridge::doors::rls::compat::translate;
+use ratelimit_bridge::doors::rls::proto::{
     Entry, Kind, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value, Value,
     CODE_OK, CODE_OVER_LIMIT,
 };
-use ratelimit_bridge::rls::{Options, Rls};
+use ratelimit_bridge::doors::rls::{Options, Rls};
 use std::collections::HashMap;
 use std::sync::Arc;
 use test_support::pki::Scratch;

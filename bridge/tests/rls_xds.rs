@@ -13,11 +13,11 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use ratelimit_bridge::grpc::{prefixed, Deframer};
-use ratelimit_bridge::rls::proto::{
+use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
+use ratelimit_bridge::doors::rls::proto::{
     Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, CODE_OK, CODE_OVER_LIMIT,
 };
-use ratelimit_bridge::rls::xds::proto::{
+use ratelimit_bridge::doors::rls::xds::proto::{
     Any, DiscoveryRequest, DiscoveryResponse, RateLimitConfig, RateLimitDescriptor as Configured,
     RateLimitPolicy, PATH, TYPE_URL,
 };
@@ -192,7 +192,7 @@ async fn should_rate_limit(port: u16, ca: &Ca, domain: &str, user: &str) -> i32 
     };
     let request = Request::post(format!(
         "https://localhost{}",
-        ratelimit_bridge::rls::proto::PATH
+        ratelimit_bridge::doors::rls::proto::PATH
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")

@@ -11,7 +11,7 @@ use common::model::{self, Buckets};
 use common::{Connect, Valkey};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
+use ratelimit_bridge::store::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::Store;
 use ratelimit_protocol::gcd;
 use std::cell::Cell;

@@ -12,10 +12,10 @@ mod common;
 use common::buckets::{options, redis_now_ms, rule, run, store};
 use common::cluster::{node_of, Cluster};
 use common::{Connect, Valkey};
-use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::doors::usage;
 use ratelimit_bridge::engine::Engine;
+use ratelimit_bridge::store::check::{RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::Store;
-use ratelimit_bridge::usage;
 use ratelimit_protocol::{Block, Settle};
 
 /// 100 tokens, one a minute: what a test takes stays taken.

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_bridge::grpc::{prefixed, Deframer};
+use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte sets the chunk size, the rest is the stream.

@@ -3,7 +3,7 @@
 
 use super::model::Bucket;
 use super::{Connect, Valkey};
-use ratelimit_bridge::check::{Check, RuleOutcome, RuleSpec};
+use ratelimit_bridge::store::check::{Check, RuleOutcome, RuleSpec};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! connection is TLS.
 
 use super::Connect;
-use ratelimit_bridge::slot::slot;
+use ratelimit_bridge::store::slot::slot;
 use redis::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

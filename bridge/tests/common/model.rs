@@ -3,7 +3,7 @@
 //! definition of the arithmetic (`ratelimit_protocol::Shape`), so that
 //! `lua/token_bucket.lua` can be held to it.
 
-use ratelimit_bridge::check::{RuleOutcome, RuleSpec};
+use ratelimit_bridge::store::check::{RuleOutcome, RuleSpec};
 use ratelimit_protocol::{Level, Shape};
 use std::collections::HashMap;
 

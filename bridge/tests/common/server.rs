@@ -1,9 +1,9 @@
 //! The bridge's server in-process on a free port, against a given Redis, stopped on demand.
 
-use ratelimit_bridge::access::Access;
-use ratelimit_bridge::deadlines::ConnectionBounds;
+use ratelimit_bridge::doors::guards::access::Access;
+use ratelimit_bridge::doors::guards::deadlines::ConnectionBounds;
+use ratelimit_bridge::doors::server::{self, Config};
 use ratelimit_bridge::engine::Engine;
-use ratelimit_bridge::server::{self, Config};
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

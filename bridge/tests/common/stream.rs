@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ratelimit_bridge::grpc::{prefixed, Deframer};
+use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,12 +1,12 @@
 //! The cases of tests/conformance/*.yaml as data, and the requests and statuses they
 //! write, for rls_conformance.rs.
 
-use ratelimit_bridge::rls::answer::{Headers, ResponseHeaders};
-use ratelimit_bridge::rls::proto::{
+use ratelimit_bridge::doors::rls::answer::{Headers, ResponseHeaders};
+use ratelimit_bridge::doors::rls::proto::{
     DescriptorStatus, Entry, Kind, LimitOverride, RateLimitDescriptor, RateLimitRequest, Struct,
     UInt64Value, Value,
 };
-use ratelimit_bridge::rls::Options;
+use ratelimit_bridge::doors::rls::Options;
 use serde::Deserialize;
 use serde_yaml_ng::Value as Yaml;
 use std::collections::BTreeMap;
