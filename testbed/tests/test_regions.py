@@ -266,7 +266,7 @@ def test_negative_control_regions_syncing_counts_asynchronously_are_caught(world
 
     syncing = threading.Thread(target=gossip, daemon=True)
     syncing.start()
-    time.sleep(4)
+    time.sleep(4)  # demand and gossip for 4 s: the excess is measured over what they did
     stop.set()
     syncing.join()
     answers = demand.stop()
