@@ -8,7 +8,7 @@ import time
 import pytest
 
 from testbed.cluster import ValkeyCluster
-from testbed.stack import Stack, bucket_units
+from testbed.stack import Stack, bucket_units, wait_for
 from testbed.plugins import plugin, rule
 
 
@@ -113,14 +113,15 @@ def test_a_slot_moved_under_load_fails_no_check_and_admits_exactly_the_limit(clu
     for w in workers:
         w.start()
     try:
-        while len(statuses) < 100:
-            time.sleep(0.01)
+        wait_for("100 answers before the move", lambda: len(statuses) >= 100, timeout=30)
         window["start"] = time.monotonic()
         # Half-moved for 0.3 s: the key on the target, the slot still the source's.
         cluster.move_slot(slot, source, target, pause_s=0.3)
         window["end"] = time.monotonic()
-        while len(statuses) < 2 * limit or time.monotonic() - window["end"] < 1.0:
-            time.sleep(0.01)
+        # The bucket emptied, and a second of load on the moved slot.
+        wait_for("the load past the limit and a second past the move",
+                 lambda: len(statuses) >= 2 * limit and time.monotonic() - window["end"] >= 1.0,
+                 timeout=60)
     finally:
         stop.set()
         for w in workers:
