@@ -2,15 +2,11 @@
 //! exactly the right `authorization: Bearer <token>` is refused with 401 before it touches
 //! Redis; `/healthz` stays open. (The gRPC stream's side is in `grpc.rs`.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
+use crate::common::buckets::script_calls;
+use crate::common::client::{h2c, http1, req};
+use crate::common::server::start_with_token;
+use crate::common::{Connect, Valkey};
 use bytes::Bytes;
-use common::buckets::script_calls;
-use common::client::{h2c, http1, req};
-use common::server::start_with_token;
-use common::{Connect, Valkey};
 use http_body_util::Full;
 use hyper::header::{HeaderValue, AUTHORIZATION};
 use hyper::{Method, Request, StatusCode};

@@ -4,12 +4,8 @@
 //! without an admin token file serves no admin endpoint; the admin token checks nothing.
 //! The binary as an operator runs it, so that its flags are held to this too.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::process::BridgeProcess;
-use common::{Connect, Valkey};
+use crate::common::process::BridgeProcess;
+use crate::common::{Connect, Valkey};
 use test_support::pki::Scratch;
 
 const GATEWAYS: &str = "gateways-s3cret";

@@ -3,13 +3,9 @@
 //! `--redis-username` / `--redis-password-file`; wrong credentials fail each check saying so
 //! while the bridge keeps running and answering.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::rule;
-use common::process::BridgeProcess;
-use common::{Valkey, BRIDGE_ACL};
+use crate::common::buckets::rule;
+use crate::common::process::BridgeProcess;
+use crate::common::{Valkey, BRIDGE_ACL};
 use ratelimit_bridge::store::connection::connect::RedisAccess;
 use ratelimit_bridge::store::{Store, StoreOptions};
 use std::time::Duration;

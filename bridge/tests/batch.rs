@@ -2,12 +2,10 @@
 //! all-or-nothing, large batches split, shared expiries written together, lease returns, and the
 //! stored format of the previous script still read.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{batch, redis_now_ms, reset_stats, rule, run, script_calls, store, stored};
-use common::{Connect, Valkey};
+use crate::common::buckets::{
+    batch, redis_now_ms, reset_stats, rule, run, script_calls, store, stored,
+};
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::store::check::Check;
 
 #[tokio::test]

@@ -4,12 +4,8 @@
 //! again; an operator's `unblock` lifts a block at once, keeping the level; `usage` shows a
 //! block in force, and reading it moves neither the block nor anything else.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{redis_now_ms, rule, run, store};
-use common::{Connect, Valkey};
+use crate::common::buckets::{redis_now_ms, rule, run, store};
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::doors::usage;
 use ratelimit_bridge::engine::overrides::Target;
 use ratelimit_bridge::engine::unblock::unblock;
@@ -97,7 +93,7 @@ async fn a_rule_without_a_block_never_blocks_and_keeps_the_short_format() {
         assert!(!run(&store, std::slice::from_ref(&r)).await.1[0].blocked);
     }
     assert!(
-        common::buckets::stored(&valkey, "rl:r:plain").is_some(),
+        crate::common::buckets::stored(&valkey, "rl:r:plain").is_some(),
         "no block state: tag 3"
     );
 }
@@ -201,7 +197,7 @@ async fn unblock_leaves_buckets_without_a_block_and_foreign_values_alone() {
     let store = store(&valkey);
     let plain = rule("rl:r:plain", 5, 1, 1_000, 1);
     run(&store, std::slice::from_ref(&plain)).await;
-    let mut conn = common::Connect::connection(&valkey);
+    let mut conn = crate::common::Connect::connection(&valkey);
     let before: Vec<u8> = redis::cmd("GET")
         .arg("rl:r:plain")
         .query(&mut conn)

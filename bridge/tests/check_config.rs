@@ -1,8 +1,6 @@
 //! `ratelimit-bridge check-config`: a plugin configuration judged offline by the filter's
 //! own parser, with the line a gateway would log and an exit status a pipeline can act on.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use test_support::pki::Scratch;

@@ -4,12 +4,8 @@
 //! again once the other's claim has lapsed; bridges that claim alike agree; a round that
 //! did not reach every region grants nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::store;
-use common::Valkey;
+use crate::common::buckets::store;
+use crate::common::Valkey;
 use ratelimit_bridge::engine::regions::agree::{Agreement, Verdict};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;

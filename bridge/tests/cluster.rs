@@ -5,12 +5,8 @@
 //! over its own limit never touches a bucket it shares. (Failover and resharding under
 //! load are the testbed's `test_cluster.py`.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{hourly, options};
-use common::cluster::{node_of, Cluster, OneNodeCluster};
+use crate::common::buckets::{hourly, options};
+use crate::common::cluster::{node_of, Cluster, OneNodeCluster};
 use ratelimit_bridge::store::check::{Check, RuleSpec};
 use ratelimit_bridge::store::slot::slot;
 use ratelimit_bridge::store::Store;

@@ -3,14 +3,10 @@
 //! same TLS trust and credentials as the seed (a check on every node's slots succeeds, each
 //! node's proxy saw TLS handshakes), and failures to the same rules as a single server.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::rule;
-use common::cluster::{Cluster, RANGES};
-use common::process::BridgeProcess;
-use common::BRIDGE_ACL;
+use crate::common::buckets::rule;
+use crate::common::cluster::{Cluster, RANGES};
+use crate::common::process::BridgeProcess;
+use crate::common::BRIDGE_ACL;
 use ratelimit_bridge::store::connection::connect::RedisAccess;
 use ratelimit_bridge::store::connection::redis_tls::TlsFiles;
 use ratelimit_bridge::store::slot::slot;

@@ -2,14 +2,10 @@
 //! (`/ratelimit.v1.Bridge/Check`, h2c), messages answered as their checks finish and paired
 //! by exchange id, protocol violations and shutdown ending the stream with a gRPC status.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
+use crate::common::server::{start, start_with, start_with_token, without_token, RELAXED};
+use crate::common::stream::{open, open_as};
+use crate::common::Valkey;
 use bytes::Bytes;
-use common::server::{start, start_with, start_with_token, without_token, RELAXED};
-use common::stream::{open, open_as};
-use common::Valkey;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use ratelimit_bridge::doors::grpc::prefixed;
@@ -125,7 +121,7 @@ async fn with_a_token_a_stream_must_present_it_or_is_refused_401_before_it_start
         let (status, _) = open_as(&bridge, wrong).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong:?}");
     }
-    assert_eq!(common::buckets::script_calls(&valkey), 0);
+    assert_eq!(crate::common::buckets::script_calls(&valkey), 0);
     let (status, mut s) = open_as(&bridge, Some("Bearer s3cret-Token")).await;
     assert_eq!(status, StatusCode::OK);
     s.send("1\ng:auth,5,1,1000,1\n").await;

@@ -1,13 +1,9 @@
 //! The bridge as the filter's HTTP transport sees it: HTTP/1.1 and h2c on one port, strict
 //! input validation, `/healthz` following Redis, graceful shutdown.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::client::{h2c, http1, req};
-use common::server::start;
-use common::{Connect, Valkey};
+use crate::common::client::{h2c, http1, req};
+use crate::common::server::start;
+use crate::common::{Connect, Valkey};
 use hyper::{Method, StatusCode};
 use std::time::Duration;
 use tokio::net::TcpStream;

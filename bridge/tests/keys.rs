@@ -3,14 +3,10 @@
 //! value the filter would have escaped) gets its check refused alone (`?`), and Redis is
 //! left as it was.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::store;
-use common::client::{http1, req};
-use common::server::start;
-use common::{Connect, Valkey};
+use crate::common::buckets::store;
+use crate::common::client::{http1, req};
+use crate::common::server::start;
+use crate::common::{Connect, Valkey};
 use hyper::{Method, StatusCode};
 use ratelimit_bridge::engine::overrides::registry;
 use ratelimit_bridge::engine::overrides::{parse_spec, Target};

@@ -3,12 +3,8 @@
 //! a lease return gives tokens back, never past the burst, and one that fills a bucket
 //! leaves no key (a missing key is a full bucket). A rule in shadow mode never denies.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{rule, run, store, stored};
-use common::{Connect, Valkey};
+use crate::common::buckets::{rule, run, store, stored};
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::store::check::RuleSpec;
 use ratelimit_protocol::Block;
 

@@ -6,12 +6,8 @@
 //! grants nothing until every lease the old one could have granted is over (learning), and
 //! refills only from then.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::store;
-use common::{Connect, Valkey};
+use crate::common::buckets::store;
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::engine::regions::ledger::{call, ledger_key, Mode, Reply, Shape};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;

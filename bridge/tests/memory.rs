@@ -6,14 +6,10 @@
 //! is full, old clients' and new ones' alike, and the failure says `OOM`; the bridge warns
 //! about that configuration when it starts.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{rule, store};
-use common::cluster::OneNodeCluster;
-use common::process::BridgeProcess;
-use common::{Connect, Valkey};
+use crate::common::buckets::{rule, store};
+use crate::common::cluster::OneNodeCluster;
+use crate::common::process::BridgeProcess;
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::engine::overrides::registry;
 use ratelimit_bridge::engine::overrides::{parse_spec, Target};
 use ratelimit_bridge::store::check::{Check, RuleSpec};

@@ -2,14 +2,10 @@
 //! parsed here line by line; the counters move by exactly what the checks sent over HTTP
 //! and over the gRPC stream did, and the histograms count every script call.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::client::{http1, req};
-use common::server::{start, start_with, start_with_token, without_token, Bridge, RELAXED};
-use common::stream::open;
-use common::Valkey;
+use crate::common::client::{http1, req};
+use crate::common::server::{start, start_with, start_with_token, without_token, Bridge, RELAXED};
+use crate::common::stream::open;
+use crate::common::Valkey;
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;

@@ -4,12 +4,8 @@
 //! `3650000d` was answered 200, then neither listed nor applied, its expiry written by the
 //! script as `3.17e+14`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::process::BridgeProcess;
-use common::{Connect, Valkey};
+use crate::common::process::BridgeProcess;
+use crate::common::{Connect, Valkey};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use test_support::pki::Scratch;

@@ -2,12 +2,8 @@
 //! the buckets need, evicts only keys that have one), yet an override ends on time: readers
 //! hold each record's expiry to Redis's clock, and the next write deletes expired records.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::store;
-use common::{Connect, Valkey};
+use crate::common::buckets::store;
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::engine::overrides::registry;
 use ratelimit_bridge::engine::overrides::{parse_spec, Target};
 use ratelimit_bridge::store::Store;

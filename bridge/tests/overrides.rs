@@ -5,13 +5,9 @@
 //! loosening (issue 22 row 10); `usage` shows an override in force, on one server and on a
 //! Cluster, starting nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{options, rule, store};
-use common::cluster::{node_of, Cluster};
-use common::{Connect, Valkey};
+use crate::common::buckets::{options, rule, store};
+use crate::common::cluster::{node_of, Cluster};
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::doors::usage;
 use ratelimit_bridge::engine::overrides::registry;
 use ratelimit_bridge::engine::overrides::table::Table;

@@ -2,16 +2,12 @@
 //! and a script call that may have run (its answer lost with the connection) is never sent
 //! a second time, on one server or a cluster, as that would take its tokens twice.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{options, reset_stats, rule, script_calls, stored};
-use common::client::{http1, req};
-use common::cluster::OneNodeCluster;
-use common::cutter::Cutter;
-use common::server::start;
-use common::{Connect, Valkey};
+use crate::common::buckets::{options, reset_stats, rule, script_calls, stored};
+use crate::common::client::{http1, req};
+use crate::common::cluster::OneNodeCluster;
+use crate::common::cutter::Cutter;
+use crate::common::server::start;
+use crate::common::{Connect, Valkey};
 use hyper::{Method, StatusCode};
 use ratelimit_bridge::store::Store;
 use std::time::Duration;

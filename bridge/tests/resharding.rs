@@ -7,12 +7,8 @@
 //! (`MOVED`), the slot map is read again and checks follow it. (The testbed's
 //! `test_cluster.py` moves a slot under load through Envoy.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{hourly, options, stored};
-use common::cluster::{node_of, Cluster};
+use crate::common::buckets::{hourly, options, stored};
+use crate::common::cluster::{node_of, Cluster};
 use ratelimit_bridge::store::check::RuleSpec;
 use ratelimit_bridge::store::slot::slot;
 use ratelimit_bridge::store::Store;

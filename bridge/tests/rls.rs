@@ -2,14 +2,10 @@
 //! `ratelimit` filter makes them, answered from the token buckets in a real Valkey, with
 //! envoyproxy/ratelimit's YAML configuration read from a file and reloaded when it changes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
+use crate::common::client::{h2c, req};
+use crate::common::server::{start_with, without_token, Bridge, RELAXED};
+use crate::common::Valkey;
 use bytes::Bytes;
-use common::client::{h2c, req};
-use common::server::{start_with, without_token, Bridge, RELAXED};
-use common::Valkey;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -7,16 +7,12 @@
 //! runner checks is there. A case marked `pending` is a known mismatch still to fix: it must
 //! fail (and says so), so the mark goes when the fix lands.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
 #[path = "conformance/schema.rs"]
 mod schema;
 
-use common::client::{h2c, req};
-use common::rls::{call, serve_watching, Served};
-use common::{Connect, Valkey};
+use crate::common::client::{h2c, req};
+use crate::common::rls::{call, serve_watching, Served};
+use crate::common::{Connect, Valkey};
 use hyper::Method;
 use ratelimit_bridge::doors::rls::proto::RateLimitResponse;
 use schema::{normal, options, request, status, structure, Area, Case, Expect, CODES};

@@ -3,8 +3,6 @@
 //! speaks TLS (the bridge read it as false and served a TLS deployment in plaintext), and
 //! `yes`, which Go refuses, stops the bridge with the variable named (it started).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 use std::io::{Read, Write};

@@ -3,14 +3,10 @@
 //! docs/rate-limit-service.md's "What differs" says instead. Each runs the bridge in
 //! process against a real Valkey and calls it over h2c as Envoy does.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::client::{h2c, req};
-use common::rls::{call, serve, Served};
-use common::server::{start_with, without_token, RELAXED};
-use common::Valkey;
+use crate::common::client::{h2c, req};
+use crate::common::rls::{call, serve, Served};
+use crate::common::server::{start_with, without_token, RELAXED};
+use crate::common::Valkey;
 use hyper::Method;
 use ratelimit_bridge::doors::rls::answer::{Headers, ResponseHeaders};
 use ratelimit_bridge::doors::rls::compat::translate;

@@ -3,8 +3,6 @@
 //! `/healthz` and `ShouldRateLimit` waited), is refused by its bounds before the parser
 //! sees it, on a thread of its own, while `/healthz` keeps being answered.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};

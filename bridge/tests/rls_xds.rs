@@ -4,8 +4,6 @@
 //! configured by an xDS server playing Envoy Gateway's part (there is no Envoy Gateway on
 //! these machines), answering `ShouldRateLimit` over TLS from a real Valkey.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::{BodyExt, Full, StreamBody};

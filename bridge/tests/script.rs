@@ -2,13 +2,9 @@
 //! cost, all-or-nothing, expiry, concurrency, reload, and agreement with the native model
 //! over random batches.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{age, batch, redis_now_ms, rule, run, store, stored};
-use common::model::{self, Buckets};
-use common::{Connect, Valkey};
+use crate::common::buckets::{age, batch, redis_now_ms, rule, run, store, stored};
+use crate::common::model::{self, Buckets};
+use crate::common::{Connect, Valkey};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use ratelimit_bridge::store::check::{Check, RuleOutcome, RuleSpec};

@@ -6,13 +6,9 @@
 //! (`override`, `unblock`) connect the same way. Sentinels with a password of their own
 //! and a master with another.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::process::BridgeProcess;
-use common::sentinel::{Group, MASTER};
-use common::BRIDGE_ACL;
+use crate::common::process::BridgeProcess;
+use crate::common::sentinel::{Group, MASTER};
+use crate::common::BRIDGE_ACL;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use test_support::free_port;

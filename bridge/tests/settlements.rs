@@ -5,13 +5,9 @@
 //! `usage` shows a debt as tokens owed, and reading it writes nothing (a check of a bucket
 //! in debt would count a denial, so that looking blocked the client).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{options, redis_now_ms, rule, run, store};
-use common::cluster::{node_of, Cluster};
-use common::{Connect, Valkey};
+use crate::common::buckets::{options, redis_now_ms, rule, run, store};
+use crate::common::cluster::{node_of, Cluster};
+use crate::common::{Connect, Valkey};
 use ratelimit_bridge::doors::usage;
 use ratelimit_bridge::engine::Engine;
 use ratelimit_bridge::store::check::{RuleOutcome, RuleSpec};

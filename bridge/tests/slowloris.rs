@@ -4,14 +4,10 @@
 //! short for the limit under test and long for the others, and every wait for the bridge
 //! is several seconds longer than the deadline it waits for.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
+use crate::common::client::{h2c, http1, req};
+use crate::common::server::{start_with, without_token, RELAXED};
+use crate::common::Valkey;
 use bytes::Bytes;
-use common::client::{h2c, http1, req};
-use common::server::{start_with, without_token, RELAXED};
-use common::Valkey;
 use futures_util::stream::BoxStream;
 use http_body_util::StreamBody;
 use hyper::body::Frame;

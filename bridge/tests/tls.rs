@@ -4,13 +4,9 @@
 //! works with the client certificate and fails without it; bad files stop the binary with
 //! the flag's name.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
-use common::buckets::{rule, stored};
-use common::process::BridgeProcess;
-use common::Valkey;
+use crate::common::buckets::{rule, stored};
+use crate::common::process::BridgeProcess;
+use crate::common::Valkey;
 use ratelimit_bridge::store::connection::connect::RedisAccess;
 use ratelimit_bridge::store::connection::redis_tls::TlsFiles;
 use ratelimit_bridge::store::{Store, StoreOptions};

@@ -2,16 +2,12 @@
 //! neither keep a gateway out of the connection slots nor grow the bridge's memory past its
 //! bound. Waits are several seconds longer than the deadline they wait for.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code fails loudly
-
-mod common;
-
+use crate::common::client::{h2c, req};
+use crate::common::process::BridgeProcess;
+use crate::common::server::{start_with, RELAXED};
+use crate::common::stream::{open_at, receiver_stream};
+use crate::common::Valkey;
 use bytes::Bytes;
-use common::client::{h2c, req};
-use common::process::BridgeProcess;
-use common::server::{start_with, RELAXED};
-use common::stream::{open_at, receiver_stream};
-use common::Valkey;
 use http_body_util::{Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};

@@ -2,9 +2,6 @@
 //! connection to it, the native model of the token bucket the Lua script is held to, a
 //! three-node cluster, and the bridge binary run as a process.
 
-#![allow(dead_code)] // each test binary uses its own part of this module
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support fails loudly
-
 pub mod buckets;
 pub mod client;
 pub mod cluster;

@@ -166,16 +166,6 @@ impl Group {
         fields.get(at + 1).cloned()
     }
 
-    /// The port of the master sentinel `i` names now.
-    pub fn master_port(&self, i: usize) -> Option<u16> {
-        let (_, port): (String, u16) = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(MASTER)
-            .query(&mut self.sentinel(i).ok()?)
-            .ok()?;
-        Some(port)
-    }
-
     /// A plain connection to the data node on `port`.
     pub fn node(&self, port: u16) -> redis::Connection {
         let auth = self
@@ -195,13 +185,6 @@ impl Group {
             redis::Value::BulkString(b) => String::from_utf8_lossy(b).into(),
             other => panic!("ROLE answered {other:?}"),
         }
-    }
-
-    /// Kills sentinel `i`.
-    pub fn kill_sentinel(&mut self, i: usize) {
-        let sentinel = &mut self.sentinels[i];
-        let _ = sentinel.child.kill();
-        let _ = sentinel.child.wait();
     }
 
     /// A failover now, without waiting for the master to fail (`SENTINEL FAILOVER`).
