@@ -1,4 +1,4 @@
--- The claims made of a global rule (bridge/src/regions/agree.rs), in each region's Redis:
+-- The claims made of a global rule (bridge/src/engine/regions/agree.rs), in each region's Redis:
 -- what each bridge serving the rule holds of it (the home it gives the rule and the regions
 -- it names), each until its expiry by this server's clock. Bridges that claim differently
 -- would keep two ledgers for one key: each refuses the rule while it sees another's claim.

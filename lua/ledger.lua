@@ -15,7 +15,7 @@
 -- replica, or having evicted or flushed keys: `lost_since`), for a lease lifetime from
 -- when its hash slot's epoch (KEYS[2]) first saw the server so: a replica that never
 -- received a key's ledger must not start it full while the old primary's leases are
--- still spent. Called by bridge/src/regions/.
+-- still spent. Called by bridge/src/engine/regions/.
 --
 -- KEYS[1]  the ledger's key
 -- KEYS[2]  its hash slot's epoch: which server history (run id, replication id, keys

@@ -1,4 +1,4 @@
--- Writes or removes one emergency override of ratelimit-bridge (bridge/src/overrides.rs),
+-- Writes or removes one emergency override of ratelimit-bridge (bridge/src/engine/overrides/),
 -- atomically with the index that lists them. Both keys share the hash tag {overrides}, so
 -- this is one call on a Redis Cluster too (records of expired members, named from the
 -- index, are in that slot as well). The bridges read the index and the records with
@@ -15,7 +15,7 @@
 -- Neither the records nor the index expire in Redis: under maxmemory, the policy the
 -- buckets need (volatile-ttl) evicts keys that have a TTL, and an override evicted by a
 -- flood of new clients would be an emergency limit silently gone. Each record holds its own
--- expiry instead, which readers hold to Redis's clock (bridge/src/registry.rs), and every
+-- expiry instead, which readers hold to Redis's clock (bridge/src/engine/overrides/registry.rs), and every
 -- call deletes the records of expired members and drops them from the index.
 
 local call = redis.call
@@ -31,7 +31,7 @@ local result
 if ARGV[1] == 'set' then
   local expires = now + tonumber(ARGV[4])
   -- Digits, never Lua's %.14g: a number of 15 digits or more would be written as 1.2e+14,
-  -- a record no bridge could read (the callers bound the lifetime, bridge/src/overrides.rs).
+  -- a record no bridge could read (the callers bound the lifetime, bridge/src/engine/overrides/).
   call('SET', KEYS[2], ARGV[3] .. ' ' .. string.format('%d', expires))
   call('ZADD', KEYS[1], expires, ARGV[2])
   result = expires

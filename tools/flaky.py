@@ -10,8 +10,9 @@ runs passed, with the slowest; it exits 1 unless every run of every test passed.
     python3 tools/flaky.py cargo:rls_reference cargo:leases::a_denied_check_takes_no_lease
 
 A pytest node id or file is run with the project's .venv; `cargo:NAME[::FILTER]` is the
-bridge's integration test binary `NAME` (bridge/tests/NAME.rs), built once, then run
-alone with FILTER as its name filter. `make flaky TESTS="..."` runs this.
+bridge's integration tests of bridge/tests/NAME.rs (a module of the one test binary
+`it`), built once, then run alone with `NAME::FILTER` as the name filter.
+`make flaky TESTS="..."` runs this.
 """
 
 import argparse
@@ -35,8 +36,12 @@ def burn(stop):
             n = (n * 31 + 7) % 1_000_003
 
 
-def cargo_binary(name):
-    """Builds bridge/tests/NAME.rs and returns its executable."""
+# The bridge's one integration test binary (bridge/tests/it.rs).
+TEST_BINARY = "it"
+
+
+def cargo_binary(name=TEST_BINARY):
+    """Builds the bridge's integration test binary and returns its executable."""
     built = subprocess.run(
         ["cargo", "test", "-p", "ratelimit-bridge", "--test", name, "--no-run",
          "--message-format", "json"],
@@ -52,8 +57,8 @@ def cargo_binary(name):
 def command_of(test):
     """The command that runs `test` once."""
     if test.startswith("cargo:"):
-        name, _, filter_ = test[len("cargo:"):].partition("::")
-        return [cargo_binary(name), *([filter_] if filter_ else []), "--test-threads", "1"]
+        module, _, filter_ = test[len("cargo:"):].partition("::")
+        return [cargo_binary(), f"{module}::{filter_}", "--test-threads", "1"]
     return [str(PY), "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
 
 

@@ -1,7 +1,7 @@
 //! A rule's `global`: one budget across every region, kept by a ledger in one region's
 //! Redis (the key's *home*) that leases its tokens to the regions' bridges, so that a
 //! client spread over regions gets one limit, not one per region. What the configuration
-//! may say; the leases themselves are the bridge's (`bridge/src/regions/`), the ledger
+//! may say; the leases themselves are the bridge's (`bridge/src/engine/regions/`), the ledger
 //! `lua/ledger.lua`, and what the bound is docs/regions.md's.
 //!
 //! ```json

@@ -26,7 +26,6 @@
 //! - `config_hooks`: the hooks of a configuration, on Envoy's main thread.
 
 mod abi;
-mod reply;
 mod callouts;
 mod config;
 mod config_hooks;
@@ -35,6 +34,7 @@ mod guard;
 mod hooks;
 mod host;
 mod mailbox;
+mod reply;
 mod request;
 mod root;
 mod streams;

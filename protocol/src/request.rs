@@ -49,7 +49,7 @@ pub struct Settle {
     pub id: String,
 }
 
-/// An emergency override's bucket on a rule (`bridge/src/overrides.rs` puts it there,
+/// An emergency override's bucket on a rule (`bridge/src/engine/overrides/` puts it there,
 /// `lua/token_bucket.lua` runs it). While it is in force it decides the rule's checks and
 /// the rule's own bucket is still charged what it admits, down to 0 at most: when it ends,
 /// the client is where its rule would have left it.

@@ -24,7 +24,7 @@ WINDOW_S = 15
 STRADDLE_LIMIT = 600  # a day: refill over the test is far below one token
 PROBE_LIMIT = 5
 # The bridge's log line for each move of the master, with its time to the second.
-MOVED = re.compile(r"^\[(\S+) WARN +ratelimit_bridge::single\] redis master \"mymaster\" moved",
+MOVED = re.compile(r"^\[(\S+) WARN +ratelimit_bridge::store::connection::single\] redis master \"mymaster\" moved",
                    re.M)
 
 
