@@ -24,7 +24,7 @@ const DIGESTED_KEY_LEN: usize = MAX_NAME_LEN + 1 + MAX_NAME_LEN + 2 + 64;
 const _: () = assert!(DIGESTED_KEY_LEN <= MAX_KEY_LEN);
 
 /// The rule segment of every bucket key the bridge's rate limit service makes
-/// (`prefix:rls:domain:key:value...`, in `ratelimit_bridge::doors::rls::plan`). Front
+/// (`prefix:rls:domain:key:value...`, in `ratelimit_bridge::doors::rls::lines`). Front
 /// doors share one Redis and one key grammar, so each keeps to a namespace no other's
 /// configuration can name: this name is the service's, and neither a gateway's rule
 /// (`validate_rule_name`) nor a check on the gateways' wire (the bridge's keyspace) may use

@@ -1,4 +1,4 @@
-//! One `ShouldRateLimit` call answered from the token buckets: its plan (`plan`) run as
+//! One `ShouldRateLimit` call answered from the token buckets: its lines (`lines`) run as
 //! script calls, together (the check, the reads and the costs at once), and the answer
 //! Envoy reads: the overall code, a status per descriptor, the response headers (the
 //! bridge's `X-RateLimit-*`, envoyproxy/ratelimit's `RateLimit-*`, or none), and for a call
@@ -8,8 +8,8 @@
 
 use super::dynamic;
 use super::limits::{Limits, Quota, Rule};
+use super::lines::{lines, Ask, DescriptorLine, Refusal, RESERVED};
 use super::metrics::{Hits, RlsMetrics};
-use super::plan::{plan, Ask, Planned, Refusal, RESERVED};
 use super::proto::{
     DescriptorStatus, Duration, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse,
     Struct, Value, CODE_OK, CODE_OVER_LIMIT,
@@ -86,19 +86,19 @@ impl Service {
             self.cost_ids,
             self.costs.fetch_add(1, Ordering::Relaxed)
         );
-        let mut plan = plan(limits, request, &self.prefix, &id)?;
+        let mut lines = lines(limits, request, &self.prefix, &id)?;
         // The engine's step, as the wire's lines take it: the regions' refusals, the
-        // operators' overrides. Only a check holds global limits (`plan` refuses them
+        // operators' overrides. Only a check holds global limits (`lines` refuses them
         // elsewhere).
         let intake = engine.intake();
         for (intent, call) in [
-            (Intent::Check, &mut plan.check),
-            (Intent::Read, &mut plan.read),
-            (Intent::Settle, &mut plan.cost),
+            (Intent::Check, &mut lines.check),
+            (Intent::Read, &mut lines.read),
+            (Intent::Settle, &mut lines.cost),
         ] {
             intake.admit(intent, call).map_err(Refusal::Failed)?;
         }
-        let (check, read, cost) = (&plan.check, &plan.read, &plan.cost);
+        let (check, read, cost) = (&lines.check, &lines.read, &lines.cost);
         let (checked, were, costed) = tokio::join!(
             run(!check.is_empty(), || engine.check(check)),
             run(!read.is_empty(), || engine.read(read)),
@@ -118,12 +118,12 @@ impl Service {
         };
         let mut shown: Option<(&Rule, RuleOutcome)> = None;
         let metrics = &self.metrics;
-        let later = later_hits(&plan.descriptors);
+        let later = later_hits(&lines.descriptors);
         let mut passed = Vec::new();
-        for (planned, later) in plan.descriptors.iter().zip(later) {
-            let outcome = match planned.ask {
+        for (line, later) in lines.descriptors.iter().zip(later) {
+            let outcome = match line.ask {
                 Ask::Free | Ask::Over => None,
-                Ask::Check => checked.get(planned.at).cloned().map(|mut o| {
+                Ask::Check => checked.get(line.at).cloned().map(|mut o| {
                     if o.allowed {
                         o.remaining = o.remaining.saturating_add(later);
                     }
@@ -131,7 +131,7 @@ impl Service {
                 }),
                 // An ask (hits 0) is within down to exactly the limit, as envoyproxy/
                 // ratelimit answers a counter at its limit: only debt is over.
-                Ask::Read => were.get(planned.at).cloned().map(|mut o| {
+                Ask::Read => were.get(line.at).cloned().map(|mut o| {
                     o.allowed = o.owed == 0;
                     o
                 }),
@@ -139,15 +139,15 @@ impl Service {
                 // left no debt (`borrowed` counts whole tokens: a cost of 1 on 0.3 tokens
                 // borrows 0.7, which is debt, as envoyproxy/ratelimit's counter at its
                 // limit is over at one hit more). A give-back is never over.
-                Ask::Cost => costed.get(planned.at).cloned().map(|mut o| {
-                    let took = (plan.cost.get(planned.at))
+                Ask::Cost => costed.get(line.at).cloned().map(|mut o| {
+                    let took = (lines.cost.get(line.at))
                         .and_then(|spec| spec.settle.as_ref())
                         .is_some_and(|settle| settle.delta > 0);
                     o.allowed = o.borrowed == 0 && !(took && o.owed > 0);
                     o
                 }),
             };
-            let Some(rule) = planned.rule.as_deref() else {
+            let Some(rule) = line.rule.as_deref() else {
                 response.statuses.push(DescriptorStatus {
                     code: CODE_OK,
                     ..DescriptorStatus::default()
@@ -156,7 +156,7 @@ impl Service {
             };
             // A rule in shadow mode that lacked the hits is admitted, saying how long
             // enforcing it would have made the request wait.
-            let over = planned.ask == Ask::Over
+            let over = line.ask == Ask::Over
                 || outcome
                     .as_ref()
                     .is_some_and(|o| !o.allowed || (rule.shadow && o.wait_ms > 0));
@@ -164,10 +164,10 @@ impl Service {
                 (true, false) => Hits::Over,
                 (true, true) => Hits::Shadow,
                 (false, _) => Hits::Within {
-                    near: near(rule, outcome.as_ref(), planned.hits),
+                    near: near(rule, outcome.as_ref(), line.hits),
                 },
             };
-            metrics.hits(&rule.label, planned.hits, became);
+            metrics.hits(&rule.label, line.hits, became);
             // In shadow mode for the whole service, the descriptor still says it is over
             // (as envoyproxy/ratelimit's `SHADOW_MODE` answers): only the call is let through.
             let code = if over && !rule.shadow {
@@ -218,7 +218,7 @@ impl Service {
             };
         }
         let mut metadata = self.dynamic_metadata.then(|| dynamic::of(request, &passed));
-        if let Some(taken) = reserved(&plan.descriptors, &checked) {
+        if let Some(taken) = reserved(&lines.descriptors, &checked) {
             let fields = &mut metadata.get_or_insert_with(Struct::default).fields;
             fields.insert(RESERVED.into(), Value::string(taken.to_string()));
         }
@@ -231,7 +231,7 @@ impl Service {
 /// the check that held them was admitted whole and its bucket paid (a shadow rule that
 /// lacked them took nothing), else 0; of several, the least, so that no commit naming it
 /// gives back more than its own bucket took.
-fn reserved(descriptors: &[Planned], checked: &[RuleOutcome]) -> Option<u64> {
+fn reserved(descriptors: &[DescriptorLine], checked: &[RuleOutcome]) -> Option<u64> {
     let admitted = checked.iter().all(|o| o.allowed);
     descriptors
         .iter()
@@ -246,9 +246,11 @@ fn reserved(descriptors: &[Planned], checked: &[RuleOutcome]) -> Option<u64> {
 /// For each descriptor, the hits of those after it in the same bucket of the check (the
 /// same descriptor twice in one call): an admitted one's status then says the level after
 /// its own hits, as envoyproxy/ratelimit's do (9, then 8), not after all of them.
-fn later_hits(descriptors: &[Planned]) -> Vec<u64> {
-    let same = |p: &Planned, q: &Planned| p.ask == Ask::Check && q.ask == p.ask && q.at == p.at;
-    let after = |(i, p): (usize, &Planned)| {
+fn later_hits(descriptors: &[DescriptorLine]) -> Vec<u64> {
+    let same = |p: &DescriptorLine, q: &DescriptorLine| {
+        p.ask == Ask::Check && q.ask == p.ask && q.at == p.at
+    };
+    let after = |(i, p): (usize, &DescriptorLine)| {
         if p.ask != Ask::Check {
             return 0;
         }

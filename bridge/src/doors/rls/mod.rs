@@ -13,7 +13,8 @@
 //! - `source`: the configuration's files, and what tells that they changed.
 //! - `wildcard`: a configured value with `*`s, matched as envoyproxy/ratelimit matches it.
 //! - `hits`: a number of hits as Envoy reads one from a string.
-//! - `plan`: what one call asks of which bucket: checks, costs, reservations.
+//! - `lines`: what one call asks of which bucket, as the lines that run it: checks, costs,
+//!   reservations.
 //! - `answer`: one call answered.
 //! - `operators`: the service's buckets as the operator's `override` and `usage` name them.
 //! - `dynamic`: envoyproxy/ratelimit's dynamic metadata of a call.
@@ -28,10 +29,10 @@ pub mod compat;
 pub mod dynamic;
 pub mod hits;
 pub mod limits;
+pub mod lines;
 pub mod metadata;
 pub mod metrics;
 pub mod operators;
-pub mod plan;
 pub mod proto;
 pub mod raw;
 pub mod source;
@@ -51,8 +52,8 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use limits::Limits;
+use lines::Refusal;
 use metrics::RlsMetrics;
-use plan::Refusal;
 use prost::Message;
 use std::convert::Infallible;
 use std::path::PathBuf;

@@ -1,11 +1,11 @@
 //! The service's buckets as the operator's commands name them (`override`, `usage`, and
 //! their admin endpoints): a domain and a descriptor's entries typed as Envoy sends them
 //! (`--domain edge --entry remote_address=198.51.100.4`), made into the key the service
-//! itself makes (`plan::bucket_of`), so an override or a usage names exactly the bucket a
+//! itself makes (`lines::bucket_of`), so an override or a usage names exactly the bucket a
 //! call checks.
 
 use super::limits::{Limits, Quota};
-use super::plan::{bucket_of, spec};
+use super::lines::{bucket_of, spec};
 use super::proto::Entry;
 use crate::engine::overrides::Target;
 use crate::store::keyspace::is_name;

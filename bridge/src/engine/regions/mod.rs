@@ -78,7 +78,7 @@ enum Paid {
 }
 
 /// A check as it is run: what its global rules took, and the rest of it for Redis.
-struct Planned {
+struct Running {
     paid: Vec<Option<Paid>>,
     /// The rules for Redis, and the place of each in the check.
     rest: Check,
@@ -197,26 +197,26 @@ impl Regions {
     /// Runs `checks` on `store` (this region's Redis) with their global rules paid from
     /// this bridge's leases: one outcome per check, in order, each all-or-nothing.
     pub async fn check_all(self: &Arc<Self>, store: &Store, checks: &[Check]) -> Vec<CheckOutcome> {
-        let mut planned: Vec<Planned> = Vec::with_capacity(checks.len());
+        let mut running: Vec<Running> = Vec::with_capacity(checks.len());
         let mut waiting = Vec::new();
         for check in checks {
-            planned.push(self.plan(check, &mut waiting));
+            running.push(self.start(check, &mut waiting));
         }
         if !waiting.is_empty() {
             self.await_grants(&waiting).await;
-            for (p, check) in planned.iter_mut().zip(checks) {
+            for (p, check) in running.iter_mut().zip(checks) {
                 self.retry_lacking(p, check);
                 p.refused = (check.iter())
                     .find_map(|r| r.global.as_ref().and_then(|g| self.disagreement(r, g)));
             }
         }
-        let sent: Vec<Check> = (planned.iter())
+        let sent: Vec<Check> = (running.iter())
             .filter(|p| !p.denied && p.refused.is_none() && !p.rest.is_empty())
             .map(|p| p.rest.clone())
             .collect();
         let mut answers = store.check_all(&sent).await.into_iter();
         let mut outcomes = Vec::with_capacity(checks.len());
-        for (p, check) in planned.into_iter().zip(checks) {
+        for (p, check) in running.into_iter().zip(checks) {
             let answer = match (p.denied || p.refused.is_some(), p.rest.is_empty()) {
                 (false, false) => answers.next().unwrap_or_else(|| Err("no answer".into())),
                 _ => Ok((wall_ms(), Vec::new())),
@@ -228,8 +228,8 @@ impl Regions {
 
     /// A check's global rules paid from the leases where they can be; the keys among them
     /// that the leases cannot pay and whose grant is worth waiting for go to `waiting`.
-    fn plan(self: &Arc<Self>, check: &Check, waiting: &mut Vec<String>) -> Planned {
-        let mut p = Planned {
+    fn start(self: &Arc<Self>, check: &Check, waiting: &mut Vec<String>) -> Running {
+        let mut p = Running {
             paid: Vec::with_capacity(check.len()),
             rest: Vec::new(),
             places: Vec::new(),
@@ -302,7 +302,7 @@ impl Regions {
 
     /// After the grants waited for came (or did not in time): the global rules that
     /// went unpaid take from the leases again.
-    fn retry_lacking(self: &Arc<Self>, p: &mut Planned, check: &Check) {
+    fn retry_lacking(self: &Arc<Self>, p: &mut Running, check: &Check) {
         for (paid, rule) in p.paid.iter_mut().zip(check) {
             if let Some(Paid::Lacking { .. }) = paid {
                 if let Some(taken) = self.holder().take(&rule.key, rule.cost, self.now_ms()) {
@@ -335,7 +335,7 @@ impl Regions {
     /// A check's outcome from what its global rules took and Redis's `answer` for the
     /// rest; a check denied anywhere gives back what the leases gave it. The rules of a
     /// check denied before Redis ran none of it show as passed, nothing known.
-    fn conclude(&self, p: Planned, check: &Check, answer: CheckOutcome) -> CheckOutcome {
+    fn conclude(&self, p: Running, check: &Check, answer: CheckOutcome) -> CheckOutcome {
         let (now_ms, rest) = match (answer, p.refused) {
             (Ok(answer), None) => answer,
             (Err(e), _) | (_, Some(e)) => {

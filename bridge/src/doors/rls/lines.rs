@@ -50,16 +50,16 @@ pub enum Ask {
     Free,
     /// Over without asking Redis: a limit of 0, or hits no full bucket holds.
     Over,
-    /// In the check, all or nothing (`Plan::check`).
+    /// In the check, all or nothing (`Lines::check`).
     Check,
-    /// Read only (`Plan::read`).
+    /// Read only (`Lines::read`).
     Read,
-    /// Settled on its own (`Plan::cost`).
+    /// Settled on its own (`Lines::cost`).
     Cost,
 }
 
 /// One descriptor's part of the call.
-pub struct Planned {
+pub struct DescriptorLine {
     pub rule: Option<Arc<Rule>>,
     pub ask: Ask,
     pub hits: u64,
@@ -69,10 +69,10 @@ pub struct Planned {
     pub reserves: bool,
 }
 
-/// The call's descriptors, and the script calls that run them.
+/// The call's descriptors, and the lines (one script call each) that run them.
 #[derive(Default)]
-pub struct Plan {
-    pub descriptors: Vec<Planned>,
+pub struct Lines {
+    pub descriptors: Vec<DescriptorLine>,
     pub check: Check,
     pub read: Check,
     /// Costs and commits: a settlement, under one id per call.
@@ -98,14 +98,14 @@ enum Marker {
     Reserved(u64),
 }
 
-/// `request` planned against `limits`, its buckets keyed under `prefix`, its costs settled
+/// `request` turned into lines against `limits`, its buckets keyed under `prefix`, its costs settled
 /// under `cost_id` (unique per call).
-pub fn plan(
+pub fn lines(
     limits: &Limits,
     request: &RateLimitRequest,
     prefix: &str,
     cost_id: &str,
-) -> Result<Plan, Refusal> {
+) -> Result<Lines, Refusal> {
     let domain = request.domain.as_str();
     if domain.is_empty() {
         return Err(Refusal::Invalid(
@@ -141,7 +141,7 @@ pub fn plan(
         .filter_map(|(_, _, rule)| rule.as_deref())
         .flat_map(|r| r.replaces.iter().cloned())
         .collect();
-    let mut plan = Plan::default();
+    let mut lines = Lines::default();
     for (descriptor, (entries, marker, rule)) in request.descriptors.iter().zip(read) {
         let rule = rule.filter(|r| r.name.is_empty() || !replaced.contains(&r.name));
         let own = descriptor.hits_addend.as_ref().map(|h| h.value);
@@ -154,7 +154,7 @@ pub fn plan(
                     Some((Quota::Blocked, _)) => Ask::Over,
                     _ => Ask::Free,
                 };
-                plan.descriptors.push(Planned {
+                lines.descriptors.push(DescriptorLine {
                     rule,
                     ask,
                     hits,
@@ -177,7 +177,7 @@ pub fn plan(
             (Marker::Reserved(reserved), Some(_)) => {
                 let delta = signed(hits) - signed(reserved);
                 let spec = settlement(prefix, domain, entries, found, &limit, delta, cost_id);
-                (Ask::Cost, place(&mut plan.cost, spec))
+                (Ask::Cost, place(&mut lines.cost, spec))
             }
             (Marker::Reserved(_), None) => {
                 return Err(Refusal::Invalid(format!(
@@ -186,20 +186,20 @@ pub fn plan(
             }
             (Marker::None | Marker::Reserve, Some(0)) => {
                 let spec = spec(prefix, domain, entries, found, &limit, 1);
-                (Ask::Read, place(&mut plan.read, spec))
+                (Ask::Read, place(&mut lines.read, spec))
             }
             (Marker::None, Some(_)) => {
                 let delta = signed(hits);
                 let spec = settlement(prefix, domain, entries, found, &limit, delta, cost_id);
-                (Ask::Cost, place(&mut plan.cost, spec))
+                (Ask::Cost, place(&mut lines.cost, spec))
             }
             (Marker::Reserve, _) | (Marker::None, None) if hits > limit.burst => (Ask::Over, 0),
             (Marker::Reserve, _) | (Marker::None, None) => {
                 let spec = spec(prefix, domain, entries, found, &limit, hits);
-                (Ask::Check, place(&mut plan.check, spec))
+                (Ask::Check, place(&mut lines.check, spec))
             }
         };
-        plan.descriptors.push(Planned {
+        lines.descriptors.push(DescriptorLine {
             rule,
             ask,
             hits,
@@ -207,7 +207,7 @@ pub fn plan(
             reserves,
         });
         // Refused as soon as it passes the bound: `place` looks through a call's buckets.
-        if [&plan.check, &plan.read, &plan.cost]
+        if [&lines.check, &lines.read, &lines.cost]
             .iter()
             .any(|call| call.len() > MAX_RULES)
         {
@@ -216,7 +216,7 @@ pub fn plan(
             )));
         }
     }
-    Ok(plan)
+    Ok(lines)
 }
 
 /// Puts `spec` in `call`, returning its index: a bucket already there (the same descriptor
@@ -383,5 +383,5 @@ fn settlement(
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
+#[path = "lines_tests.rs"]
 mod tests;

@@ -67,13 +67,13 @@ proptest! {
     ) {
         let limits = examples();
         let request = RateLimitRequest { domain, descriptors, hits_addend };
-        let plan = match plan(&limits, &request, "rl", "rls-1") {
-            Ok(plan) => plan,
+        let lines = match lines(&limits, &request, "rl", "rls-1") {
+            Ok(lines) => lines,
             Err(Refusal::Invalid(_)) => return Ok(()),
             Err(Refusal::Failed(why)) => panic!("planning never fails as Redis does: {why}"),
         };
-        prop_assert_eq!(plan.descriptors.len(), request.descriptors.len());
-        for call in [&plan.check, &plan.read, &plan.cost] {
+        prop_assert_eq!(lines.descriptors.len(), request.descriptors.len());
+        for call in [&lines.check, &lines.read, &lines.cost] {
             prop_assert!(call.len() <= MAX_RULES);
             for (i, rule) in call.iter().enumerate() {
                 prop_assert!(parse_key(&rule.key).is_ok(), "{}", rule.key);
@@ -85,14 +85,14 @@ proptest! {
                 }
             }
         }
-        for planned in &plan.descriptors {
-            let call = match planned.ask {
-                Ask::Check => &plan.check,
-                Ask::Read => &plan.read,
-                Ask::Cost => &plan.cost,
+        for line in &lines.descriptors {
+            let call = match line.ask {
+                Ask::Check => &lines.check,
+                Ask::Read => &lines.read,
+                Ask::Cost => &lines.cost,
                 Ask::Free | Ask::Over => continue,
             };
-            prop_assert!(planned.at < call.len());
+            prop_assert!(line.at < call.len());
         }
     }
 }
@@ -120,7 +120,7 @@ fn a_reservation_and_its_commit_name_the_same_bucket_as_the_plain_descriptor() {
             }],
             hits_addend: 0,
         };
-        plan(&limits, &request, "rl", "id").unwrap()
+        lines(&limits, &request, "rl", "id").unwrap()
     };
     let plain = with(None, None);
     let reserve = with(Some((RESERVE, "1")), Some(7));
@@ -162,7 +162,7 @@ descriptors:
             }],
             hits_addend: 2,
         };
-        plan(&limits, &request, "rl", "id")
+        lines(&limits, &request, "rl", "id")
     };
     let checked = call("edge", None, None).unwrap();
     let global = checked.check[0].global.as_ref().unwrap();
