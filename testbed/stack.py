@@ -49,8 +49,23 @@ os.environ.setdefault("ENVOY_DYNAMIC_MODULES_SEARCH_PATH", MODULE_DIR)
 
 # Test ports come from below Linux's ephemeral range (32768 and up), so no outgoing
 # connection can take a port between the moment it is picked and the moment its server
-# binds it (which failed CI once with EADDRINUSE). Never the same port twice in a process.
-TEST_PORTS = range(32000, 20000, -1)
+# binds it (which failed CI once with EADDRINUSE). Never the same port twice in a process,
+# and each pytest-xdist worker has a slice of its own: two workers walking one range picked
+# the same free port before either's server bound it (EADDRINUSE on 3 workers).
+ALL_TEST_PORTS = range(32000, 20000, -1)
+
+
+def _worker_ports():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return ALL_TEST_PORTS
+    size = len(ALL_TEST_PORTS) // count
+    n = int(worker[2:])
+    return ALL_TEST_PORTS[n * size:(n + 1) * size]
+
+
+TEST_PORTS = _worker_ports()
 _next_port = itertools.count(os.getpid() * 7919)
 
 
