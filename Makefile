@@ -137,11 +137,13 @@ test-unit: setup build
 
 # The unit tests of the filter and of the configuration it compiles in, compiled to
 # wasm32-wasip1, run by the harness's WASI runner.
-# The runner is built with the features `cargo test --workspace` builds it with (a test
-# target selected, so dev-dependencies count): otherwise wasmtime and its dependencies would
-# be built a second time with other features (34 s).
+# The wasmtime harness's binaries (wasi-run, wasm-fuel) are built with the features `cargo
+# test --workspace` builds the harness with: the whole workspace, a test target selected so
+# that dev-dependencies count. Built alone (-p), wasmtime and its dependencies would be
+# built a second time with other features (34 s for wasi-run, 104 s for wasm-fuel).
+AS_TESTED := --workspace --test filter
 test-wasm: .rust-target
-	$(CARGO) build --workspace --bin wasi-run --test filter
+	$(CARGO) build $(AS_TESTED) --bin wasi-run
 	CARGO_TARGET_WASM32_WASIP1_RUNNER=$(CURDIR)/target/debug/wasi-run \
 		$(CARGO) test -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET)
 
@@ -232,7 +234,7 @@ bench-build: setup build
 	$(CARGO) build --release -p ratelimit-bench
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-bench-noop
 	@# Fuel per request comes from the wasmtime harness (bench/fuel).
-	$(CARGO) build -p ratelimit-bench-fuel
+	$(CARGO) build $(AS_TESTED) --bin wasm-fuel
 
 bench: bench-build
 	$(PY) -m bench.run
