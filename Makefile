@@ -124,8 +124,9 @@ test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules te
 	@$(PYTHON) tools/slowest.py $(TIMES)
 
 ## check: the quick tier, before a commit: no import cycle, rustfmt, clippy, and the unit and
-## property tests of every crate, native and wasm32 (no release build, no server)
-check: .rust-target lint
+## property tests of every crate, native and wasm32 (no release build; test-support's own
+## test of its TLS proxy starts a Valkey, hence setup)
+check: setup lint
 	$(CARGO) test --workspace --lib --bins
 	$(MAKE) --no-print-directory test-wasm
 
