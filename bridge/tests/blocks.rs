@@ -164,28 +164,19 @@ async fn usage_shows_a_block_in_force_and_reading_it_moves_nothing() {
         cost: 0,
         ..login.clone()
     };
-    let usage = usage::read(
-        &Engine::new(store.clone(), None),
-        "rl",
-        "login",
-        looking.clone(),
-    )
-    .await
-    .unwrap();
+    let engine = Engine::new(store.clone(), None);
+    let usage = usage::read(&engine, "rl", "login", looking.clone())
+        .await
+        .unwrap();
     assert_eq!(usage["remaining"], 0, "{usage}");
     assert_eq!(usage["owed"], 0, "{usage}");
     let until = usage["blocked"]["until"].as_u64().unwrap();
     assert!((now_s + 59..=now_s + 61).contains(&until), "{usage}");
     // Looked at again and again: the block ends when it did, and nothing was written.
     for _ in 0..5 {
-        let again = usage::read(
-            &Engine::new(store.clone(), None),
-            "rl",
-            "login",
-            looking.clone(),
-        )
-        .await
-        .unwrap();
+        let again = usage::read(&engine, "rl", "login", looking.clone())
+            .await
+            .unwrap();
         assert_eq!(again["blocked"], usage["blocked"], "{again}");
     }
     assert_eq!(dump(), before);
