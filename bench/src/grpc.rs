@@ -16,8 +16,9 @@ use hyper::client::conn::http2;
 use hyper::header::{HeaderName, CONTENT_TYPE, TE};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioExecutor;
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
-use ratelimit_protocol::{split_message, stream_message, GRPC_METHOD, GRPC_SERVICE};
+use ratelimit_protocol::{
+    prefixed, split_message, stream_message, Deframer, GRPC_METHOD, GRPC_SERVICE,
+};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -126,7 +127,7 @@ impl Stream {
     pub async fn exchange(&mut self, batch: &str, checks: u64) -> Result<Answer, String> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        let message = prefixed(stream_message(id, batch).as_bytes());
+        let message = Bytes::from(prefixed(stream_message(id, batch).as_bytes()));
         self.messages
             .send(message)
             .await
@@ -142,7 +143,7 @@ impl Stream {
     }
 
     /// The next reply message, or why the stream ended.
-    async fn next_reply(&mut self) -> Result<Bytes, String> {
+    async fn next_reply(&mut self) -> Result<Vec<u8>, String> {
         loop {
             if let Some(message) = self.deframer.next_message()? {
                 return Ok(message);

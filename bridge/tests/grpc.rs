@@ -2,13 +2,13 @@
 //! (`/ratelimit.v1.Bridge/Check`, h2c), messages answered as their checks finish and paired
 //! by exchange id, protocol violations and shutdown ending the stream with a gRPC status.
 
+use crate::common::prefixed;
 use crate::common::server::{start, start_with, start_with_token, without_token, RELAXED};
 use crate::common::stream::{open, open_as};
 use crate::common::Valkey;
 use bytes::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use ratelimit_bridge::doors::grpc::prefixed;
 use std::time::Duration;
 use tokio::net::TcpStream;
 

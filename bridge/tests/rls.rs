@@ -3,6 +3,7 @@
 //! envoyproxy/ratelimit's YAML configuration read from a file and reloaded when it changes.
 
 use crate::common::client::{h2c, req};
+use crate::common::prefixed;
 use crate::common::server::{start_with, without_token, Bridge, RELAXED};
 use crate::common::Valkey;
 use bytes::Bytes;
@@ -10,7 +11,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 use ratelimit_bridge::doors::guards::access::Access;
 use ratelimit_bridge::doors::rls::answer::ResponseHeaders;
 use ratelimit_bridge::doors::rls::proto::{
@@ -18,6 +18,7 @@ use ratelimit_bridge::doors::rls::proto::{
     CODE_OK, CODE_OVER_LIMIT, PATH,
 };
 use ratelimit_bridge::doors::rls::Rls;
+use ratelimit_protocol::Deframer;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +143,7 @@ async fn call_raw(
     deframer.push(&collected.to_bytes());
     let message = deframer.next_message().unwrap().unwrap();
     match status_of(&trailers) {
-        Some((0, _)) => Ok(RateLimitResponse::decode(message).unwrap()),
+        Some((0, _)) => Ok(RateLimitResponse::decode(message.as_slice()).unwrap()),
         Some(other) => Err(other),
         None => panic!("no grpc-status"),
     }

@@ -4,6 +4,7 @@
 //! configured by an xDS server playing Envoy Gateway's part (there is no Envoy Gateway on
 //! these machines), answering `ShouldRateLimit` over TLS from a real Valkey.
 
+use crate::common::prefixed;
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -11,7 +12,6 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 use ratelimit_bridge::doors::rls::proto::{
     Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse, CODE_OK, CODE_OVER_LIMIT,
 };
@@ -19,6 +19,7 @@ use ratelimit_bridge::doors::rls::xds::proto::{
     Any, DiscoveryRequest, DiscoveryResponse, RateLimitConfig, RateLimitDescriptor as Configured,
     RateLimitPolicy, PATH, TYPE_URL,
 };
+use ratelimit_protocol::Deframer;
 use rustls::pki_types::ServerName;
 use std::convert::Infallible;
 use std::io::{Read, Write};
@@ -104,7 +105,8 @@ async fn xds_server(server: &Identity, clients: &Ca) -> (u16, mpsc::UnboundedRec
                                 if let Ok(data) = frame.into_data() {
                                     deframer.push(&data);
                                     while let Some(m) = deframer.next_message().unwrap() {
-                                        let _ = requests.send(DiscoveryRequest::decode(m).unwrap());
+                                        let _ = requests
+                                            .send(DiscoveryRequest::decode(m.as_slice()).unwrap());
                                     }
                                 }
                             }
@@ -204,7 +206,9 @@ async fn should_rate_limit(port: u16, ca: &Ca, domain: &str, user: &str) -> i32 
         .next_message()
         .unwrap()
         .expect("a response message");
-    RateLimitResponse::decode(message).unwrap().overall_code
+    RateLimitResponse::decode(message.as_slice())
+        .unwrap()
+        .overall_code
 }
 
 /// `GET path` on a plaintext port: the status line and the body.

@@ -3,6 +3,7 @@
 //! bound. Waits are several seconds longer than the deadline they wait for.
 
 use crate::common::client::{h2c, req};
+use crate::common::prefixed;
 use crate::common::process::BridgeProcess;
 use crate::common::server::{start_with, RELAXED};
 use crate::common::stream::{open_at, receiver_stream};
@@ -12,7 +13,6 @@ use http_body_util::{Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ratelimit_bridge::doors::grpc::prefixed;
 use ratelimit_bridge::doors::guards::access::Access;
 use ratelimit_bridge::doors::guards::deadlines::ConnectionBounds;
 use ratelimit_bridge::doors::server::Config;

@@ -1,9 +1,9 @@
-//! Holds the bridge's gRPC `Deframer` to splitting any byte stream, however it arrives in
+//! Holds the gRPC `Deframer` the bridge reads its streams with to splitting any byte stream, however it arrives in
 //! chunks, into the same messages (or the same refusal), each exactly as framed on the wire.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
+use ratelimit_protocol::{prefixed, Deframer};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte sets the chunk size, the rest is the stream.

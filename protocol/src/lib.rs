@@ -17,6 +17,7 @@
 //!   by the filter.
 //! - `bucket`: the token bucket's exact integer arithmetic (`Shape`, `gcd`).
 //! - `stream`: the stream transport's envelope, the exchange id before each batch.
+//! - `grpc_frame`: gRPC's framing of each message, for whoever reads the stream's bytes.
 //! - `script`: the token bucket script's calling convention, for the bridge and the
 //!   filter's redis-call build alike.
 //!
@@ -69,6 +70,7 @@
 mod bounds;
 mod bucket;
 pub mod global;
+mod grpc_frame;
 pub mod key;
 mod number;
 mod reply;
@@ -79,6 +81,7 @@ mod stream;
 
 pub use bounds::*;
 pub use bucket::{gcd, signed, Level, Shape};
+pub use grpc_frame::{grpc_message_len, grpc_prefix, prefixed, Deframer, MAX_STREAM_MESSAGE};
 pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{
@@ -86,7 +89,7 @@ pub use request::{
     BadBatch, Block, Line, LineKind, Overridden, RuleSpec, RuleSpecRef, Settle, LEASE_RETURN_MARK,
     MAX_SETTLEMENT_ID_LEN, SETTLEMENT_MARK,
 };
-pub use stream::{grpc_message_len, grpc_prefix, split_message, stream_message};
+pub use stream::{split_message, stream_message};
 
 /// The path of the HTTP transport.
 pub const PATH: &str = "/v1/check";

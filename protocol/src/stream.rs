@@ -1,7 +1,6 @@
 //! The stream transport's envelope: each message on the long-lived stream is the exchange
 //! id, `\n`, then a batch (or its answer), so that replies can come back in any order and
-//! a late one is recognised as such. Also gRPC's framing of a message, for the hosts that
-//! see the stream's bytes rather than its messages (the bridge, the native module).
+//! a late one is recognised as such. gRPC's framing of the messages is `grpc_frame`'s.
 
 use crate::bounds::MAX_ID_LINE;
 use crate::number::push_u64;
@@ -27,28 +26,6 @@ pub fn split_message(message: &[u8]) -> Option<(u32, &[u8])> {
     Some((id, &message[newline + 1..]))
 }
 
-/// gRPC's prefix of a message of `len` bytes: not compressed, then the length, big-endian.
-pub fn grpc_prefix(len: usize) -> [u8; 5] {
-    let len = u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes();
-    [0, len[0], len[1], len[2], len[3]]
-}
-
-/// The length of the gRPC message whose prefix begins `bytes`: `Ok(None)` until the prefix
-/// is whole; an error for a compressed message or one longer than `max`.
-pub fn grpc_message_len(bytes: &[u8], max: usize) -> Result<Option<usize>, String> {
-    let Some(&[flag, a, b, c, d]) = bytes.get(..5) else {
-        return Ok(None);
-    };
-    if flag != 0 {
-        return Err("compressed messages are not supported".into());
-    }
-    let len = u32::from_be_bytes([a, b, c, d]) as usize;
-    if len > max {
-        return Err(format!("message of {len} bytes exceeds {max}"));
-    }
-    Ok(Some(len))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,18 +39,6 @@ mod tests {
             Some((u32::MAX, &b"k,1,1,1,1\n"[..]))
         );
         assert_eq!(split_message(b"7\n"), Some((7, &b""[..])));
-    }
-
-    #[test]
-    fn a_grpc_prefix_is_read_back_once_whole() {
-        let prefix = grpc_prefix(70_000);
-        assert_eq!(prefix, [0, 0, 1, 0x11, 0x70]);
-        for cut in 0..5 {
-            assert_eq!(grpc_message_len(&prefix[..cut], 1 << 20), Ok(None));
-        }
-        assert_eq!(grpc_message_len(&prefix, 1 << 20), Ok(Some(70_000)));
-        assert!(grpc_message_len(&prefix, 69_999).is_err());
-        assert!(grpc_message_len(&[1, 0, 0, 0, 0], 10).is_err());
     }
 
     #[test]

@@ -17,14 +17,12 @@ use crate::doors::guards::deadlines::{Activity, Unwritten};
 use crate::doors::wire;
 use crate::engine::Engine;
 use crate::ops::labels::{Failure, Transport};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue};
-use ratelimit_protocol::{
-    grpc_message_len, grpc_prefix, split_message, stream_message, MAX_BODY, MAX_ID_LINE,
-};
+use ratelimit_protocol::{prefixed, split_message, stream_message, Deframer};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -37,65 +35,11 @@ const MAX_CONCURRENT_MESSAGES: usize = 64;
 /// Replies of one stream made and waiting for the connection to take them; past it the
 /// answers wait (and hold their messages' permits).
 pub const REPLIES_QUEUED: usize = 16;
-/// Largest message accepted: an envelope around the largest batch.
-const MAX_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
-
 /// gRPC status codes used here and by the rate limit service (`rls`).
 pub const OK: u32 = 0;
 pub const INVALID_ARGUMENT: u32 = 3;
 pub const DEADLINE_EXCEEDED: u32 = 4;
 pub const UNAVAILABLE: u32 = 14;
-
-/// Splits a byte stream into gRPC messages of at most `max` bytes.
-pub struct Deframer {
-    buf: BytesMut,
-    max: usize,
-}
-
-impl Default for Deframer {
-    /// For the stream transport's messages.
-    fn default() -> Deframer {
-        Deframer::with_limit(MAX_MESSAGE)
-    }
-}
-
-impl Deframer {
-    pub fn with_limit(max: usize) -> Deframer {
-        Deframer {
-            buf: BytesMut::new(),
-            max,
-        }
-    }
-
-    pub fn push(&mut self, data: &[u8]) {
-        self.buf.extend_from_slice(data);
-    }
-
-    /// Whether part of a message has arrived and the rest has not.
-    pub fn is_partway(&self) -> bool {
-        !self.buf.is_empty()
-    }
-
-    /// The next complete message, `Ok(None)` if more bytes are needed.
-    pub fn next_message(&mut self) -> Result<Option<Bytes>, String> {
-        let Some(len) = grpc_message_len(&self.buf, self.max)? else {
-            return Ok(None);
-        };
-        if self.buf.len() < 5 + len {
-            return Ok(None);
-        }
-        self.buf.advance(5);
-        Ok(Some(self.buf.split_to(len).freeze()))
-    }
-}
-
-/// `message` with gRPC's length prefix.
-pub fn prefixed(message: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + message.len());
-    out.extend_from_slice(&grpc_prefix(message.len()));
-    out.extend_from_slice(message);
-    out.freeze()
-}
 
 /// The trailers that end a call with `status` (and `message`, if any and sendable).
 pub fn trailers(status: u32, message: &str) -> Frame<Bytes> {
@@ -210,7 +154,10 @@ pub async fn serve(
                 drop(message);
                 let holding = (Some(charge), Some(activity.unwritten()));
                 let _ = out
-                    .send((Frame::data(prefixed(reply.as_bytes())), holding))
+                    .send((
+                        Frame::data(Bytes::from(prefixed(reply.as_bytes()))),
+                        holding,
+                    ))
                     .await;
                 drop(permit);
             });
@@ -249,33 +196,4 @@ async fn answer(engine: &Engine, id: u32, message: &[u8]) -> String {
         reply = format!("! {bad}\n");
     }
     stream_message(id, &reply)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_split_across_and_within_chunks() {
-        let mut d = Deframer::default();
-        let (a, b) = (prefixed(b"7\nk,1,1,1,1\n"), prefixed(b""));
-        let mut both = a.to_vec();
-        both.extend_from_slice(&b);
-        d.push(&both[..3]);
-        assert_eq!(d.next_message(), Ok(None));
-        d.push(&both[3..]);
-        assert_eq!(d.next_message().unwrap().unwrap(), &b"7\nk,1,1,1,1\n"[..]);
-        assert_eq!(d.next_message().unwrap().unwrap(), &b""[..]);
-        assert_eq!(d.next_message(), Ok(None));
-    }
-
-    #[test]
-    fn compressed_or_oversized_messages_are_refused() {
-        let mut d = Deframer::default();
-        d.push(&[1, 0, 0, 0, 1, b'x']);
-        assert!(d.next_message().is_err());
-        let mut d = Deframer::default();
-        d.push(&[0, 0xff, 0xff, 0xff, 0xff]);
-        assert!(d.next_message().unwrap_err().contains("exceeds"));
-    }
 }

@@ -15,6 +15,11 @@ pub mod stream;
 
 pub use test_support::Valkey;
 
+/// `message` with gRPC's length prefix, as the body hyper sends.
+pub fn prefixed(message: &[u8]) -> bytes::Bytes {
+    ratelimit_protocol::prefixed(message).into()
+}
+
 /// What the bridge needs of an ACL user, and no more (as docs/operations.md recommends): the
 /// script's commands on `rl:` keys (`get` in a cluster, where a call spans slots; `del` for
 /// a refund that fills a bucket), PING for /healthz and INFO for the memory policy's

@@ -1,15 +1,16 @@
 //! The rate limit service in process: a bridge serving envoyproxy/ratelimit YAML from a
 //! scratch directory against a real Valkey, called over h2c as Envoy calls it.
 
+use super::prefixed;
 use super::server::{start_with, without_token, Bridge, RELAXED};
 use super::Valkey;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
 use ratelimit_bridge::doors::rls::proto::{RateLimitRequest, RateLimitResponse, PATH};
 use ratelimit_bridge::doors::rls::{Options, Rls};
+use ratelimit_protocol::Deframer;
 use std::sync::Arc;
 use test_support::pki::Scratch;
 use tokio::net::TcpStream;
@@ -100,5 +101,5 @@ pub async fn call(
     }
     let mut deframer = Deframer::default();
     deframer.push(&collected.to_bytes());
-    Ok(RateLimitResponse::decode(deframer.next_message().unwrap().unwrap()).unwrap())
+    Ok(RateLimitResponse::decode(deframer.next_message().unwrap().unwrap().as_slice()).unwrap())
 }

@@ -1,13 +1,14 @@
 //! The gateway's side of the gRPC stream (`/ratelimit.v1.Bridge/Check`, h2c): messages
 //! in, replies and the final gRPC status out.
 
+use super::prefixed;
 use super::server::Bridge;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ratelimit_bridge::doors::grpc::{prefixed, Deframer};
+use ratelimit_protocol::Deframer;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;

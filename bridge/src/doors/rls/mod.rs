@@ -39,7 +39,7 @@ pub mod source;
 pub mod wildcard;
 pub mod xds;
 
-use super::grpc::{self, Deframer};
+use super::grpc;
 use super::guards::budget::{Charge, Share};
 use crate::engine::Engine;
 use crate::store::check::RuleSpec;
@@ -55,6 +55,7 @@ use limits::Limits;
 use lines::Refusal;
 use metrics::RlsMetrics;
 use prost::Message;
+use ratelimit_protocol::{prefixed, Deframer};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -281,7 +282,7 @@ impl Rls {
             Ok(_) => return status_only(grpc::INVALID_ARGUMENT, "not one whole message"),
             Err(e) => return status_only(grpc::INVALID_ARGUMENT, &e),
         };
-        let request = match proto::RateLimitRequest::decode(message) {
+        let request = match proto::RateLimitRequest::decode(message.as_slice()) {
             Ok(request) => request,
             Err(e) => return status_only(grpc::INVALID_ARGUMENT, &format!("unreadable: {e}")),
         };
@@ -292,7 +293,7 @@ impl Rls {
         match self.service.answer(&limits, engine, &request).await {
             Ok(response) => {
                 let frames = [
-                    Frame::data(grpc::prefixed(&response.encode_to_vec())),
+                    Frame::data(Bytes::from(prefixed(&response.encode_to_vec()))),
                     grpc::trailers(grpc::OK, ""),
                 ];
                 let body = StreamBody::new(stream::iter(frames.map(Ok::<_, Infallible>)));

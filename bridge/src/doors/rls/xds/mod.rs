@@ -16,7 +16,7 @@ pub mod proto;
 
 use super::limits::Limits;
 use super::Rls;
-use crate::doors::grpc::{self, Deframer};
+use crate::doors::grpc;
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -27,6 +27,7 @@ use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prost::Message;
 use proto::{DiscoveryRequest, DiscoveryResponse, Node, RateLimitConfig, Status, TYPE_URL};
+use ratelimit_protocol::{prefixed, Deframer};
 use rustls::pki_types::ServerName;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -119,7 +120,7 @@ async fn session(
             response_nonce: nonce.to_owned(),
             error_detail: error,
         };
-        grpc::prefixed(&request.encode_to_vec())
+        Bytes::from(prefixed(&request.encode_to_vec()))
     };
     let _ = requests.send(ask(accepted, "", None)).await;
     let mut send = send;
