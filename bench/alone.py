@@ -14,7 +14,7 @@ def run(name, doc, measure, settings, section, check, bridge_args=None):
     """`measure(stack, workdir, settings(short))`, then `section` of its results printed
     and, with `--smoke`, `check` of them; `bridge_args(workdir)`: the bridge's flags."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
+    parser.add_argument("--smoke", action="store_true", help="half a second per run, assert sanity")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix=f"ratelimit-{name}-")
     flags = bridge_args(workdir) if bridge_args else ()

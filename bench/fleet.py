@@ -73,7 +73,7 @@ ENVOY_PLUGIN = plugin({"name": "fleet-user", "limit": UNLIMITED},
 def settings(short):
     """The section's settings in run.py's: `short` for the smoke run (~15 s in all; the
     full section takes about 70 s)."""
-    return dict(fleet_duration=1.0, fleet_warmup=0.3) if short else \
+    return dict(fleet_duration=smoke.RUN_S, fleet_warmup=smoke.WARMUP_S) if short else \
         dict(fleet_duration=8.0, fleet_warmup=2.0)
 
 
@@ -386,7 +386,7 @@ is the filter's `checks_sent` per stream message.
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s per run, assert sanity")
+    parser.add_argument("--smoke", action="store_true", help="half a second per run, assert sanity")
     parser.add_argument("--out", help="directory for fleet.json")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ratelimit-fleet-")

@@ -36,7 +36,7 @@ CONFIGS = [
 
 def settings(short):
     """The section's settings in run.py's: `short` for the smoke run."""
-    return dict(module_rounds=1, module_duration=1.0, module_warmup=0.3) if short else \
+    return dict(module_rounds=1, module_duration=smoke.RUN_S, module_warmup=smoke.WARMUP_S) if short else \
         dict(module_rounds=3, module_duration=5.0, module_warmup=1.0)
 
 

@@ -435,7 +435,7 @@ two cores with everything else.
 
 ```sh
 make bench                         # builds, runs all of the above (~{max(1, round(results['bench_seconds'] / 60))} min), writes bench/REPORT.md
-make bench-smoke                   # ~1 s per configuration and level, asserts sane output, writes nothing here
+make bench-smoke                   # ~0.5 s per configuration and level, asserts sane output, writes nothing here
 .venv/bin/python -m bench.run --rounds 1 --duration 3 --out /tmp/bench   # a quicker look
 target/release/loadgen --help      # the load generator on its own
 ```

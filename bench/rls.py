@@ -36,7 +36,7 @@ CONFIGS = [
 
 def settings(short):
     """The section's settings in run.py's: `short` for the smoke run."""
-    return dict(rls_rounds=1, rls_duration=1.0, rls_warmup=0.3) if short else \
+    return dict(rls_rounds=1, rls_duration=smoke.RUN_S, rls_warmup=smoke.WARMUP_S) if short else \
         dict(rls_rounds=3, rls_duration=5.0, rls_warmup=1.0)
 
 

@@ -32,9 +32,9 @@ from . import envoys, fleet, measure, module, regions, report, rls, smoke, strea
 
 def settings(args):
     if args.smoke:
-        return dict(rounds=1, duration=1.0, warmup=0.3, redis_checks=3000,
-                    bridge_duration=1.0, accuracy_duration=2.0, fuel=False,
-                    hot_rounds=1, hot_duration=1.0, **fleet.settings(short=True),
+        return dict(rounds=1, duration=smoke.RUN_S, warmup=smoke.WARMUP_S, redis_checks=3000,
+                    bridge_duration=smoke.RUN_S, accuracy_duration=2.0, fuel=False,
+                    hot_rounds=1, hot_duration=smoke.RUN_S, **fleet.settings(short=True),
                     **streams.settings(short=True), **regions.settings(short=True),
                     **rls.settings(short=True), **module.settings(short=True))
     return dict(rounds=args.rounds, duration=args.duration, warmup=1.5, redis_checks=100_000,
@@ -46,7 +46,7 @@ def settings(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s per configuration, assert sanity")
+    parser.add_argument("--smoke", action="store_true", help="half a second per configuration, assert sanity")
     parser.add_argument("--out", help="directory for REPORT.md, results.json, latency.svg")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds over every configuration and in-flight level")

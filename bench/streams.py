@@ -59,7 +59,7 @@ CONFIGS = [
 def settings(short):
     """The section's settings in run.py's: `short` for the smoke run (~8 s; the full
     section takes about 80 s)."""
-    return dict(stream_rounds=1, stream_duration=1.0, stream_warmup=0.3) if short else \
+    return dict(stream_rounds=1, stream_duration=smoke.RUN_S, stream_warmup=smoke.WARMUP_S) if short else \
         dict(stream_rounds=5, stream_duration=4.0, stream_warmup=1.0)
 
 
