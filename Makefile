@@ -9,7 +9,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROM_STAMP := $(VENV)/.prometheus-installed
-# What only `package` needs (zig alone is 400 MB): installed on its first run.
+# What the bridge's static build and `package` need (zig alone is 400 MB): installed on the
+# first build.
 PACKAGE_STAMP := $(VENV)/.package-installed
 WASM_TARGET := wasm32-wasip1
 WASM := dist/ratelimit.wasm
@@ -20,12 +21,14 @@ WASM_BUILT := target/$(WASM_TARGET)/release/ratelimit_filter.wasm
 # filter would invalidate each other and a build with nothing changed would redo both.
 REDIS_TARGET_DIR := target/redis-call
 WASM_REDIS_BUILT := $(REDIS_TARGET_DIR)/$(WASM_TARGET)/release/ratelimit_filter.wasm
+# The bridge is built once, static: musl, linked by zig (cargo-zigbuild, from PyPI like the
+# rest of .venv). The same binary runs on any x86-64 Linux, in the tests and in the
+# container image (dist/bridge/), which needs no C library. (A second, glibc build cost a
+# fresh clone's `make test` 167 s of fat-LTO compiling.)
 BRIDGE := dist/ratelimit-bridge
+STATIC_TARGET := x86_64-unknown-linux-musl
 # The same filter as a native Envoy dynamic module (docs/hosts.md).
 MODULE := dist/libratelimit.so
-# The bridge's container image holds a static build: musl, linked by zig (cargo-zigbuild,
-# from PyPI like the rest of .venv), so that the image needs no C library.
-STATIC_TARGET := x86_64-unknown-linux-musl
 BRIDGE_STATIC := dist/bridge/ratelimit-bridge
 # `make demo` builds in the `quick` profile (Cargo.toml): minutes less on a first run.
 QUICK_WASM := target/$(WASM_TARGET)/quick/ratelimit_filter.wasm
@@ -84,8 +87,9 @@ $(PROM_STAMP): tools/prometheus.py | $(STAMP)
 	$(PYTHON) tools/prometheus.py $(VENV)
 	@touch $@
 
-## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress) and dist/ratelimit-bridge
-build: .rust-target
+## build: dist/ratelimit.wasm, dist/ratelimit-redis.wasm (Higress), dist/libratelimit.so and
+## dist/ratelimit-bridge (static)
+build: .rust-target $(PACKAGE_STAMP)
 	@mkdir -p dist
 	@# Replace, not overwrite: a running bridge keeps its old file ("text file busy").
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter
@@ -93,8 +97,12 @@ build: .rust-target
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-filter --features redis-call \
 		--target-dir $(REDIS_TARGET_DIR)
 	cp $(WASM_REDIS_BUILT) $(WASM_REDIS).new && mv -f $(WASM_REDIS).new $(WASM_REDIS)
-	$(CARGO) build --release -p ratelimit-bridge
-	cp target/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
+	@# The checkout's and cargo's paths left out of the binary: another clone, elsewhere, of
+	@# the same commit builds the same image.
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+		RUSTFLAGS="--remap-path-prefix=$(CURDIR)=. --remap-path-prefix=$(HOME)/.cargo=~/.cargo --remap-path-prefix=$$(rustc --print sysroot)=rust" \
+		$(CARGO) zigbuild --release --target $(STATIC_TARGET) -p ratelimit-bridge
+	cp target/$(STATIC_TARGET)/release/ratelimit-bridge $(BRIDGE).new && mv -f $(BRIDGE).new $(BRIDGE)
 	$(CARGO) build --profile module -p ratelimit-dynamic-module
 	cp target/module/libratelimit.so $(MODULE).new && mv -f $(MODULE).new $(MODULE)
 	@ls -l $(WASM) $(WASM_REDIS) $(BRIDGE) $(MODULE)
@@ -105,13 +113,8 @@ build: .rust-target
 ## (static, no shell, non-root) as dist/bridge/oci/ and dist/bridge/ratelimit-bridge-oci.tar,
 ## dist/istio/bridge.yaml with its digest; prints the digests
 package: setup $(PACKAGE_STAMP) build
-	@# The checkout's and cargo's paths left out of the binary: another clone, elsewhere, of
-	@# the same commit builds the same image.
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
-		RUSTFLAGS="--remap-path-prefix=$(CURDIR)=. --remap-path-prefix=$(HOME)/.cargo=~/.cargo --remap-path-prefix=$$(rustc --print sysroot)=rust" \
-		$(CARGO) zigbuild --release --target $(STATIC_TARGET) -p ratelimit-bridge
 	@mkdir -p dist/bridge
-	cp target/$(STATIC_TARGET)/release/ratelimit-bridge $(BRIDGE_STATIC).new && mv -f $(BRIDGE_STATIC).new $(BRIDGE_STATIC)
+	cp $(BRIDGE) $(BRIDGE_STATIC).new && mv -f $(BRIDGE_STATIC).new $(BRIDGE_STATIC)
 	$(PY) tools/package.py
 
 ## test: every test: lint, unit (native and wasm32), the Lua script on a real Valkey, the
@@ -124,11 +127,13 @@ test: setup build lint test-unit fuzz-smoke test-wasm test-package test-rules te
 	@$(PYTHON) tools/slowest.py $(TIMES)
 
 ## check: the quick tier, before a commit: no import cycle, rustfmt, clippy, and the unit and
-## property tests of every crate, native and wasm32 (no release build; test-support's own
-## test of its TLS proxy starts a Valkey, hence setup)
+## property tests of every crate natively (no release build, no wasmtime; test-support's
+## own test of its TLS proxy starts a Valkey, hence setup)
+# The wasmtime harness is `make test`'s (test-wasm, the harness's tests): its optimized
+# Cranelift (Cargo.toml) alone took 110 s of a fresh clone's 400 s `make check`.
+NO_WASMTIME := --exclude wasmtime-harness --exclude ratelimit-bench-fuel
 check: setup lint
-	$(CARGO) test --workspace --lib --bins
-	$(MAKE) --no-print-directory test-wasm
+	$(CARGO) test --workspace $(NO_WASMTIME) --lib --bins
 
 # The harness tests load dist/ratelimit.wasm, hence `build`.
 test-unit: setup build
@@ -167,13 +172,16 @@ test-e2e: setup build
 	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
 
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
-## of the filter's core, and its test build (target/planted/) through a planted panic
+## of the filter's core, and its test build (target/planted/, dev profile) through a planted panic
 MODULE_ONLY := testbed/tests/test_module.py
 MODULE_TESTS := $(addprefix testbed/tests/,test_e2e.py test_metered.py test_metered_abuse.py \
 	test_security.py test_paths.py test_missing.py test_hot_keys.py test_reload.py)
 test-module: setup build
-	$(CARGO) build --profile module -p ratelimit-dynamic-module --features planted-panic \
-		--target-dir target/planted
+	@# The test build in the dev profile, which unwinds as `module` does: its dependencies
+	@# are test-unit's (a build of its own in the `module` profile took 34 s).
+	$(CARGO) build -p ratelimit-dynamic-module --features planted-panic
+	@mkdir -p target/planted
+	cp target/debug/libratelimit.so target/planted/libratelimit.so
 	RATELIMIT_FILTER=module $(call PYTEST,module) -n $(PYTEST_WORKERS) $(MODULE_TESTS)
 	$(call PYTEST,planted) $(MODULE_ONLY)
 
@@ -184,7 +192,8 @@ flaky: setup build
 	$(PY) tools/flaky.py --runs $(RUNS) $(TESTS)
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
-## filter and the configuration it compiles in; the dynamic module's test build)
+## filter and the configuration it compiles in; the dynamic module's test build; the fuzz
+## targets' clippy runs where they are built, `fuzz-build`)
 lint: .rust-target
 	$(PYTHON) tools/layers.py
 	$(CARGO) fmt --all -- --check
@@ -194,7 +203,6 @@ lint: .rust-target
 	$(CARGO) clippy -p ratelimit-config -p ratelimit-filter --target $(WASM_TARGET) -- -D warnings
 	$(CARGO) clippy -p ratelimit-filter --target $(WASM_TARGET) --features redis-call \
 		--target-dir $(REDIS_TARGET_DIR) -- -D warnings
-	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target -- -D warnings
 
 # The filter and the bridge for the demo and the testbed, quick to build (`quick`).
 quick-build: .rust-target
@@ -230,7 +238,7 @@ clean:
 	rm -rf dist target $(VENV) .rust-target
 
 ## bench: the performance report (bench/REPORT.md + bench/latency.svg), ~17 minutes
-## bench-smoke: the bench scripts for ~1 s per configuration, asserting sane output
+## bench-smoke: the bench scripts for ~0.5 s per configuration, asserting sane output
 bench-build: setup build
 	$(CARGO) build --release -p ratelimit-bench
 	$(CARGO) build --release --target $(WASM_TARGET) -p ratelimit-bench-noop
@@ -267,7 +275,10 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 # no optimized build: at opt-level 0 it built in 55 s here (1: 141 s, 3: 158 s) and ran
 # about a tenth of the executions; `make fuzz`, the real search, keeps the release's 3.
 FUZZ_OPT ?= 3
+# The fuzz targets are linted where they are built (libFuzzer's C++ alone, compiled for
+# clippy, took 25 s of `make check`).
 fuzz-build:
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir target -- -D warnings
 	CARGO_PROFILE_RELEASE_OPT_LEVEL=$(FUZZ_OPT) RUSTFLAGS="$(FUZZ_RUSTFLAGS)" \
 		$(CARGO) build --release --bins \
 		--manifest-path fuzz/Cargo.toml --target $(FUZZ_HOST) --target-dir target/fuzz

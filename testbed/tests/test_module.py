@@ -2,7 +2,7 @@
 
 - A panic in a hook is caught (dynmod/src/guard.rs): its request fails per the failure
   mode, and the worker, Envoy and every other request go on. The test build of the module
-  (`--features planted-panic`, target/planted/module/) panics on a request header.
+  (`--features planted-panic`, target/planted/) panics on a request header.
 - The workers' batches travel as the transport says: on each worker's gRPC stream, which
   Envoy's main thread holds for it (dynmod/src/streams.rs), or as HTTP callouts; the bridge
   counts which it received."""
@@ -17,7 +17,7 @@ import pytest
 from testbed.client import request
 from testbed.stack import ROOT, Stack, default_plugin, module_filter
 
-PLANTED = ROOT / "target" / "planted" / "module"
+PLANTED = ROOT / "target" / "planted"
 DIST = ROOT / "dist"
 
 
