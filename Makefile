@@ -186,10 +186,11 @@ test-module: setup build
 	$(call PYTEST,planted) $(MODULE_ONLY)
 
 ## flaky: TESTS="..." (pytest node ids or files, or cargo:NAME[::FILTER] for a bridge
-## integration test) each run RUNS (20) times beside two CPU-bound processes: how many passed
+## integration test, cargo: for all of them) each run RUNS (20) times beside two CPU-bound
+## processes: how many passed
 RUNS ?= 20
 flaky: setup build
-	$(PY) tools/flaky.py --runs $(RUNS) $(TESTS)
+	RUST_TEST_THREADS=$(TEST_THREADS) $(PY) tools/flaky.py --runs $(RUNS) $(TESTS)
 
 ## lint: no import cycles between a crate's modules, rustfmt, clippy (native and wasm32: the
 ## filter and the configuration it compiles in; the dynamic module's test build; the fuzz

@@ -11,7 +11,9 @@ runs passed, with the slowest; it exits 1 unless every run of every test passed.
 
 A pytest node id or file is run with the project's .venv; `cargo:NAME[::FILTER]` is the
 bridge's integration tests of bridge/tests/NAME.rs (a module of the one test binary
-`it`), built once, then run alone with `NAME::FILTER` as the name filter.
+`it`), built once, then run with `NAME::FILTER` as the name filter, and `cargo:` alone the
+whole binary. They run on RUST_TEST_THREADS threads, as `make test` runs them (`make flaky`
+sets it to TEST_THREADS), or on one.
 `make flaky TESTS="..."` runs this.
 """
 
@@ -58,7 +60,9 @@ def command_of(test):
     """The command that runs `test` once."""
     if test.startswith("cargo:"):
         module, _, filter_ = test[len("cargo:"):].partition("::")
-        return [cargo_binary(), f"{module}::{filter_}", "--test-threads", "1"]
+        threads = os.environ.get("RUST_TEST_THREADS", "1")
+        names = [f"{module}::{filter_}"] if module else []
+        return [cargo_binary(), *names, "--test-threads", threads]
     return [str(PY), "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
 
 
