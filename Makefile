@@ -41,7 +41,8 @@ export RATELIMIT_PROMTOOL := $(CURDIR)/$(VENV)/bin/promtool
 # The end-to-end tests run on this many pytest workers (pytest-xdist): one per core and one
 # more, as they wait on their servers as much as they run (on 2 cores: 568 s on one worker,
 # 335 s on 2, 245 s on 3). Each test starts its own servers on free ports, so they share
-# nothing.
+# nothing; a worker left idle takes tests queued for another (`--dist worksteal`), so that
+# a long test near the end does not keep the others waiting.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # The tests in one cargo test binary run on this many threads: the bridge's wait on Valkey
 # far more than they compute (its 155 took 89 s on 2 threads, 34 s on 8, using 11 s of CPU).
@@ -169,7 +170,7 @@ test-rules: $(PROM_STAMP)
 	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 test-e2e: setup build
-	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
+	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) --dist worksteal testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
 
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
 ## of the filter's core, and its test build (target/planted/, dev profile) through a planted panic
@@ -182,7 +183,7 @@ test-module: setup build
 	$(CARGO) build -p ratelimit-dynamic-module --features planted-panic
 	@mkdir -p target/planted
 	cp target/debug/libratelimit.so target/planted/libratelimit.so
-	RATELIMIT_FILTER=module $(call PYTEST,module) -n $(PYTEST_WORKERS) $(MODULE_TESTS)
+	RATELIMIT_FILTER=module $(call PYTEST,module) -n $(PYTEST_WORKERS) --dist worksteal $(MODULE_TESTS)
 	$(call PYTEST,planted) $(MODULE_ONLY)
 
 ## flaky: TESTS="..." (pytest node ids or files, or cargo:NAME[::FILTER] for a bridge
