@@ -53,7 +53,7 @@ TIMES := target/test-times
 PYTEST = $(PY) -m pytest -q --junitxml=$(TIMES)/$(1).xml
 
 .PHONY: all help build quick-build package setup check test test-unit test-wasm test-e2e test-module test-package test-rules lint demo \
-	testbed soak soak-regions clean bench bench-smoke bench-build flaky
+	testbed soak soak-regions clean bench bench-smoke bench-build flaky profile
 
 all: build
 
@@ -170,6 +170,9 @@ test-rules: $(PROM_STAMP)
 	$(RATELIMIT_PROMTOOL) test rules deploy/prometheus/tests/*.yaml
 
 test-e2e: setup build
+	@# The regions' clock tests run the bridge's dynamically linked dev build, which
+	@# libfaketime can reach (testbed/regions.py); `cargo test` has built it already.
+	$(CARGO) build -p ratelimit-bridge
 	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) --dist worksteal testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
 
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
@@ -252,6 +255,16 @@ bench: bench-build
 
 bench-smoke: bench-build
 	$(PY) -m bench.run --smoke
+
+## profile: where Envoy's CPU goes with the native module, by perf: per case (no filter,
+## local_ratelimit, exact, leased, denied), µs per request by thread, hook and callback
+## (bench/profile.py; PROFILE_SECONDS per run, default 5)
+PROFILE_SECONDS ?= 5
+profile: setup build
+	$(CARGO) build --release -p ratelimit-bench
+	$(CARGO) build --profile module -p ratelimit-dynamic-module --target-dir target/profile \
+		--config 'profile.module.strip=false'
+	$(PY) -m bench.profile --seconds $(PROFILE_SECONDS)
 
 ## fuzz: each fuzz target (fuzz/) for FUZZ_SECONDS (60) seconds: executions run, findings
 ## fuzz-smoke: each fuzz target for FUZZ_SMOKE_SECONDS (5) seconds, failing on any finding

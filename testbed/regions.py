@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import libfaketime
 
 from .netem import FaultProxy
-from .stack import VALKEY, Process, Stack, free_port, redis_command, wait_for
+from .stack import ROOT, VALKEY, Process, Stack, free_port, redis_command, wait_for
 
 
 class World:
@@ -66,6 +66,7 @@ class World:
             bridge = stack.bridge.argv
             bridge[bridge.index("--redis") + 1] = f"redis://127.0.0.1:{own}"
             if (clocks or {}).get(a, 1.0) != 1.0:
+                bridge[0] = DYNAMIC_BRIDGE
                 stack.bridge.env.update(clock_running_at(clocks[a]))
             self.regions[a] = stack
         for (a, b), port in proxy_ports.items():
@@ -152,6 +153,13 @@ class World:
 
     def __exit__(self, *_):
         self.close()
+
+
+# libfaketime reaches a process through the dynamic loader, which the static bridge of
+# dist/ has not: a bridge on a fast or slow clock is the same source's dynamically linked
+# dev build, which `cargo test` (and `make test-e2e`) builds.
+DYNAMIC_BRIDGE = os.environ.get("RATELIMIT_DYNAMIC_BRIDGE",
+                                str(ROOT / "target" / "debug" / "ratelimit-bridge"))
 
 
 def clock_running_at(rate):
