@@ -171,8 +171,9 @@ test-rules: $(PROM_STAMP)
 
 test-e2e: setup build
 	@# The regions' clock tests run the bridge's dynamically linked dev build, which
-	@# libfaketime can reach (testbed/regions.py); `cargo test` has built it already.
-	$(CARGO) build -p ratelimit-bridge
+	@# libfaketime can reach (testbed/regions.py): as `cargo test` built it (AS_TESTED),
+	@# nothing to do after test-unit (built alone, with other features: 31 s).
+	$(CARGO) build $(AS_TESTED) --bin ratelimit-bridge
 	$(call PYTEST,e2e) -n $(PYTEST_WORKERS) --dist worksteal testbed/tests $(addprefix --ignore=,$(PACKAGE_TESTS) $(MODULE_ONLY))
 
 ## test-module: the dynamic module build (dist/libratelimit.so) through the end-to-end tests
