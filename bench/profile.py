@@ -1,8 +1,8 @@
 """Where Envoy's CPU goes with the native module: every microsecond of a request accounted
 for, by perf (`make profile`; the breakdown in docs/capacity.md comes from it).
 
-For each case (Envoy alone, Envoy's `local_ratelimit`, the module's exact, leased and
-denied checks, as bench/module.py runs them: one worker, 100,000 users or one hot user,
+For each case (Envoy alone, Envoy's `local_ratelimit` allowing and denying, the module's
+exact, leased and denied checks, as bench/module.py runs them: one worker, 100,000 users or one hot user,
 closed loop), two runs of the same load: one measures Envoy's CPU per request from /proc,
 the other samples Envoy with `perf record --call-graph dwarf` (which slows what it
 watches, so it gives the shares alone). Each sample is put where its stack says:
@@ -44,15 +44,18 @@ from .measure import LEASE, ONCE_A_DAY, UNLIMITED, loadgen, plugin
 from .side_by_side import HEADERS
 
 IN_FLIGHT = 64
+# (key, label, gateway kind, plugin, request headers, local_ratelimit's (rate, burst)).
+NEVER = (10**6, 10**6)
 CASES = [
-    ("none", "Envoy, no filter", "none", None, HEADERS),
-    ("local", "Envoy's local_ratelimit", "local", None, HEADERS),
+    ("none", "Envoy, no filter", "none", None, HEADERS, NEVER),
+    ("local", "Envoy's local_ratelimit, allowing", "local", None, HEADERS, NEVER),
+    ("local-denied", "Envoy's local_ratelimit, denying", "local", None, HEADERS, (1, 1)),
     ("exact", "module, exact check (100k users)", "module",
-     plugin({"name": "exact", "limit": UNLIMITED}), HEADERS),
+     plugin({"name": "exact", "limit": UNLIMITED}), HEADERS, NEVER),
     ("leased", "module, leased (one hot user)", "module",
-     plugin({"name": "leased", "limit": UNLIMITED, "lease": LEASE}), ["x-user-id: hot"]),
+     plugin({"name": "leased", "limit": UNLIMITED, "lease": LEASE}), ["x-user-id: hot"], NEVER),
     ("denied", "module, denied (deny cache)", "module",
-     plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: done"]),
+     plugin({"name": "denied", "limit": ONCE_A_DAY}), ["x-user-id: done"], NEVER),
 ]
 HOOK, CALLBACK = "envoy_dynamic_module_on_", "envoy_dynamic_module_callback_"
 MODULE_SO = "libratelimit.so"
@@ -119,8 +122,8 @@ def shares(perf_data):
 
 
 def measure_case(bench, workdir, case, seconds):
-    key, label, kind, plug, headers = case
-    gw = Gateway(f"envoy-{key}", kind, workdir, bench.bridge_port, plug).start()
+    key, label, kind, plug, headers, local = case
+    gw = Gateway(f"envoy-{key}", kind, workdir, bench.bridge_port, plug, local=local).start()
     try:
         pid = gw.process.proc.pid
         url = [gw.url()]
@@ -155,11 +158,19 @@ def table(results):
                      f"{r['status']}\n")
         lines.append("| thread | hook | where | share | µs per request |")
         lines.append("|---|---|---|---:|---:|")
+        rest = 0.0
         for (thread, hook, what), share in sorted(r["shares"].items(), key=lambda kv: -kv[1]):
             if share < 0.005:
+                rest += share
                 continue
             lines.append(f"| {thread} | {hook} | {what} | {share:.1%} | "
                          f"{share * r['envoy_cpu_us']:.1f} |")
+        under = sum(v for (_, hook, _), v in r["shares"].items() if hook != "-")
+        if rest:
+            lines.append(f"| | | the rest, each under 0.5 % | {rest:.1%} | "
+                         f"{rest * r['envoy_cpu_us']:.1f} |")
+        lines.append(f"| | | under the module's hooks, in all | {under:.1%} | "
+                     f"{under * r['envoy_cpu_us']:.1f} |")
     return "\n".join(lines)
 
 
