@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from testbed import stack
 
+from . import alone
 from .diagnostics import process_cpu_seconds
 from .envoys import Gateway
 from .measure import LEASE, ONCE_A_DAY, UNLIMITED, loadgen, plugin
@@ -184,27 +184,15 @@ def main():
     if not (MODULE_DIR / MODULE_SO).exists():
         raise SystemExit(f"{MODULE_DIR / MODULE_SO} is missing: run `make profile`")
     os.environ["ENVOY_DYNAMIC_MODULES_SEARCH_PATH"] = str(MODULE_DIR)
-    workdir = tempfile.mkdtemp(prefix="ratelimit-profile-")
-    bench = stack.Stack(plugin={}, gateways=0, workdir=workdir)
-    ok = False
-    try:
-        bench.start()
+    with alone.started("profile") as (bench, workdir):
         results = []
         for case in CASES:
             print(f"{case[1]} ...", flush=True)
             results.append(measure_case(bench, workdir, case, args.seconds))
-        text = table(results)
-        print(text)
-        if args.out:
-            Path(args.out).write_text(text + "\n")
-        ok = True
-    finally:
-        bench.close()
-        if ok:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"profile failed; logs kept in {workdir}")
-
+    text = table(results)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
 
 if __name__ == "__main__":
     main()
