@@ -15,17 +15,17 @@ use crate::abi::{self, ConfigEnvoyPtr};
 use crate::mailbox::{Answer, Mailbox};
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::wire::{self, MAX_REPLY_LEN};
-use ratelimit_protocol::{grpc_message_len, grpc_prefix, MAX_ID_LINE};
+use ratelimit_protocol::{prefixed, Deframer, MAX_ID_LINE};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// One worker's stream: Envoy's id for it, the bytes of a reply not yet whole, and the
+/// One worker's stream: Envoy's id for it, its replies split from its bytes, and the
 /// messages it carries that await their answer, by message id: whose token, sent when.
 struct Stream {
     mailbox: Arc<Mailbox>,
     envoy_id: u64,
-    partial: Vec<u8>,
+    replies: Deframer,
     out: HashMap<u32, (u32, Instant)>,
 }
 
@@ -110,10 +110,7 @@ impl Streams {
             stream.out.insert(id, (token, Instant::now()));
             ratelimit_protocol::stream_message(id, &body)
         };
-        let mut frame = Vec::with_capacity(5 + message.len());
-        frame.extend_from_slice(&grpc_prefix(message.len()));
-        frame.extend_from_slice(message.as_bytes());
-        if !abi::config_stream_send(envoy, stream_id, &frame) {
+        if !abi::config_stream_send(envoy, stream_id, &prefixed(message.as_bytes())) {
             self.closed(stream_id, "gone");
         }
         true
@@ -150,7 +147,7 @@ impl Streams {
         let stream = Stream {
             mailbox: Arc::clone(mailbox),
             envoy_id,
-            partial: Vec::new(),
+            replies: Deframer::with_limit(MAX_ID_LINE + MAX_REPLY_LEN),
             out: HashMap::new(),
         };
         state.workers.insert(envoy_id, worker(mailbox));
@@ -172,29 +169,26 @@ impl Streams {
                 return;
             };
             for chunk in chunks {
-                stream.partial.extend_from_slice(chunk);
+                stream.replies.push(chunk);
             }
             loop {
-                match grpc_message_len(&stream.partial, MAX_ID_LINE + MAX_REPLY_LEN) {
-                    Ok(Some(len)) if stream.partial.len() >= 5 + len => {
-                        let message: Vec<u8> = stream.partial.drain(..5 + len).skip(5).collect();
-                        match ratelimit_protocol::split_message(&message) {
-                            Some((message_id, body)) => {
-                                if let Some((token, _)) = stream.out.remove(&message_id) {
-                                    answers.push((token, Some(200), body.to_vec()));
-                                }
+                match stream.replies.next_message() {
+                    Ok(Some(message)) => match ratelimit_protocol::split_message(&message) {
+                        Some((message_id, body)) => {
+                            if let Some((token, _)) = stream.out.remove(&message_id) {
+                                answers.push((token, Some(200), body.to_vec()));
                             }
-                            None => bad = Some("a message without an exchange id".to_owned()),
                         }
-                    }
-                    Ok(_) => break,
+                        None => {
+                            bad = Some("a message without an exchange id".to_owned());
+                            break;
+                        }
+                    },
+                    Ok(None) => break,
                     Err(e) => {
                         bad = Some(e);
                         break;
                     }
-                }
-                if bad.is_some() {
-                    break;
                 }
             }
             Arc::clone(&stream.mailbox)
