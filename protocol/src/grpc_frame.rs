@@ -6,17 +6,17 @@
 use crate::bounds::{MAX_BODY, MAX_ID_LINE};
 
 /// Largest stream-transport message: an envelope around the largest batch.
-pub const MAX_STREAM_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
+const MAX_STREAM_MESSAGE: usize = MAX_ID_LINE + MAX_BODY;
 
 /// gRPC's prefix of a message of `len` bytes: not compressed, then the length, big-endian.
-pub fn grpc_prefix(len: usize) -> [u8; 5] {
+fn grpc_prefix(len: usize) -> [u8; 5] {
     let len = u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes();
     [0, len[0], len[1], len[2], len[3]]
 }
 
 /// The length of the gRPC message whose prefix begins `bytes`: `Ok(None)` until the prefix
 /// is whole; an error for a compressed message or one longer than `max`.
-pub fn grpc_message_len(bytes: &[u8], max: usize) -> Result<Option<usize>, String> {
+fn grpc_message_len(bytes: &[u8], max: usize) -> Result<Option<usize>, String> {
     let Some(&[flag, a, b, c, d]) = bytes.get(..5) else {
         return Ok(None);
     };

@@ -81,7 +81,7 @@ mod stream;
 
 pub use bounds::*;
 pub use bucket::{gcd, signed, Level, Shape};
-pub use grpc_frame::{grpc_message_len, grpc_prefix, prefixed, Deframer, MAX_STREAM_MESSAGE};
+pub use grpc_frame::{prefixed, Deframer};
 pub use number::{push_u64, u64_digits, u64_string};
 pub use reply::{decode_reply, render_reply, BadReply, CheckResult, RuleResult};
 pub use request::{

@@ -35,6 +35,7 @@ const MAX_CONCURRENT_MESSAGES: usize = 64;
 /// Replies of one stream made and waiting for the connection to take them; past it the
 /// answers wait (and hold their messages' permits).
 pub const REPLIES_QUEUED: usize = 16;
+
 /// gRPC status codes used here and by the rate limit service (`rls`).
 pub const OK: u32 = 0;
 pub const INVALID_ARGUMENT: u32 = 3;
