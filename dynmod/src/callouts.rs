@@ -3,7 +3,7 @@
 //! callouts are its worker's. Ordered by request, so that one request's are found without
 //! reading the others' (a worker may have thousands out).
 
-use crate::courier::Parcel;
+use crate::courier::Callout;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
@@ -14,14 +14,14 @@ enum Out {
     Check(u32),
     /// A batch of the worker's that a request carries (a response's end its settlement),
     /// kept to be sent again by the courier should the request go first.
-    Carried(Parcel),
+    Carried(Callout),
 }
 
 impl Out {
     fn token(&self) -> u32 {
         match self {
             Out::Check(token) => *token,
-            Out::Carried(parcel) => parcel.token,
+            Out::Carried(callout) => callout.token,
         }
     }
 }
@@ -37,8 +37,8 @@ pub fn sent(context_id: u32, envoy_id: u64, token: u32) {
 }
 
 /// Records a batch request `context_id` carries, which Envoy calls `envoy_id`.
-pub fn carried(context_id: u32, envoy_id: u64, parcel: Parcel) {
-    OUT.with_borrow_mut(|out| out.insert((context_id, envoy_id), Out::Carried(parcel)));
+pub fn carried(context_id: u32, envoy_id: u64, callout: Callout) {
+    OUT.with_borrow_mut(|out| out.insert((context_id, envoy_id), Out::Carried(callout)));
 }
 
 /// Every key of request `context_id`'s callouts.
@@ -58,12 +58,12 @@ pub fn answered(context_id: u32, envoy_id: u64) -> Option<u32> {
 
 /// Request `context_id` is gone: its callouts, which Envoy cancelled; the batches it
 /// carried.
-pub fn lost(context_id: u32) -> Vec<Parcel> {
+pub fn lost(context_id: u32) -> Vec<Callout> {
     OUT.with_borrow_mut(|out| {
         let ours: Vec<(u32, u64)> = out.range(of(context_id)).map(|(key, _)| *key).collect();
         ours.into_iter()
             .filter_map(|key| match out.remove(&key)? {
-                Out::Carried(parcel) => Some(parcel),
+                Out::Carried(callout) => Some(callout),
                 Out::Check(_) => None,
             })
             .collect()

@@ -7,7 +7,6 @@
 use crate::abi::{self, ConfigEnvoyPtr};
 use crate::courier::Courier;
 use crate::courier::TICK;
-use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
 use ratelimit_config::loading::{self, Build};
 use ratelimit_filter::decision::counters::{per_rule_name, Counter, PER_RULE};
@@ -41,17 +40,13 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl FilterConfig {
     /// The configuration `json` makes, or why it is refused (logged, and Envoy refuses it).
     pub fn new(envoy: ConfigEnvoyPtr, json: &[u8]) -> Option<FilterConfig> {
-        let mut config = match loading::load(json, Build::Bridge) {
+        let config = match loading::load(json, Build::Bridge) {
             Ok(config) => config,
             Err(e) => {
                 log::error!("{}", loading::refused(&e));
                 return None;
             }
         };
-        // The dispatcher sends every batch as a callout: Envoy gives a module's workers
-        // nothing that outlives a request. The courier carries those of a gRPC
-        // configuration on the worker's stream from the main thread (`streams`).
-        let transport = std::mem::replace(&mut config.backend.transport, Transport::Http);
         let names = Counter::ALL.iter().map(|c| c.name().to_owned()).chain(
             config
                 .rules
@@ -62,7 +57,7 @@ impl FilterConfig {
             .filter_map(|name| Some((name.clone(), abi::define_counter(envoy, &name)?)))
             .collect();
         log::info!("{}", loading::accepted(&config));
-        let courier = Courier::new(envoy, &config.backend, transport);
+        let courier = Courier::new(envoy, &config.backend);
         Some(FilterConfig {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             config,

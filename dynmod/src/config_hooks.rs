@@ -6,7 +6,7 @@ use crate::abi::{self, ConfigEnvoyPtr, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr}
 use crate::config::FilterConfig;
 use crate::guard::guard;
 use crate::reply::{reply, status};
-use crate::streams::Streams;
+use crate::streams::{Streams, UNAVAILABLE};
 use crate::worker;
 use std::ffi::c_void;
 use std::ptr::null;
@@ -73,9 +73,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
             crate::teardown::end_pending();
             if event_id == crate::courier::TICK {
                 worker::tick_all(config);
-                if let Some(streams) = &config.courier.streams {
-                    streams.expire();
-                }
             }
             config.courier.send(envoy);
         },
@@ -158,7 +155,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
         let chunks: Vec<&[u8]> = data.iter().map(|b| unsafe { abi::borrow(b) }).collect();
         streams.data(envoy, stream_id, &chunks);
         if end_stream {
-            streams.closed(stream_id, "ended");
+            streams.closed(stream_id, UNAVAILABLE);
         }
     })
 }
@@ -172,7 +169,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailer
     _trailers_size: usize,
 ) {
     on_stream(config, "config_http_stream_trailers", |streams| {
-        streams.closed(stream_id, "ended");
+        streams.closed(stream_id, UNAVAILABLE);
     })
 }
 
@@ -183,7 +180,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complet
     stream_id: u64,
 ) {
     on_stream(config, "config_http_stream_complete", |streams| {
-        streams.closed(stream_id, "ended");
+        streams.closed(stream_id, UNAVAILABLE);
     })
 }
 
@@ -195,7 +192,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
     _reason: i32,
 ) {
     on_stream(config, "config_http_stream_reset", |streams| {
-        streams.closed(stream_id, "was reset");
+        streams.closed(stream_id, UNAVAILABLE);
     })
 }
 

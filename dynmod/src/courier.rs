@@ -3,28 +3,44 @@
 //! Envoy cancels when that request ends, and Envoy gives a module's workers nothing that
 //! outlives a request. So they go by Envoy's main thread: a worker leaves a parcel and
 //! wakes the main thread through the configuration's scheduler; the main thread sends it
-//! as a callout the configuration owns (only ever from that thread: Envoy keeps those in a
-//! map no lock guards); its answer goes into the worker's mailbox, and the main thread
-//! wakes the worker through the scheduler of one of its requests (a waker), whose
-//! `on_http_filter_scheduled` hook empties the mailbox into the dispatcher. Where the
-//! transport is gRPC, the main thread sends a parcel as a message on the worker's stream
-//! instead (`streams`), and a callout only when no stream will take it.
+//! (only ever from that thread: Envoy keeps a configuration's callouts and streams in maps
+//! no lock guards), as a message on the worker's stream where the transport is gRPC
+//! (`streams`), as a callout the configuration owns over HTTP; what comes back goes into
+//! the worker's mailbox, and the main thread wakes the worker through the scheduler of one
+//! of its requests (a waker), whose `on_http_filter_scheduled` hook empties the mailbox
+//! into the dispatcher.
 
 use crate::abi::{self, ConfigEnvoyPtr, SchedulerPtr};
-use crate::mailbox::Mailbox;
-use crate::streams::Streams;
+use crate::mailbox::{Answer, Mailbox};
+use crate::streams::{Streams, UNAVAILABLE};
 use ratelimit_config::backend::{Backend, Transport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A callout to send.
-pub struct Parcel {
+pub struct Callout {
     pub mailbox: Arc<Mailbox>,
     pub token: u32,
     pub cluster: String,
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Vec<u8>,
     pub timeout_ms: u64,
+}
+
+/// What a worker leaves for the main thread to send.
+pub enum Parcel {
+    Callout(Callout),
+    /// A gRPC message (`frame`) on the worker's stream `stream`.
+    Message {
+        mailbox: Arc<Mailbox>,
+        stream: u32,
+        frame: Vec<u8>,
+    },
+    /// The worker is done with its stream `stream`.
+    Close {
+        mailbox: Arc<Mailbox>,
+        stream: u32,
+    },
 }
 
 /// The configuration scheduler's events.
@@ -35,8 +51,7 @@ pub const TEARDOWN: u64 = 2;
 
 /// One configuration's courier.
 pub struct Courier {
-    /// The workers' streams, where the transport is gRPC; otherwise every parcel is a
-    /// callout.
+    /// The workers' streams, where the transport is gRPC.
     pub streams: Option<Streams>,
     /// Gone once the configuration is (`close`): Envoy deletes it on the main thread.
     scheduler: Mutex<Option<SchedulerPtr>>,
@@ -46,10 +61,10 @@ pub struct Courier {
 }
 
 impl Courier {
-    /// The courier of `config`, whose parcels go to `backend` by `transport`.
-    pub fn new(config: ConfigEnvoyPtr, backend: &Backend, transport: Transport) -> Courier {
+    /// The courier of `config`, whose parcels go to `backend`.
+    pub fn new(config: ConfigEnvoyPtr, backend: &Backend) -> Courier {
         Courier {
-            streams: (transport == Transport::Grpc).then(|| Streams::new(backend)),
+            streams: (backend.transport == Transport::Grpc).then(|| Streams::new(backend)),
             scheduler: Mutex::new(Some(abi::config_scheduler(config))),
             parcels: Mutex::new(Vec::new()),
             out: Mutex::new(HashMap::new()),
@@ -107,32 +122,56 @@ impl Courier {
         let parcels =
             std::mem::take(&mut *self.parcels.lock().unwrap_or_else(PoisonError::into_inner));
         for parcel in parcels {
-            let sent = self.streams.as_ref().is_some_and(|streams| {
-                streams.send(config, &parcel.mailbox, parcel.token, &parcel.body)
-            });
-            if sent {
-                continue;
+            match parcel {
+                Parcel::Callout(callout) => self.call(config, callout),
+                Parcel::Message {
+                    mailbox,
+                    stream,
+                    frame,
+                } => match &self.streams {
+                    Some(streams) => streams.send(config, &mailbox, stream, &frame),
+                    None => mailbox.deliver(Answer::Closed {
+                        stream,
+                        status: UNAVAILABLE,
+                    }),
+                },
+                Parcel::Close { mailbox, stream } => {
+                    if let Some(streams) = &self.streams {
+                        streams.close(config, &mailbox, stream);
+                    }
+                }
             }
-            let headers: Vec<(&str, &[u8])> = parcel
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_slice()))
-                .collect();
-            match abi::config_callout(
-                config,
-                &parcel.cluster,
-                &headers,
-                &parcel.body,
-                parcel.timeout_ms,
-            ) {
-                Ok(id) => {
-                    let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-                    out.insert(id, (parcel.mailbox, parcel.token));
-                }
-                Err(result) => {
-                    log::warn!("callout to {:?} failed to start ({result})", parcel.cluster);
-                    parcel.mailbox.deliver((parcel.token, None, Vec::new()));
-                }
+        }
+    }
+
+    fn call(&self, config: ConfigEnvoyPtr, callout: Callout) {
+        let headers: Vec<(&str, &[u8])> = callout
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        let sent = abi::config_callout(
+            config,
+            &callout.cluster,
+            &headers,
+            &callout.body,
+            callout.timeout_ms,
+        );
+        match sent {
+            Ok(id) => {
+                let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+                out.insert(id, (callout.mailbox, callout.token));
+            }
+            Err(result) => {
+                log::warn!(
+                    "callout to {:?} failed to start ({result})",
+                    callout.cluster
+                );
+                callout.mailbox.deliver(Answer::Callout {
+                    token: callout.token,
+                    status: None,
+                    body: Vec::new(),
+                });
             }
         }
     }
@@ -145,7 +184,11 @@ impl Courier {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&id);
         if let Some((mailbox, token)) = found {
-            mailbox.deliver((token, status, body));
+            mailbox.deliver(Answer::Callout {
+                token,
+                status,
+                body,
+            });
         }
     }
 }

@@ -6,6 +6,7 @@
 use crate::abi::{self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
 use crate::callouts;
 use crate::config::FilterConfig;
+use crate::courier::Parcel;
 use crate::guard::guard;
 use crate::reply::reply;
 use crate::request::{request, Request, CONTINUE, STOP, STOP_AND_BUFFER};
@@ -244,8 +245,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
             let request = unsafe { Box::from_raw(module.cast_mut().cast::<Request>()) };
             // The batches its callouts carried failed with it: the dispatcher gives their
             // members' work back (a settlement is retried).
-            for parcel in worker::leave(&request.root, request.context_id) {
-                request.root.config.courier.post(parcel);
+            for callout in worker::leave(&request.root, request.context_id) {
+                request.root.config.courier.post(Parcel::Callout(callout));
             }
             request.run(std::ptr::null_mut(), |d, id, host, link| {
                 d.request_gone(id, host, link);

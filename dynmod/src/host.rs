@@ -5,7 +5,7 @@
 
 use crate::abi::{self, FilterEnvoyPtr};
 use crate::callouts;
-use crate::courier::Parcel;
+use crate::courier::{Callout, Parcel};
 use crate::root::RootState;
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::host::header_map::{serialize, HeaderMap};
@@ -13,6 +13,7 @@ use ratelimit_filter::host::{Kept, Proxy, RequestView, SharedData, Sole};
 use ratelimit_filter::wire;
 use ratelimit_filter::wire::redis_call::Invoke;
 use ratelimit_filter::worker::dispatch::Link;
+use ratelimit_protocol::prefixed;
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -183,8 +184,16 @@ impl ModuleLink<'_> {
 }
 
 impl Link for ModuleLink<'_> {
-    fn stream_send(&mut self, _: u32, _: u32, _: &str) -> Result<(), String> {
-        Err("this build has no stream to the bridge".into())
+    /// The message leaves from the main thread, which holds the worker's stream
+    /// (`streams`); a stream that cannot take it ends, and the dispatcher hears so.
+    fn stream_send(&mut self, token: u32, id: u32, body: &str) -> Result<(), String> {
+        let message = wire::stream_message(id, body);
+        self.root.config.courier.post(Parcel::Message {
+            mailbox: Arc::clone(&self.root.mailbox),
+            stream: token,
+            frame: prefixed(message.as_bytes()),
+        });
+        Ok(())
     }
 
     /// The worker's own exchange (settlements, lease lines): carried by the request whose
@@ -192,7 +201,7 @@ impl Link for ModuleLink<'_> {
     /// settlement: `hooks`), otherwise by the courier from Envoy's main thread. A request
     /// that goes first hands what it carried back to the courier (`worker::leave`).
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
-        let parcel = Parcel {
+        let parcel = Callout {
             mailbox: Arc::clone(&self.root.mailbox),
             token: self.root.token(),
             cluster: backend.cluster.clone(),
@@ -205,7 +214,7 @@ impl Link for ModuleLink<'_> {
         };
         let token = parcel.token;
         if !self.carry || self.filter.is_null() {
-            self.root.config.courier.post(parcel);
+            self.root.config.courier.post(Parcel::Callout(parcel));
             return Ok(token);
         }
         let headers: Vec<(&str, &[u8])> = parcel
@@ -221,7 +230,7 @@ impl Link for ModuleLink<'_> {
             parcel.timeout_ms,
         ) {
             Ok(id) => callouts::carried(self.context, id, parcel),
-            Err(_) => self.root.config.courier.post(parcel),
+            Err(_) => self.root.config.courier.post(Parcel::Callout(parcel)),
         }
         Ok(token)
     }
@@ -260,11 +269,17 @@ impl Link for ModuleLink<'_> {
         Err("this build has no redis call".into())
     }
 
+    /// The stream opens on the main thread with its first message (`streams`).
     fn open_stream(&mut self, _: &Backend) -> Result<u32, String> {
-        Err("this build has no stream to the bridge".into())
+        Ok(self.root.token())
     }
 
-    fn close_stream(&mut self, _: u32) {}
+    fn close_stream(&mut self, token: u32) {
+        self.root.config.courier.post(Parcel::Close {
+            mailbox: Arc::clone(&self.root.mailbox),
+            stream: token,
+        });
+    }
 
     fn post_wake(&mut self) -> bool {
         self.wake = true;

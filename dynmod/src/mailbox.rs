@@ -7,9 +7,20 @@ use crate::abi::{self, FilterSchedulerPtr};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-/// An answer: the dispatcher's token, the HTTP status (`None`: reset, timed out, or never
-/// sent) and the body.
-pub type Answer = (u32, Option<u32>, Vec<u8>);
+/// What comes back for a worker's dispatcher, under its tokens.
+pub enum Answer {
+    /// A callout's reply: the HTTP status (`None`: reset, timed out, or never sent) and the
+    /// body.
+    Callout {
+        token: u32,
+        status: Option<u32>,
+        body: Vec<u8>,
+    },
+    /// A message on stream `stream`.
+    Message { stream: u32, bytes: Vec<u8> },
+    /// Stream `stream` has ended (gRPC `status`), or never opened.
+    Closed { stream: u32, status: u32 },
+}
 
 /// A worker's way in from another thread: the scheduler of one of its requests.
 struct Waker(FilterSchedulerPtr);
@@ -66,7 +77,9 @@ impl Mailbox {
             .is_empty()
     }
 
-    /// On the worker: request `context`'s scheduler becomes a waker.
+    /// On the worker: request `context`'s scheduler becomes a waker. Answers that came
+    /// while the worker had none (its first waiting request's check may be answered before
+    /// its hook returns) are brought now.
     pub fn add_waker(&self, context: u32, scheduler: FilterSchedulerPtr) {
         let old = self
             .wakers
@@ -75,6 +88,14 @@ impl Mailbox {
             .insert(context, Waker(scheduler));
         if let Some(old) = old {
             abi::delete_filter_scheduler(old.0);
+        }
+        let waiting = !self
+            .answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty();
+        if waiting {
+            self.wake();
         }
     }
 

@@ -1,32 +1,34 @@
-//! The courier's gRPC streams to the bridge (`transport: "grpc"`, the default): one per
-//! worker, as the wasm filter keeps one, but opened and fed by Envoy's main thread, which
-//! alone may hold a configuration's streams. A batch then costs Envoy a message on an open
-//! stream rather than a new callout (a new async-client request, its header maps, a router
-//! of its own). The bridge answers each message by the id in its envelope, in any order;
-//! each message gets an id of the courier's, which names whose answer it is.
+//! The workers' gRPC streams to the bridge (`transport: "grpc"`, the default), as plumbing:
+//! the dispatcher keeps each stream's exchanges, their ids and timeouts, and reopens a
+//! closed stream with its backoff, as it does in ratelimit.wasm; here each worker's stream
+//! is only carried. Envoy lets only its main thread hold a configuration's streams, so the
+//! courier opens, feeds and resets them there, and every message the bridge sends, and a
+//! stream's end, goes back to the worker's mailbox under the dispatcher's token for it.
 //!
-//! Envoy gives these streams no timeout: a message unanswered within `timeout_ms` is given
-//! up at the courier's tick, as the dispatcher gives up a stream exchange. A stream that
-//! ends, resets or speaks anything but gRPC fails what it carried, and the next parcel
-//! opens another. Envoy may report a reset from inside the call that opens, sends on or
-//! resets a stream, so no lock is held across those calls.
+//! A stream is opened on the first message of its token; a token whose stream has ended
+//! opens none again (the dispatcher opens another token). Envoy may report a reset from
+//! inside the call that opens, sends on or resets a stream, so no lock is held across
+//! those calls.
 
 use crate::abi::{self, ConfigEnvoyPtr};
 use crate::mailbox::{Answer, Mailbox};
 use ratelimit_config::backend::Backend;
 use ratelimit_filter::wire::{self, MAX_REPLY_LEN};
-use ratelimit_protocol::{prefixed, Deframer, MAX_ID_LINE};
+use ratelimit_protocol::{Deframer, MAX_ID_LINE};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
-/// One worker's stream: Envoy's id for it, its replies split from its bytes, and the
-/// messages it carries that await their answer, by message id: whose token, sent when.
+/// gRPC's status for a stream that ended without one of its own (reset, refused, a bad
+/// frame): `UNAVAILABLE`.
+pub const UNAVAILABLE: u32 = 14;
+
+/// One worker's current stream: the dispatcher's token for it, Envoy's id once open (none
+/// once it has ended), and its replies split from its bytes.
 struct Stream {
     mailbox: Arc<Mailbox>,
-    envoy_id: u64,
+    token: u32,
+    envoy_id: Option<u64>,
     replies: Deframer,
-    out: HashMap<u32, (u32, Instant)>,
 }
 
 /// A worker, by its mailbox's address (its mailbox is held here, so the address is not
@@ -42,20 +44,18 @@ pub struct Streams {
     /// The request headers that open a stream: the bridge's gRPC path and the backend's
     /// token.
     headers: Vec<(String, Vec<u8>)>,
-    timeout: Duration,
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
-    open: HashMap<Worker, Stream>,
+    current: HashMap<Worker, Stream>,
     /// Envoy's stream id to its worker.
     workers: HashMap<u64, Worker>,
     /// A stream is being opened: Envoy may reset it before saying its id.
     opening: bool,
     /// Streams Envoy reset while one was being opened.
     reset_early: Vec<u64>,
-    next_message: u32,
 }
 
 impl Streams {
@@ -77,7 +77,6 @@ impl Streams {
         Streams {
             cluster: backend.cluster.clone(),
             headers,
-            timeout: Duration::from_millis(backend.timeout_ms),
             state: Mutex::new(State::default()),
         }
     }
@@ -86,45 +85,62 @@ impl Streams {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// On the main thread: sends the batch `body`, whose answer goes to `mailbox` under
-    /// `token`, on the worker's stream, opened if need be; false if no stream would take it
-    /// (the courier then sends it as a callout).
-    pub fn send(
-        &self,
-        envoy: ConfigEnvoyPtr,
-        mailbox: &Arc<Mailbox>,
-        token: u32,
-        body: &[u8],
-    ) -> bool {
-        let Some(stream_id) = self.stream_of(envoy, mailbox) else {
-            return false;
+    /// On the main thread: sends `frame` (a gRPC message) on stream `token` of `mailbox`'s
+    /// worker, opened now if this is the token's first message. A token that has ended
+    /// takes nothing (its end is in the mailbox already).
+    pub fn send(&self, envoy: ConfigEnvoyPtr, mailbox: &Arc<Mailbox>, token: u32, frame: &[u8]) {
+        let Some(envoy_id) = self.stream_of(envoy, mailbox, token) else {
+            return;
         };
-        let body = String::from_utf8_lossy(body);
-        let message = {
-            let mut state = self.state();
-            let id = state.next_message;
-            state.next_message = id.wrapping_add(1);
-            let Some(stream) = state.open.get_mut(&worker(mailbox)) else {
-                return false;
-            };
-            stream.out.insert(id, (token, Instant::now()));
-            ratelimit_protocol::stream_message(id, &body)
-        };
-        if !abi::config_stream_send(envoy, stream_id, &prefixed(message.as_bytes())) {
-            self.closed(stream_id, "gone");
+        if !abi::config_stream_send(envoy, envoy_id, frame) {
+            self.closed(envoy_id, UNAVAILABLE);
         }
-        true
     }
 
-    /// The open stream of `mailbox`'s worker, opened now if it has none.
-    fn stream_of(&self, envoy: ConfigEnvoyPtr, mailbox: &Arc<Mailbox>) -> Option<u64> {
-        if let Some(stream) = self.state().open.get(&worker(mailbox)) {
-            return Some(stream.envoy_id);
+    /// On the main thread: the dispatcher is done with stream `token`; Envoy resets it if it
+    /// is still open.
+    pub fn close(&self, envoy: ConfigEnvoyPtr, mailbox: &Arc<Mailbox>, token: u32) {
+        let open = {
+            let mut state = self.state();
+            let stream = state.current.get_mut(&worker(mailbox));
+            match stream {
+                Some(stream) if stream.token == token => stream.envoy_id.take(),
+                _ => None,
+            }
+        };
+        if let Some(envoy_id) = open {
+            self.state().workers.remove(&envoy_id);
+            abi::config_stream_reset(envoy, envoy_id);
+        }
+    }
+
+    /// Envoy's id of stream `token` of `mailbox`'s worker, opened now if the token is new;
+    /// none if it has ended or does not open (its end then goes to the mailbox). A newer
+    /// token replaces the worker's stream: the older one is reset.
+    fn stream_of(&self, envoy: ConfigEnvoyPtr, mailbox: &Arc<Mailbox>, token: u32) -> Option<u64> {
+        let older = {
+            let state = self.state();
+            match state.current.get(&worker(mailbox)) {
+                Some(stream) if stream.token == token => return stream.envoy_id,
+                Some(stream) => stream.envoy_id,
+                None => None,
+            }
+        };
+        if let Some(older) = older {
+            self.closed(older, UNAVAILABLE);
+            abi::config_stream_reset(envoy, older);
         }
         {
             let mut state = self.state();
             state.opening = true;
             state.reset_early.clear();
+            let stream = Stream {
+                mailbox: Arc::clone(mailbox),
+                token,
+                envoy_id: None,
+                replies: Deframer::with_limit(MAX_ID_LINE + MAX_REPLY_LEN),
+            };
+            state.current.insert(worker(mailbox), stream);
         }
         let headers: Vec<(&str, &[u8])> = self
             .headers
@@ -132,40 +148,44 @@ impl Streams {
             .map(|(k, v)| (k.as_str(), v.as_slice()))
             .collect();
         let opened = abi::config_stream(envoy, &self.cluster, &headers);
-        let mut state = self.state();
-        state.opening = false;
-        let envoy_id = match opened {
-            Ok(id) => id,
-            Err(result) => {
-                log::warn!("stream to {:?} failed to open ({result})", self.cluster);
-                return None;
+        let envoy_id = {
+            let mut state = self.state();
+            state.opening = false;
+            match opened {
+                Ok(id) if !state.reset_early.contains(&id) => {
+                    state.workers.insert(id, worker(mailbox));
+                    if let Some(stream) = state.current.get_mut(&worker(mailbox)) {
+                        stream.envoy_id = Some(id);
+                    }
+                    Some(id)
+                }
+                Ok(_) => None,
+                Err(result) => {
+                    log::warn!("stream to {:?} failed to open ({result})", self.cluster);
+                    None
+                }
             }
         };
-        if state.reset_early.contains(&envoy_id) {
-            return None;
+        if envoy_id.is_none() {
+            mailbox.deliver(Answer::Closed {
+                stream: token,
+                status: UNAVAILABLE,
+            });
         }
-        let stream = Stream {
-            mailbox: Arc::clone(mailbox),
-            envoy_id,
-            replies: Deframer::with_limit(MAX_ID_LINE + MAX_REPLY_LEN),
-            out: HashMap::new(),
-        };
-        state.workers.insert(envoy_id, worker(mailbox));
-        state.open.insert(worker(mailbox), stream);
-        Some(envoy_id)
+        envoy_id
     }
 
-    /// On the main thread: bytes of stream `id`'s response; each whole message answers
-    /// its exchange. A frame gRPC does not allow ends the stream.
+    /// On the main thread: bytes of stream `id`'s response; each whole message goes to its
+    /// worker. A frame gRPC does not allow ends the stream.
     pub fn data(&self, envoy: ConfigEnvoyPtr, id: u64, chunks: &[&[u8]]) {
-        let mut answers: Vec<Answer> = Vec::new();
+        let mut messages = Vec::new();
         let mut bad = None;
-        let mailbox = {
+        let (mailbox, token) = {
             let mut state = self.state();
-            let Some(stream) = state.workers.get(&id).copied() else {
+            let Some(worker) = state.workers.get(&id).copied() else {
                 return;
             };
-            let Some(stream) = state.open.get_mut(&stream) else {
+            let Some(stream) = state.current.get_mut(&worker) else {
                 return;
             };
             for chunk in chunks {
@@ -173,17 +193,7 @@ impl Streams {
             }
             loop {
                 match stream.replies.next_message() {
-                    Ok(Some(message)) => match ratelimit_protocol::split_message(&message) {
-                        Some((message_id, body)) => {
-                            if let Some((token, _)) = stream.out.remove(&message_id) {
-                                answers.push((token, Some(200), body.to_vec()));
-                            }
-                        }
-                        None => {
-                            bad = Some("a message without an exchange id".to_owned());
-                            break;
-                        }
-                    },
+                    Ok(Some(message)) => messages.push(message),
                     Ok(None) => break,
                     Err(e) => {
                         bad = Some(e);
@@ -191,14 +201,17 @@ impl Streams {
                     }
                 }
             }
-            Arc::clone(&stream.mailbox)
+            (Arc::clone(&stream.mailbox), stream.token)
         };
-        for answer in answers {
-            mailbox.deliver(answer);
+        for bytes in messages {
+            mailbox.deliver(Answer::Message {
+                stream: token,
+                bytes,
+            });
         }
         if let Some(why) = bad {
             log::warn!("bridge stream: {why}; the stream is reset");
-            self.closed(id, "reset for a bad frame");
+            self.closed(id, UNAVAILABLE);
             abi::config_stream_reset(envoy, id);
         }
     }
@@ -207,20 +220,24 @@ impl Streams {
     /// stays open ends it (a gRPC error comes as headers alone).
     pub fn headers(&self, envoy: ConfigEnvoyPtr, id: u64, status: Option<u32>, end: bool) {
         if status != Some(200) {
-            self.closed(id, &format!("answered HTTP {status:?}"));
+            log::warn!("stream to the bridge answered HTTP {status:?}; it is reset");
+            self.closed(id, UNAVAILABLE);
             abi::config_stream_reset(envoy, id);
         } else if end {
-            self.closed(id, "ended");
+            self.closed(id, UNAVAILABLE);
         }
     }
 
-    /// On the main thread: stream `id` ended, reset, or answered other than 200. What it
-    /// carried fails; the worker's next parcel opens another.
-    pub fn closed(&self, id: u64, why: &str) {
-        let stream = {
+    /// On the main thread: stream `id` ended (gRPC `status`), was reset, or answered other
+    /// than 200: its worker's dispatcher hears of it, once.
+    pub fn closed(&self, id: u64, status: u32) {
+        let ended = {
             let mut state = self.state();
             match state.workers.remove(&id) {
-                Some(worker) => state.open.remove(&worker),
+                Some(worker) => state.current.get_mut(&worker).map(|stream| {
+                    stream.envoy_id = None;
+                    (Arc::clone(&stream.mailbox), stream.token)
+                }),
                 None => {
                     if state.opening {
                         state.reset_early.push(id);
@@ -229,51 +246,26 @@ impl Streams {
                 }
             }
         };
-        let Some(stream) = stream else {
-            return;
-        };
-        if !stream.out.is_empty() {
-            log::warn!(
-                "stream to the bridge {why} with {} exchanges unanswered",
-                stream.out.len()
-            );
-        }
-        for (token, _) in stream.out.into_values() {
-            stream.mailbox.deliver((token, None, Vec::new()));
+        if let Some((mailbox, token)) = ended {
+            mailbox.deliver(Answer::Closed {
+                stream: token,
+                status,
+            });
         }
     }
 
     /// How many workers' streams are open.
     pub fn open(&self) -> usize {
-        self.state().open.len()
+        self.state().workers.len()
     }
 
     /// On the main thread, for a configuration that is gone (`teardown`): every stream is
-    /// reset, failing what it carried.
+    /// reset.
     pub fn reset_all(&self, envoy: ConfigEnvoyPtr) {
         let ids: Vec<u64> = self.state().workers.keys().copied().collect();
         for id in ids {
-            self.closed(id, "reset: its configuration is gone");
+            self.closed(id, UNAVAILABLE);
             abi::config_stream_reset(envoy, id);
-        }
-    }
-
-    /// On the main thread, at the courier's tick: gives up messages unanswered within
-    /// `timeout_ms`.
-    pub fn expire(&self) {
-        let now = Instant::now();
-        let mut expired = Vec::new();
-        for stream in self.state().open.values_mut() {
-            stream.out.retain(|_, (token, sent)| {
-                let keep = now.duration_since(*sent) < self.timeout;
-                if !keep {
-                    expired.push((Arc::clone(&stream.mailbox), *token));
-                }
-                keep
-            });
-        }
-        for (mailbox, token) in expired {
-            mailbox.deliver((token, None, Vec::new()));
         }
     }
 }

@@ -11,8 +11,9 @@
 use crate::abi::{self, FilterEnvoyPtr};
 use crate::callouts;
 use crate::config::FilterConfig;
-use crate::courier::Parcel;
+use crate::courier::Callout;
 use crate::host::{ModuleHost, ModuleLink};
+use crate::mailbox::Answer;
 use crate::root::{self, Root, RootState};
 use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
@@ -84,7 +85,7 @@ pub fn arrive(filter: FilterEnvoyPtr) -> (u32, Rc<Cell<bool>>) {
 /// batches it carried, to send again by the courier under the same tokens (its own check
 /// ends with it). Its waker is deleted first, so that its last turn, after this, finds
 /// whatever was delivered while it was one.
-pub fn leave(root: &RootState, context_id: u32) -> Vec<Parcel> {
+pub fn leave(root: &RootState, context_id: u32) -> Vec<Callout> {
     let live = WORKER.with_borrow_mut(|w| w.requests.remove(&context_id));
     if live.is_some_and(|live| live.waker) {
         root.mailbox.leave(context_id);
@@ -131,8 +132,16 @@ fn catch_up(
     link: &mut ModuleLink,
 ) -> Verdicts {
     let mut verdicts = Vec::new();
-    for (token, status, body) in root.mailbox.take() {
-        verdicts.extend(d.callout_reply(token, status, &body, host, link));
+    for answer in root.mailbox.take() {
+        verdicts.extend(match answer {
+            Answer::Callout {
+                token,
+                status,
+                body,
+            } => d.callout_reply(token, status, &body, host, link),
+            Answer::Message { stream, bytes } => d.stream_message(stream, &bytes, host, link),
+            Answer::Closed { stream, status } => d.stream_closed(stream, status, host, link),
+        });
     }
     let now = host.now_ms();
     if d.is_configured() && now >= root.next_ms.load(Ordering::Relaxed) {
