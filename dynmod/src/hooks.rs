@@ -4,9 +4,7 @@
 //! dispatcher decides.
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHeader, FilterEnvoyPtr};
-use crate::callouts;
 use crate::config::FilterConfig;
-use crate::courier::Parcel;
 use crate::guard::guard;
 use crate::reply::reply;
 use crate::request::{request, Request, CONTINUE, STOP, STOP_AND_BUFFER};
@@ -51,7 +49,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
             let go = request.run(filter, |d, id, host, link| {
                 d.request_headers(id, end_of_stream, host, link)
             });
-            request.go_on(filter, go)
+            request.headers_go_on(filter, go)
         },
     )
 }
@@ -68,13 +66,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
         "request_body",
         || request.failed(filter),
         || {
-            match (request.reading_body.get(), end_of_stream) {
-                (true, true) => request.body_ended(filter),
-                (true, false) => STOP_AND_BUFFER,
-                // Held with its headers until the check lets the request go.
-                (false, _) if request.waiting.get() => STOP_AND_BUFFER,
-                (false, _) => CONTINUE,
-            }
+            let step = request.stage(|s| s.request_body(end_of_stream));
+            request.step(filter, step, STOP_AND_BUFFER)
         },
     )
 }
@@ -90,13 +83,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
         "request_trailers",
         || request.failed(filter),
         || {
-            if request.reading_body.get() {
-                request.body_ended(filter)
-            } else if request.waiting.get() {
-                STOP
-            } else {
-                CONTINUE
-            }
+            let step = request.stage(|s| s.request_trailers());
+            request.step(filter, step, STOP)
         },
     )
 }
@@ -105,7 +93,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     filter: FilterEnvoyPtr,
     module: *const c_void,
-    callout_id: u64,
+    _callout_id: u64,
     result: i32,
     headers: *const EnvoyHeader,
     headers_size: usize,
@@ -123,19 +111,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             // SAFETY: arrays Envoy lends for this call, of the sizes it gives.
             let (status, body) =
                 unsafe { reply(result, headers, headers_size, chunks, chunks_size) };
-            let token = callouts::answered(request.context_id, callout_id);
+            // A request's only callout is its own check (no group commit).
             request.run(filter, |d, id, host, link| {
-                // Its own check, or a batch the dispatcher sent while this request's hook ran.
-                let mut verdicts = d.own_callout_reply(id, status, &body, host, link);
-                if let Some(token) = token {
-                    verdicts.extend(d.callout_reply(token, status, &body, host, link));
-                }
-                ((), verdicts)
+                ((), d.own_callout_reply(id, status, &body, host, link))
             });
-            if request.holding_end.get() && !callouts::carries(request.context_id) {
-                request.holding_end.set(false);
-                abi::continue_encoding(filter);
-            }
         },
     )
 }
@@ -158,8 +137,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
                     (d.response_headers(id, header, host, link), Vec::new())
                 })
                 .unwrap_or_default();
-            request.metered.set(start.read_body);
-            request.reading_body.set(false);
+            request.stage(|s| s.response_started(start.read_body));
             if let Some(reply) = start.refused {
                 carry_out(filter, &Verdict::Reply(reply));
                 return STOP;
@@ -188,8 +166,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
         "response_body",
         || CONTINUE,
         || {
-            if request.metered.get() {
-                request.metered.set(!end_of_stream);
+            if request.stage(|s| s.response_body(end_of_stream)) {
                 let mut chunks = Vec::new();
                 abi::each_body_chunk(filter, abi::RECEIVED_RESPONSE_BODY, |c| {
                     chunks.push(c.to_vec())
@@ -200,8 +177,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
                     }
                     ((), Vec::new())
                 });
-                if end_of_stream && !request.end_response(filter) {
-                    return STOP_AND_BUFFER;
+                if end_of_stream {
+                    request.end_response(filter);
                 }
             }
             CONTINUE
@@ -220,8 +197,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
         "response_trailers",
         || CONTINUE,
         || {
-            if request.metered.replace(false) && !request.end_response(filter) {
-                return STOP;
+            if request.stage(|s| s.response_trailers()) {
+                request.end_response(filter);
             }
             CONTINUE
         },
@@ -243,11 +220,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
         || {
             // SAFETY: the pointer `filter_new` made from a Box, destroyed once.
             let request = unsafe { Box::from_raw(module.cast_mut().cast::<Request>()) };
-            // The batches its callouts carried failed with it: the dispatcher gives their
-            // members' work back (a settlement is retried).
-            for callout in worker::leave(&request.root, request.context_id) {
-                request.root.config.courier.post(Parcel::Callout(callout));
-            }
+            worker::leave(&request.root, request.context_id);
             request.run(std::ptr::null_mut(), |d, id, host, link| {
                 d.request_gone(id, host, link);
                 ((), Vec::new())

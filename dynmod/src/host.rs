@@ -4,7 +4,6 @@
 //! answers nothing rather than reach Envoy.
 
 use crate::abi::{self, FilterEnvoyPtr};
-use crate::callouts;
 use crate::courier::{Callout, Parcel};
 use crate::root::RootState;
 use ratelimit_config::backend::Backend;
@@ -157,26 +156,15 @@ impl Proxy for ModuleHost {
 pub struct ModuleLink<'a> {
     /// The request whose hook this is (null: none).
     filter: FilterEnvoyPtr,
-    /// Its context id (0: none).
-    context: u32,
-    /// The request carries the worker's batches (a response's end, which waits for them).
-    carry: bool,
     root: &'a RootState,
     /// A wake-up was asked for during the turn.
     pub wake: bool,
 }
 
 impl ModuleLink<'_> {
-    pub fn new(
-        filter: FilterEnvoyPtr,
-        context: u32,
-        carry: bool,
-        root: &RootState,
-    ) -> ModuleLink<'_> {
+    pub fn new(filter: FilterEnvoyPtr, root: &RootState) -> ModuleLink<'_> {
         ModuleLink {
             filter,
-            context,
-            carry,
             root,
             wake: false,
         }
@@ -196,14 +184,13 @@ impl Link for ModuleLink<'_> {
         Ok(())
     }
 
-    /// The worker's own exchange (settlements, lease lines): carried by the request whose
-    /// hook this is when it waits for the answer (a metered response's end waits for its
-    /// settlement: `hooks`), otherwise by the courier from Envoy's main thread. A request
-    /// that goes first hands what it carried back to the courier (`worker::leave`).
+    /// A batch of the worker's (group commit, settlements, lease lines): sent by the
+    /// courier from Envoy's main thread, as no request's callout outlives it.
     fn callout(&mut self, backend: &Backend, body: &str) -> Result<u32, String> {
-        let parcel = Callout {
+        let token = self.root.token();
+        self.root.config.courier.post(Parcel::Callout(Callout {
             mailbox: Arc::clone(&self.root.mailbox),
-            token: self.root.token(),
+            token,
             cluster: backend.cluster.clone(),
             headers: wire::callout_headers(backend)
                 .into_iter()
@@ -211,34 +198,14 @@ impl Link for ModuleLink<'_> {
                 .collect(),
             body: body.as_bytes().to_vec(),
             timeout_ms: backend.timeout_ms,
-        };
-        let token = parcel.token;
-        if !self.carry || self.filter.is_null() {
-            self.root.config.courier.post(Parcel::Callout(parcel));
-            return Ok(token);
-        }
-        let headers: Vec<(&str, &[u8])> = parcel
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
-        match abi::callout(
-            self.filter,
-            &parcel.cluster,
-            &headers,
-            &parcel.body,
-            parcel.timeout_ms,
-        ) {
-            Ok(id) => callouts::carried(self.context, id, parcel),
-            Err(_) => self.root.config.courier.post(Parcel::Callout(parcel)),
-        }
+        }));
         Ok(token)
     }
 
     /// Owned by the request whose hook this is: its answer comes to that request.
     fn own_callout(
         &mut self,
-        context_id: u32,
+        _context_id: u32,
         backend: &Backend,
         body: &str,
     ) -> Result<u32, String> {
@@ -260,9 +227,8 @@ impl Link for ModuleLink<'_> {
                 backend.cluster
             )
         })?;
-        let token = self.root.token();
-        callouts::sent(context_id, id, token);
-        Ok(token)
+        let _ = id; // its reply comes to this request's hook, which is all it needs
+        Ok(self.root.token())
     }
 
     fn redis_call(&mut self, _: &Backend, _: &str, _: Invoke) -> Result<u32, String> {

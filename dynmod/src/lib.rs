@@ -16,7 +16,6 @@
 //! - `streams`: the workers' gRPC streams to the bridge, which the courier feeds.
 //! - `root`: a configuration's state on one worker: its dispatcher, tick and mailbox.
 //! - `teardown`: a configuration's end, off the main thread as on it.
-//! - `callouts`: what each callout a worker has out stands for.
 //! - `worker`: what each Envoy worker keeps: a dispatcher per configuration, and its
 //!   requests.
 //! - `host`: the dispatcher's `Proxy` and `Link` over the ABI.
@@ -26,7 +25,6 @@
 //! - `config_hooks`: the hooks of a configuration, on Envoy's main thread.
 
 mod abi;
-mod callouts;
 mod config;
 mod config_hooks;
 mod courier;

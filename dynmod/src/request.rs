@@ -1,8 +1,7 @@
-//! One request as its hooks see it: its worker's root, where its check stands, and how
-//! Envoy is told to go on (continue, wait, answer now) as the dispatcher decides.
+//! One request as its hooks see it: its worker's root, its stage (the core's `Stage`), and
+//! how Envoy is told to go on (continue, wait, answer now) as the dispatcher decides.
 
 use crate::abi::{self, FilterEnvoyPtr};
-use crate::callouts;
 use crate::config::FilterConfig;
 use crate::host::{ModuleHost, ModuleLink};
 use crate::root::Root;
@@ -12,9 +11,9 @@ use ratelimit_filter::decision::admission::Verdict;
 use ratelimit_filter::host::Proxy;
 use ratelimit_filter::worker::dispatch::Dispatcher;
 use ratelimit_filter::worker::dispatch::{Go, Verdicts};
+use ratelimit_filter::worker::stage::{Stage, Step};
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// Envoy's answers to a request's hooks (`FilterHeadersStatus`, `FilterDataStatus`,
@@ -22,33 +21,27 @@ use std::sync::Arc;
 pub const CONTINUE: i32 = 0;
 pub const STOP: i32 = 1;
 pub const STOP_AND_BUFFER: i32 = 1;
+/// Headers whose check is out: Envoy holds their body and trailers back from every filter,
+/// this one's included, until the verdict (as proxy-wasm's pause does), applying flow
+/// control to a body that keeps coming.
+pub const STOP_ALL_AND_WATERMARK: i32 = 4;
 
 /// One request, as its hooks see it.
 pub struct Request {
     pub context_id: u32,
     pub root: Root,
-    /// Its check is out: its body and trailers wait with its headers.
-    pub waiting: Rc<Cell<bool>>,
-    /// Its check waits for its whole body, which Envoy buffers meanwhile.
-    pub reading_body: Cell<bool>,
-    /// Its response body is metered.
-    pub metered: Cell<bool>,
-    /// Its response's end waits for the callouts it carries (its settlement's).
-    pub holding_end: Cell<bool>,
+    pub stage: Cell<Stage>,
 }
 
 impl Request {
     /// A new request of `config` on the worker running `filter`.
     pub fn new(config: Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Request {
         let root = worker::root(&config, filter);
-        let (context_id, waiting) = worker::arrive(filter);
+        let context_id = worker::arrive(filter);
         Request {
             context_id,
             root,
-            waiting,
-            reading_body: Cell::new(false),
-            metered: Cell::new(false),
-            holding_end: Cell::new(false),
+            stage: Cell::new(Stage::default()),
         }
     }
 
@@ -59,37 +52,43 @@ impl Request {
         event: impl FnOnce(&mut Dispatcher, u32, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
     ) -> Option<T> {
         let id = self.context_id;
-        worker::run(&self.root, filter, id, false, |d, host, link| {
+        worker::run(&self.root, filter, id, |d, host, link| {
             event(d, id, host, link)
         })
     }
 
-    /// The response has ended: the dispatcher reads its end, and what it sends (the
-    /// settlement) this request carries; the response goes on once that is answered, so
-    /// that a settlement depends on no request that is gone.
-    pub fn end_response(&self, filter: FilterEnvoyPtr) -> bool {
-        let id = self.context_id;
-        worker::run(&self.root, filter, id, true, |d, host, link| {
-            d.response_body(id, &[], true, host, link);
-            ((), Vec::new())
-        });
-        let hold = callouts::carries(id);
-        self.holding_end.set(hold);
-        !hold
+    /// Changes the request's stage.
+    pub fn stage<T>(&self, change: impl FnOnce(&mut Stage) -> T) -> T {
+        let mut stage = self.stage.get();
+        let out = change(&mut stage);
+        self.stage.set(stage);
+        out
     }
 
-    /// What Envoy does with the request now, as the dispatcher says it goes on.
-    pub fn go_on(&self, filter: FilterEnvoyPtr, go: Option<Go>) -> i32 {
+    /// What Envoy does with the request's headers, as the dispatcher says it goes on.
+    pub fn headers_go_on(&self, filter: FilterEnvoyPtr, go: Option<Go>) -> i32 {
         match go {
-            Some(Go::Continue) | None => CONTINUE,
             Some(Go::Wait) => {
-                self.waiting.set(true);
                 worker::keep_waker(&self.root, self.context_id, filter);
+                STOP_ALL_AND_WATERMARK
+            }
+            // Stopped alone, its body still comes to this filter, which holds it until it
+            // has ended and the check is done.
+            Some(Go::ReadBody) => {
+                self.stage(|s| s.headers_seen(Some(&Go::ReadBody)));
                 STOP
             }
-            // Headers and body are held until the body has ended and the check is done.
-            Some(Go::ReadBody) => {
-                self.reading_body.set(true);
+            go => self.go_on(filter, go),
+        }
+    }
+
+    /// What Envoy does with the request, as the dispatcher says it goes on, from its body
+    /// or trailers (where a request that waits is held as it is).
+    fn go_on(&self, filter: FilterEnvoyPtr, go: Option<Go>) -> i32 {
+        match go {
+            Some(Go::Continue) | Some(Go::ReadBody) | None => CONTINUE,
+            Some(Go::Wait) => {
+                worker::keep_waker(&self.root, self.context_id, filter);
                 STOP
             }
             Some(Go::Answer(verdict)) => match verdict {
@@ -102,9 +101,27 @@ impl Request {
         }
     }
 
+    /// The response has ended: the dispatcher reads its end (a metered response's
+    /// settlement leaves with the worker's next exchange).
+    pub fn end_response(&self, filter: FilterEnvoyPtr) {
+        self.run(filter, |d, id, host, link| {
+            d.response_body(id, &[], true, host, link);
+            ((), Vec::new())
+        });
+    }
+
+    /// A body chunk's or the trailers' answer, as the request's stage says (`hold`: the
+    /// hook's code for holding it).
+    pub fn step(&self, filter: FilterEnvoyPtr, step: Step, hold: i32) -> i32 {
+        match step {
+            Step::Pass => CONTINUE,
+            Step::Hold => hold,
+            Step::BodyEnded => self.body_ended(filter),
+        }
+    }
+
     /// The body has ended: the dispatcher reads it and starts the check.
-    pub fn body_ended(&self, filter: FilterEnvoyPtr) -> i32 {
-        self.reading_body.set(false);
+    fn body_ended(&self, filter: FilterEnvoyPtr) -> i32 {
         let go = self.run(filter, |d, id, host, link| {
             d.request_body(id, &host.request_body());
             d.request_body_end(id, host, link)

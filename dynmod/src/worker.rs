@@ -9,9 +9,7 @@
 //! its own request.
 
 use crate::abi::{self, FilterEnvoyPtr};
-use crate::callouts;
 use crate::config::FilterConfig;
-use crate::courier::Callout;
 use crate::host::{ModuleHost, ModuleLink};
 use crate::mailbox::Answer;
 use crate::root::{self, Root, RootState};
@@ -20,15 +18,12 @@ use ratelimit_filter::host::Proxy;
 use ratelimit_filter::worker::dispatch::{Dispatcher, Verdicts};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
 
-/// A live request: its filter, whether it waits for a verdict, and whether its scheduler is
-/// one of its root's wakers.
+/// A live request: its filter, and whether its scheduler is one of its root's wakers.
 struct Live {
     filter: FilterEnvoyPtr,
-    waiting: Rc<Cell<bool>>,
     waker: bool,
 }
 
@@ -59,38 +54,34 @@ pub fn root(config: &Arc<FilterConfig>, filter: FilterEnvoyPtr) -> Root {
         return root;
     }
     let root = RootState::new(config);
-    run(&root, filter, 0, false, |d, host, link| {
+    run(&root, filter, 0, |d, host, link| {
         ((), d.configure(config.config.clone(), host, link))
     });
     WORKER.with_borrow_mut(|w| w.roots.push(Arc::clone(&root)));
     root
 }
 
-/// A new request on `filter`: its context id, and the flag that says it waits.
-pub fn arrive(filter: FilterEnvoyPtr) -> (u32, Rc<Cell<bool>>) {
+/// A new request on `filter`: its context id.
+pub fn arrive(filter: FilterEnvoyPtr) -> u32 {
     WORKER.with_borrow_mut(|w| {
         w.next_context = w.next_context.wrapping_add(1).max(1);
-        let waiting = Rc::new(Cell::new(false));
         let live = Live {
             filter,
-            waiting: Rc::clone(&waiting),
             waker: false,
         };
         w.requests.insert(w.next_context, live);
-        (w.next_context, waiting)
+        w.next_context
     })
 }
 
-/// Request `context_id` of `root` is gone, and Envoy cancelled its callouts with it: the
-/// batches it carried, to send again by the courier under the same tokens (its own check
-/// ends with it). Its waker is deleted first, so that its last turn, after this, finds
-/// whatever was delivered while it was one.
-pub fn leave(root: &RootState, context_id: u32) -> Vec<Callout> {
+/// Request `context_id` of `root` is gone (Envoy cancelled its own check's callout with
+/// it). Its waker is deleted first, so that its last turn, after this, finds whatever was
+/// delivered while it was one.
+pub fn leave(root: &RootState, context_id: u32) {
     let live = WORKER.with_borrow_mut(|w| w.requests.remove(&context_id));
     if live.is_some_and(|live| live.waker) {
         root.mailbox.leave(context_id);
     }
-    callouts::lost(context_id)
 }
 
 /// Request `context` (on `filter`) waits for a verdict: its scheduler becomes a waker of
@@ -153,15 +144,13 @@ fn catch_up(
 }
 
 /// Runs one event on `root`'s dispatcher over `filter` (null: no request) for request
-/// `context` (0: none), which carries what the worker sends if `carry`, after
-/// `catch_up`, then carries out the verdicts reached. An event
+/// `context` (0: none), after `catch_up`, then carries out the verdicts reached. An event
 /// that finds the dispatcher held by this thread (a hook re-entered from a verdict carried
 /// out) is logged and dropped.
 pub fn run<T>(
     root: &RootState,
     filter: FilterEnvoyPtr,
     context: u32,
-    carry: bool,
     event: impl FnOnce(&mut Dispatcher, &ModuleHost, &mut ModuleLink) -> (T, Verdicts),
 ) -> Option<T> {
     let Some(mut dispatcher) = hold(root) else {
@@ -169,7 +158,7 @@ pub fn run<T>(
         return None;
     };
     let host = ModuleHost::new(filter);
-    let mut link = ModuleLink::new(filter, context, carry, root);
+    let mut link = ModuleLink::new(filter, root);
     let mut verdicts = catch_up(root, &mut dispatcher, &host, &mut link);
     let (out, more) = event(&mut dispatcher, &host, &mut link);
     verdicts.extend(more);
@@ -188,12 +177,8 @@ pub fn run<T>(
     drop(dispatcher);
     HOLDING.set(false);
     for (context_id, verdict) in &verdicts {
-        let live = WORKER.with_borrow(|w| {
-            let live = w.requests.get(context_id)?;
-            Some((live.filter, Rc::clone(&live.waiting)))
-        });
-        if let Some((filter, waiting)) = live {
-            waiting.set(false);
+        let live = WORKER.with_borrow(|w| Some(w.requests.get(context_id)?.filter));
+        if let Some(filter) = live {
             carry_out(filter, verdict);
         }
     }
@@ -216,7 +201,7 @@ pub fn tick_all(config: &FilterConfig) {
             continue;
         }
         let host = ModuleHost::new(std::ptr::null_mut());
-        let mut link = ModuleLink::new(std::ptr::null_mut(), 0, false, &root);
+        let mut link = ModuleLink::new(std::ptr::null_mut(), &root);
         let mut verdicts = catch_up(&root, &mut dispatcher, &host, &mut link);
         if std::mem::take(&mut link.wake) {
             verdicts.extend(dispatcher.wake(&host, &mut link));

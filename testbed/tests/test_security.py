@@ -1,8 +1,14 @@
 """End to end, the way an attacker would try it: hostile request data against the real
 ratelimit.wasm in real Envoy, the real bridge and a real Valkey."""
 
+import os
+import signal
+import socket
+import time
+
 import pytest
 
+from testbed.llm_upstream import LlmUpstream
 from testbed.plugins import plugin, rule
 from testbed.stack import load_error, request, wait_for
 
@@ -144,3 +150,35 @@ def test_after_redis_comes_back_the_first_request_is_checked_not_failed(stack_of
     assert status == 200, "the first request after Redis came back"
     # Valkey restarted empty: alice's bucket starts full again.
     assert headers["x-ratelimit-remaining"] == "99"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked-with-trailers"])
+def test_a_body_sent_while_the_check_is_out_never_takes_the_request_upstream_first(
+        stack_of, framing):
+    """Envoy hands a filter that stopped a request's headers that request's body: a filter
+    that let the body go on would send the headers upstream with it, before the verdict.
+    Both bindings pause the headers so that Envoy holds body and trailers back instead."""
+    with LlmUpstream() as upstream:
+        stack = stack_of(plugin(rule("per-user", ["user"], 1), failure_mode="closed",
+                                timeout_ms=2000), gateways=1, upstream=upstream.port)
+        assert stack.get(0, "/", {"x-user-id": "u"})[0] == 200
+        started = upstream.started
+        head, body = {
+            "content-length": (b"content-length: 5\r\n", b"hello"),
+            "chunked-with-trailers": (b"transfer-encoding: chunked\r\n",
+                                      b"5\r\nhello\r\n0\r\nx-trailer: t\r\n\r\n"),
+        }[framing]
+        os.kill(stack.bridge.proc.pid, signal.SIGSTOP)
+        try:
+            with socket.create_connection(("127.0.0.1", stack.ports[0]), timeout=10) as client:
+                client.sendall(b"POST / HTTP/1.1\r\nhost: x\r\nx-user-id: u\r\n" + head + b"\r\n")
+                time.sleep(0.3)
+                client.sendall(body)  # the check is still out: the bridge is stopped
+                time.sleep(1.0)
+                assert upstream.started == started, "the request went upstream before its verdict"
+                answer = client.recv(200)
+        finally:
+            os.kill(stack.bridge.proc.pid, signal.SIGCONT)
+        # No answer in 2 s: closed fails it, and it never reached the upstream.
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert upstream.started == started

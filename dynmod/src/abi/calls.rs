@@ -251,11 +251,6 @@ pub fn attribute(filter: FilterEnvoyPtr, attribute_id: i32) -> Option<Vec<u8>> {
     found.then(|| unsafe { borrow(&value) }.to_vec())
 }
 
-pub fn continue_encoding(filter: FilterEnvoyPtr) {
-    // SAFETY: a live filter pointer, on its worker.
-    unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(filter) }
-}
-
 pub fn continue_decoding(filter: FilterEnvoyPtr) {
     // SAFETY: a live filter pointer, on its worker.
     unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(filter) }

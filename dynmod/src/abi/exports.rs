@@ -98,9 +98,6 @@ extern "C" {
     pub(super) fn envoy_dynamic_module_callback_http_filter_continue_decoding(
         filter: FilterEnvoyPtr,
     );
-    pub(super) fn envoy_dynamic_module_callback_http_filter_continue_encoding(
-        filter: FilterEnvoyPtr,
-    );
     pub(super) fn envoy_dynamic_module_callback_http_filter_scheduler_new(
         filter: FilterEnvoyPtr,
     ) -> FilterSchedulerPtr;

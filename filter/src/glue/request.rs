@@ -7,6 +7,7 @@ use super::link::HostLink;
 use super::proxy::{callout_reply, ProxyHost};
 use crate::decision::admission::Verdict;
 use crate::worker::dispatch::{Dispatcher, Go, Verdicts};
+use crate::worker::stage::{Stage, Step};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use std::cell::RefCell;
@@ -17,10 +18,7 @@ pub(super) struct Request {
     pub(super) dispatcher: Rc<RefCell<Dispatcher>>,
     /// The worker's wake-up queue.
     pub(super) queue: Option<u32>,
-    /// Its response body is being metered.
-    pub(super) metered: bool,
-    /// Its check waits for its body, which the host buffers meanwhile.
-    pub(super) reading_body: bool,
+    pub(super) stage: Stage,
 }
 
 impl Context for Request {
@@ -39,18 +37,13 @@ impl HttpContext for Request {
 
     /// A body its check waits for is held back (Pause buffers it) until it has ended.
     fn on_http_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
-        match (self.reading_body, end_of_stream) {
-            (false, _) => Action::Continue,
-            (true, false) => Action::Pause,
-            (true, true) => self.body_ended(),
-        }
+        let step = self.stage.request_body(end_of_stream);
+        self.step(step)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        match self.reading_body {
-            true => self.body_ended(),
-            false => Action::Continue,
-        }
+        let step = self.stage.request_trailers();
+        self.step(step)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
@@ -58,8 +51,7 @@ impl HttpContext for Request {
         let start = self
             .tell(|d, id, host, link| d.response_headers(id, header, host, link))
             .unwrap_or_default();
-        self.metered = start.read_body;
-        self.reading_body = false;
+        self.stage.response_started(start.read_body);
         if let Some(reply) = start.refused {
             carry_out(&Verdict::Reply(reply));
             return Action::Pause;
@@ -72,10 +64,9 @@ impl HttpContext for Request {
 
     /// A metered response's chunks pass on at once, each read once on its way.
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if !self.metered {
+        if !self.stage.response_body(end_of_stream) {
             return Action::Continue;
         }
-        self.metered = !end_of_stream;
         let chunk = abi::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
         self.tell(|d, id, host, link| d.response_body(id, &chunk, end_of_stream, host, link));
         Action::Continue
@@ -83,8 +74,7 @@ impl HttpContext for Request {
 
     /// Trailers end a metered response's body as much as its last chunk would.
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
-        if self.metered {
-            self.metered = false;
+        if self.stage.response_trailers() {
             self.tell(|d, id, host, link| d.response_body(id, &[], true, host, link));
         }
         Action::Continue
@@ -112,10 +102,18 @@ impl Request {
         self.run(|d, id, host, link| (event(d, id, host, link), Verdicts::new()))
     }
 
+    /// What the host does with a body chunk or trailers, as the request's stage says.
+    fn step(&mut self, step: Step) -> Action {
+        match step {
+            Step::Pass => Action::Continue,
+            Step::Hold => Action::Pause,
+            Step::BodyEnded => self.body_ended(),
+        }
+    }
+
     /// The request's body has ended: the dispatcher reads it, as the host buffered it, and
     /// starts its check.
     fn body_ended(&mut self) -> Action {
-        self.reading_body = false;
         let go = self.run(|d, id, host, link| {
             abi::each_slice(BufferType::HttpRequestBody, |slice| {
                 d.request_body(id, slice)
@@ -127,6 +125,7 @@ impl Request {
 
     /// What the host does with the request, as the dispatcher says it goes on.
     fn go_on(&mut self, go: Option<Go>) -> Action {
+        self.stage.headers_seen(go.as_ref());
         match go {
             Some(Go::Continue) | None => Action::Continue,
             Some(Go::Wait) => Action::Pause,
@@ -134,10 +133,7 @@ impl Request {
             // delivers body chunks only past a filter that let its headers go on), so the
             // headers go on and the body is held instead: nothing the request asks for is
             // done upstream before it is checked.
-            Some(Go::ReadBody) => {
-                self.reading_body = true;
-                Action::Continue
-            }
+            Some(Go::ReadBody) => Action::Continue,
             Some(Go::Answer(verdict)) => {
                 carry_out(&verdict);
                 Action::Pause

@@ -7,6 +7,7 @@ use super::link::{register_wake_queue, HostLink};
 use super::proxy::{callout_reply, stream_message, ProxyHost};
 use super::request::Request;
 use crate::worker::dispatch::{Dispatcher, Verdicts};
+use crate::worker::stage::Stage;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use ratelimit_config::loading::{self, Build};
@@ -111,8 +112,7 @@ impl RootContext for Root {
                 context_id,
                 dispatcher: Rc::clone(&self.dispatcher),
                 queue: self.queue,
-                metered: false,
-                reading_body: false,
+                stage: Stage::default(),
             })
         })
     }

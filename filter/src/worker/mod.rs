@@ -11,8 +11,10 @@
 //! waiting), `settlements` (metered rules' settlements until applied), `dispatch` (the
 //! dispatcher: events in, verdicts and `dispatch::Link` calls
 //! out; `dispatch::requests` and `dispatch::replies`, its events; `dispatch::link`, what
-//! it asks of the host).
+//! it asks of the host), `stage` (where a request stands as its hooks see it, for every
+//! binding).
 
 pub mod dispatch;
 pub mod exchange;
 pub mod settlements;
+pub mod stage;
