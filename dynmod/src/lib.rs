@@ -39,6 +39,11 @@ mod streams;
 mod teardown;
 mod worker;
 
+#[cfg(test)]
+mod fake_envoy;
+#[cfg(test)]
+mod module_tests;
+
 /// The ABI version Envoy 1.40 was built with; another version only makes Envoy warn.
 const ABI_VERSION: &[u8] = b"v0.2.0\0";
 
