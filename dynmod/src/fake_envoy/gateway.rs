@@ -82,7 +82,11 @@ impl Gateway {
 
     /// The worker runs its requests' scheduled events (of those still alive).
     pub fn worker(&self) {
-        let events = std::mem::take(&mut envoy().worker_events);
+        let events = envoy()
+            .configs
+            .get_mut(&self.envoy)
+            .map(|c| std::mem::take(&mut c.worker_events))
+            .unwrap_or_default();
         for (filter, event) in events {
             let module = {
                 let state = envoy();

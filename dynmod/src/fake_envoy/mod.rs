@@ -73,6 +73,9 @@ struct Config {
     counters: Vec<(String, u64)>,
     /// Its scheduler's events, not yet run.
     events: Vec<u64>,
+    /// Its requests' schedulers' events, not yet run: (filter, event). They run on the
+    /// request's worker, the thread of the test that made its gateway.
+    worker_events: Vec<(usize, u64)>,
     callouts: Vec<Vec<u8>>,
     streams: BTreeMap<u64, Stream>,
     /// Every stream opened from now on fails to start.
@@ -85,8 +88,6 @@ struct Config {
 pub struct Envoy {
     filters: HashMap<usize, Filter>,
     configs: HashMap<usize, Config>,
-    /// Request schedulers' events, not yet run: (filter, event).
-    worker_events: Vec<(usize, u64)>,
     /// Calls on no request this fake made: Envoy would have crashed on them.
     misuse: Vec<String>,
     next: u64,

@@ -254,7 +254,11 @@ extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
     scheduler: FilterSchedulerPtr,
     event_id: u64,
 ) {
-    envoy().worker_events.push((scheduler as usize, event_id));
+    let mut envoy = envoy();
+    let config = envoy.filters.get(&(scheduler as usize)).map(|f| f.config);
+    if let Some(config) = config.and_then(|c| envoy.configs.get_mut(&c)) {
+        config.worker_events.push((scheduler as usize, event_id));
+    }
 }
 
 #[no_mangle]
