@@ -178,7 +178,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per run")
     parser.add_argument("--out", help="write the tables here too")
+    parser.add_argument("--cases", help="only these cases, by key (comma-separated: "
+                        + ",".join(c[0] for c in CASES) + ")")
     args = parser.parse_args()
+    wanted = set(args.cases.split(",")) if args.cases else {c[0] for c in CASES}
     if not shutil.which("perf"):
         raise SystemExit("perf is missing (Debian's linux-perf)")
     if not (MODULE_DIR / MODULE_SO).exists():
@@ -186,7 +189,7 @@ def main():
     os.environ["ENVOY_DYNAMIC_MODULES_SEARCH_PATH"] = str(MODULE_DIR)
     with alone.started("profile") as (bench, workdir):
         results = []
-        for case in CASES:
+        for case in (c for c in CASES if c[0] in wanted):
             print(f"{case[1]} ...", flush=True)
             results.append(measure_case(bench, workdir, case, args.seconds))
     text = table(results)
