@@ -71,13 +71,17 @@ impl Courier {
         }
     }
 
-    /// From a worker: leaves `parcel` and wakes the main thread.
+    /// From a worker: leaves `parcel`, and wakes the main thread unless parcels already
+    /// wait for it (it takes them all at once).
     pub fn post(&self, parcel: Parcel) {
-        self.parcels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(parcel);
-        self.wake(PARCELS);
+        let first = {
+            let mut parcels = self.parcels.lock().unwrap_or_else(PoisonError::into_inner);
+            parcels.push(parcel);
+            parcels.len() == 1
+        };
+        if first {
+            self.wake(PARCELS);
+        }
     }
 
     /// From any thread: has the main thread run `event` (`PARCELS`, `TICK`), unless the
@@ -117,24 +121,33 @@ impl Courier {
         self.streams.as_ref().map_or(0, Streams::open)
     }
 
-    /// On the main thread: sends every parcel left.
+    /// On the main thread: sends every parcel left. A worker's messages that follow one
+    /// another on its stream go in one write.
     pub fn send(&self, config: ConfigEnvoyPtr) {
         let parcels =
             std::mem::take(&mut *self.parcels.lock().unwrap_or_else(PoisonError::into_inner));
-        for parcel in parcels {
+        let mut parcels = parcels.into_iter().peekable();
+        while let Some(parcel) = parcels.next() {
             match parcel {
                 Parcel::Callout(callout) => self.call(config, callout),
                 Parcel::Message {
                     mailbox,
                     stream,
-                    frame,
-                } => match &self.streams {
-                    Some(streams) => streams.send(config, &mailbox, stream, &frame),
-                    None => mailbox.deliver(Answer::Closed {
-                        stream,
-                        status: UNAVAILABLE,
-                    }),
-                },
+                    mut frame,
+                } => {
+                    while let Some(Parcel::Message { frame: next, .. }) = parcels.next_if(
+                        |p| matches!(p, Parcel::Message { mailbox: m, stream: s, .. } if Arc::ptr_eq(m, &mailbox) && *s == stream),
+                    ) {
+                        frame.extend_from_slice(&next);
+                    }
+                    match &self.streams {
+                        Some(streams) => streams.send(config, &mailbox, stream, &frame),
+                        None => mailbox.deliver(Answer::Closed {
+                            stream,
+                            status: UNAVAILABLE,
+                        }),
+                    }
+                }
                 Parcel::Close { mailbox, stream } => {
                     if let Some(streams) = &self.streams {
                         streams.close(config, &mailbox, stream);

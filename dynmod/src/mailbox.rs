@@ -41,12 +41,17 @@ pub struct Mailbox {
 pub const WAKE: u64 = 0;
 
 impl Mailbox {
+    /// Leaves `answer`, and wakes the worker unless answers already wait for it (its turn
+    /// takes them all at once).
     pub fn deliver(&self, answer: Answer) {
-        self.answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(answer);
-        self.wake();
+        let first = {
+            let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+            answers.push(answer);
+            answers.len() == 1
+        };
+        if first {
+            self.wake();
+        }
     }
 
     /// Every answer that came since the last look.
