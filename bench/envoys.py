@@ -74,15 +74,17 @@ def rls_filter():
 
 def local_ratelimit_filter(per_second, burst):
     """Envoy's local_ratelimit: a native token bucket per gateway, refilled every 50 ms
-    (Envoy's shortest fill interval), always enforced."""
+    (Envoy's shortest fill interval), always enforced; `per_second` 0 refills one token an
+    hour (a bucket a run exhausts for good)."""
     percent = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
+    fill = {"tokens_per_fill": max(1, per_second // 20), "fill_interval": "0.05s"} if per_second \
+        else {"tokens_per_fill": 1, "fill_interval": "3600s"}
     return {
         "name": "envoy.filters.http.local_ratelimit",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
             "stat_prefix": "bench_local",
-            "token_bucket": {"max_tokens": burst, "tokens_per_fill": max(1, per_second // 20),
-                             "fill_interval": "0.05s"},
+            "token_bucket": {"max_tokens": burst, **fill},
             "filter_enabled": {"runtime_key": "bench_local_enabled", **percent},
             "filter_enforced": {"runtime_key": "bench_local_enforced", **percent},
         },

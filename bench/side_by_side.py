@@ -39,7 +39,7 @@ def measure(name, bench, workdir, conf, configs, headers):
     try:
         for c in configs:
             gw = Gateway(f"envoy-{name}-{c['key']}", c["kind"], workdir, bench.bridge_port,
-                         c["plugin"], base="proxy")
+                         c["plugin"], base="proxy", **({"local": c["local"]} if "local" in c else {}))
             gateways[c["key"]] = gw.start()
             probes[c["key"]] = Probe(gw, bench.redis_port, bridge=bench.bridge.proc)
         for rnd in range(conf[f"{name}_rounds"]):

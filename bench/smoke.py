@@ -154,7 +154,8 @@ def check_rls(rls, expect=None):
 
 def check_module(module, expect=None):
     """The dynamic module's section (bench/module.py), leased and denied included."""
-    keys = ["none", "noop", "wasm", "module", "mhttp", "wlease", "mlease", "wdeny", "mdeny"]
+    keys = ["none", "noop", "wasm", "local", "ldeny", "module", "mhttp", "wlease", "mlease",
+            "wdeny", "mdeny"]
     check_side_by_side("module", module, keys, ("wasm", "module", "mhttp"), expect)
 
 
