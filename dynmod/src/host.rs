@@ -39,11 +39,10 @@ impl ModuleHost {
 
     fn headers(&self) -> &HeaderMap {
         self.headers.get_or_init(|| {
-            let pairs = self
-                .live()
-                .map(|f| abi::headers(f, abi::REQUEST_HEADERS))
-                .unwrap_or_default();
-            HeaderMap::new(serialize(&pairs))
+            let serialized = self.live().map_or_else(Vec::new, |f| {
+                abi::with_headers(f, abi::REQUEST_HEADERS, |pairs| serialize(pairs))
+            });
+            HeaderMap::new(serialized)
         })
     }
 }

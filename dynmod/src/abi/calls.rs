@@ -97,8 +97,13 @@ pub fn increment_counter(config: ConfigEnvoyPtr, id: usize, n: u64) {
     }
 }
 
-/// Every header of `header_type`, as (name, value) copies.
-pub fn headers(filter: FilterEnvoyPtr, header_type: i32) -> Vec<(Vec<u8>, Vec<u8>)> {
+/// Every header of `header_type`, lent to `read` as (name, value) pairs of Envoy's own
+/// buffers (valid for the hook): no copy of one is made here.
+pub fn with_headers<T>(
+    filter: FilterEnvoyPtr,
+    header_type: i32,
+    read: impl FnOnce(&[(&[u8], &[u8])]) -> T,
+) -> T {
     // SAFETY: a live filter pointer during its hook; the vector holds `size` entries.
     unsafe {
         let size = envoy_dynamic_module_callback_http_get_headers_size(filter, header_type);
@@ -118,11 +123,13 @@ pub fn headers(filter: FilterEnvoyPtr, header_type: i32) -> Vec<(Vec<u8>, Vec<u8
                 out.as_mut_ptr(),
             )
         {
-            return Vec::new();
+            return read(&[]);
         }
-        out.iter()
-            .map(|h| (borrow(&h.key).to_vec(), borrow(&h.value).to_vec()))
-            .collect()
+        let pairs: Vec<(&[u8], &[u8])> = out
+            .iter()
+            .map(|h| (borrow(&h.key), borrow(&h.value)))
+            .collect();
+        read(&pairs)
     }
 }
 
