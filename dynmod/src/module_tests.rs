@@ -53,6 +53,19 @@ fn open_stream(gw: &Gateway) -> (u64, Vec<(u32, String)>) {
     (open[0], gw.messages(open[0]))
 }
 
+/// User `name`'s request, paused for its check, which the main thread then sends: the
+/// request, the one stream open, and the one exchange sent on it (id and batch).
+fn checked(gw: &Gateway, name: &str) -> (Request, u64, (u32, String)) {
+    let request = user(gw, name);
+    // Out: Envoy holds the body and trailers back from every filter meanwhile.
+    assert_eq!(request.headers(true), STOP_ALL_AND_WATERMARK);
+    gw.main_thread();
+    let (stream, mut sent) = open_stream(gw);
+    assert_eq!(sent.len(), 1, "one exchange, one check: {sent:?}");
+    let exchange = sent.remove(0);
+    (request, stream, exchange)
+}
+
 fn answered(request: &Request) -> Vec<u32> {
     request.seen(|f| f.answered.iter().map(|a| a.0).collect())
 }
@@ -64,19 +77,14 @@ fn no_misuse(gw: &Gateway) {
 #[test]
 fn a_check_travels_on_the_workers_stream_and_its_answer_resumes_the_request() {
     let gw = gateway("closed", 1_000);
-    let request = user(&gw, "alice");
-    // Out: Envoy holds the body and trailers back from every filter meanwhile.
-    assert_eq!(request.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (stream, sent) = open_stream(&gw);
+    let (request, stream, sent) = checked(&gw, "alice");
     let path = format!("/{}/{}", wire::GRPC_SERVICE, wire::GRPC_METHOD);
     let headers = gw.stream_headers(stream);
     assert!(
         headers.contains(&(":path".into(), path.into_bytes())),
         "{headers:?}"
     );
-    assert_eq!(sent.len(), 1, "one exchange, one check");
-    let (exchange, batch) = &sent[0];
+    let (exchange, batch) = &sent;
     assert_eq!(batch.lines().count(), 1);
     gw.answer(stream, *exchange, batch, true, 99);
     assert_eq!(
@@ -100,11 +108,8 @@ fn a_check_travels_on_the_workers_stream_and_its_answer_resumes_the_request() {
 #[test]
 fn a_denial_is_answered_429_and_the_next_request_is_denied_without_an_exchange() {
     let gw = gateway("closed", 1_000);
-    let first = user(&gw, "bob");
-    assert_eq!(first.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (stream, sent) = open_stream(&gw);
-    gw.answer(stream, sent[0].0, &sent[0].1, false, 0);
+    let (first, stream, sent) = checked(&gw, "bob");
+    gw.answer(stream, sent.0, &sent.1, false, 0);
     gw.worker();
     assert_eq!(answered(&first), vec![429]);
     let retry = first.seen(|f| {
@@ -131,11 +136,7 @@ fn a_denial_is_answered_429_and_the_next_request_is_denied_without_an_exchange()
 #[test]
 fn a_stream_reset_fails_what_it_carried_per_the_failure_mode_and_the_next_check_opens_another() {
     let gw = gateway("closed", 1_000);
-    let first = user(&gw, "carol");
-    assert_eq!(first.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (stream, sent) = open_stream(&gw);
-    assert_eq!(sent.len(), 1);
+    let (first, stream, _) = checked(&gw, "carol");
     gw.reset(stream);
     gw.worker();
     assert_eq!(
@@ -145,13 +146,9 @@ fn a_stream_reset_fails_what_it_carried_per_the_failure_mode_and_the_next_check_
     );
     first.destroy();
     // The dispatcher opens another stream at once; the next check travels on it.
-    let second = user(&gw, "carol");
-    assert_eq!(second.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (again, sent) = open_stream(&gw);
+    let (second, again, sent) = checked(&gw, "carol");
     assert_ne!(again, stream);
-    assert_eq!(sent.len(), 1);
-    gw.answer(again, sent[0].0, &sent[0].1, true, 98);
+    gw.answer(again, sent.0, &sent.1, true, 98);
     gw.worker();
     assert_eq!(second.seen(|f| f.continued), 1);
     second.destroy();
@@ -178,18 +175,14 @@ fn a_stream_that_never_opens_fails_its_check_per_the_failure_mode() {
 #[test]
 fn a_message_unanswered_within_timeout_ms_fails_at_the_tick() {
     let gw = gateway("closed", 40);
-    let request = user(&gw, "erin");
-    assert_eq!(request.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (stream, sent) = open_stream(&gw);
-    assert_eq!(sent.len(), 1);
+    let (request, stream, sent) = checked(&gw, "erin");
     // Well past timeout_ms; the ticker thread has asked the main thread for ticks since.
     std::thread::sleep(Duration::from_millis(200));
     gw.main_thread();
     gw.worker();
     assert_eq!(answered(&request), vec![503]);
     // A late answer finds nothing to decide.
-    gw.answer(stream, sent[0].0, &sent[0].1, true, 1);
+    gw.answer(stream, sent.0, &sent.1, true, 1);
     gw.worker();
     assert_eq!(request.seen(|f| f.continued), 0);
     request.destroy();
@@ -199,12 +192,9 @@ fn a_message_unanswered_within_timeout_ms_fails_at_the_tick() {
 #[test]
 fn a_request_gone_while_its_check_is_out_is_never_touched_again() {
     let gw = gateway("closed", 1_000);
-    let gone = user(&gw, "frank");
-    assert_eq!(gone.headers(true), STOP_ALL_AND_WATERMARK);
-    gw.main_thread();
-    let (stream, sent) = open_stream(&gw);
+    let (gone, stream, sent) = checked(&gw, "frank");
     gone.destroy();
-    gw.answer(stream, sent[0].0, &sent[0].1, true, 1);
+    gw.answer(stream, sent.0, &sent.1, true, 1);
     gw.worker();
     // The next request's turn takes in the answer, whose request is gone.
     let next = user(&gw, "grace");
