@@ -19,22 +19,57 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The request a hook is about (null: none), its headers fetched once, when first read.
+/// The request a hook is about (null: none). Only the headers its rules read are fetched,
+/// each once, when first read; the whole map only for a request kept for its body.
 pub struct ModuleHost {
     filter: FilterEnvoyPtr,
+    read: OnceCell<Box<Read>>,
     headers: OnceCell<HeaderMap>,
+}
+
+/// The values of one request header read so far, and the next header read: a list that
+/// only grows while the host is borrowed, so what it lent stays where it is.
+struct Read {
+    name: String,
+    values: Vec<Vec<u8>>,
+    next: OnceCell<Box<Read>>,
 }
 
 impl ModuleHost {
     pub fn new(filter: FilterEnvoyPtr) -> ModuleHost {
         ModuleHost {
             filter,
+            read: OnceCell::new(),
             headers: OnceCell::new(),
         }
     }
 
     fn live(&self) -> Option<FilterEnvoyPtr> {
         (!self.filter.is_null()).then_some(self.filter)
+    }
+
+    /// Every value of request header `name`, fetched from Envoy the first time.
+    fn values(&self, name: &str) -> &[Vec<u8>] {
+        let mut slot = &self.read;
+        loop {
+            match slot.get() {
+                Some(read) if read.name == name => return &read.values,
+                Some(read) => slot = &read.next,
+                None => {
+                    let read = slot.get_or_init(|| {
+                        let values = self.live().map_or_else(Vec::new, |f| {
+                            abi::header_values(f, abi::REQUEST_HEADERS, name)
+                        });
+                        Box::new(Read {
+                            name: name.to_owned(),
+                            values,
+                            next: OnceCell::new(),
+                        })
+                    });
+                    return &read.values;
+                }
+            }
+        }
     }
 
     fn headers(&self) -> &HeaderMap {
@@ -49,15 +84,15 @@ impl ModuleHost {
 
 impl RequestView for ModuleHost {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers().values(name).next()
+        self.values(name).first().map(Vec::as_slice)
     }
 
     fn sole_header(&self, name: &str) -> Sole<'_> {
-        Sole::of(self.headers().values(name))
+        Sole::of(self.values(name).iter().map(Vec::as_slice))
     }
 
     fn header_list(&self, name: &str) -> Vec<&[u8]> {
-        self.headers().values(name).collect()
+        self.values(name).iter().map(Vec::as_slice).collect()
     }
 
     fn source_address(&self) -> Option<Vec<u8>> {

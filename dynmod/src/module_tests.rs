@@ -266,3 +266,22 @@ fn a_check_on_the_body_holds_the_body_until_its_end_then_waits_for_its_answer() 
     request.destroy();
     no_misuse(&gw);
 }
+
+#[test]
+fn a_repeated_identity_header_is_refused_not_read_as_its_first_value() {
+    let gw = gateway("closed", 1_000);
+    let request = gw.request(&[
+        (":method", "GET"),
+        (":path", "/api"),
+        (":authority", "gw"),
+        ("x-user-id", "victim"),
+        ("x-user-id", "attacker"),
+    ]);
+    assert_eq!(request.headers(true), STOP);
+    assert_eq!(answered(&request), vec![400]);
+    gw.main_thread();
+    assert!(gw.streams().is_empty(), "nothing checked for either value");
+    request.destroy();
+    assert_eq!(gw.counter("ratelimit.rejected"), 1);
+    no_misuse(&gw);
+}

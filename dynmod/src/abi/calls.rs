@@ -133,12 +133,19 @@ pub fn with_headers<T>(
     }
 }
 
-/// The first value of header `name` of `header_type`.
-pub fn header(filter: FilterEnvoyPtr, header_type: i32, name: &str) -> Option<Vec<u8>> {
+/// Value `index` of header `name` of `header_type`, and how many values it has if `count`.
+fn header_value(
+    filter: FilterEnvoyPtr,
+    header_type: i32,
+    name: &str,
+    index: usize,
+    count: Option<&mut usize>,
+) -> Option<Vec<u8>> {
     let mut value = EnvoyBuffer {
         ptr: std::ptr::null(),
         length: 0,
     };
+    let count = count.map_or(std::ptr::null_mut(), |n| n as *mut usize);
     // SAFETY: a live filter pointer during its hook, a lent key, out pointers.
     let found = unsafe {
         envoy_dynamic_module_callback_http_get_header(
@@ -146,12 +153,29 @@ pub fn header(filter: FilterEnvoyPtr, header_type: i32, name: &str) -> Option<Ve
             header_type,
             lend(name.as_bytes()),
             &mut value,
-            0,
-            std::ptr::null_mut(),
+            index,
+            count,
         )
     };
     // SAFETY: the buffer Envoy just filled.
     found.then(|| unsafe { borrow(&value) }.to_vec())
+}
+
+/// The first value of header `name` of `header_type`.
+pub fn header(filter: FilterEnvoyPtr, header_type: i32, name: &str) -> Option<Vec<u8>> {
+    header_value(filter, header_type, name, 0, None)
+}
+
+/// Every value of header `name` of `header_type`, in order (a repeated header's each).
+pub fn header_values(filter: FilterEnvoyPtr, header_type: i32, name: &str) -> Vec<Vec<u8>> {
+    let mut count = 0;
+    let first = header_value(filter, header_type, name, 0, Some(&mut count));
+    let mut values = Vec::with_capacity(count);
+    values.extend(first.filter(|_| count > 0));
+    for index in 1..count {
+        values.push(header_value(filter, header_type, name, index, None).unwrap_or_default());
+    }
+    values
 }
 
 pub fn add_header(filter: FilterEnvoyPtr, header_type: i32, name: &str, value: &[u8]) -> bool {
