@@ -5,7 +5,7 @@
 
 use crate::fake_envoy::{Gateway, Request};
 use ratelimit_filter::wire;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Envoy's `FilterHeadersStatus`, as `abi.h` numbers it: what a test expects the module
 /// to answer, written here apart from the module's own constants.
@@ -176,10 +176,16 @@ fn a_stream_that_never_opens_fails_its_check_per_the_failure_mode() {
 fn a_message_unanswered_within_timeout_ms_fails_at_the_tick() {
     let gw = gateway("closed", 40);
     let (request, stream, sent) = checked(&gw, "erin");
-    // Well past timeout_ms; the ticker thread has asked the main thread for ticks since.
-    std::thread::sleep(Duration::from_millis(200));
-    gw.main_thread();
     gw.worker();
+    assert!(answered(&request).is_empty(), "failed before timeout_ms");
+    // The ticker thread asks the main thread for a tick every 10 ms (timeout_ms / 4); the
+    // tick past timeout_ms fails the exchange. Generous, for a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answered(&request).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        gw.main_thread();
+        gw.worker();
+    }
     assert_eq!(answered(&request), vec![503]);
     // A late answer finds nothing to decide.
     gw.answer(stream, sent.0, &sent.1, true, 1);
