@@ -2,9 +2,11 @@
 -- the buckets of every check, in order, atomically, each check all-or-nothing; a key in
 -- several checks is read once, later checks seeing what earlier ones took ('settle':
 -- metered rules' settlements, rule by rule, once per id; 'read': each bucket as it stands,
--- writing nothing). KEYS: every rule's bucket (mode '*', a Cluster node: only the first;
--- the keys end ARGV). ARGV: the mode, S, 14 numbers per rule shape, the checks as one
--- byte string, with 'settle' the ids, with '*' the keys.
+-- writing nothing). An in-flight rule's key is a set of slots instead (a sorted set, each
+-- request's slot scored by its expiry): a check takes the request's slot if the set has
+-- room, 'refund' gives it back, 'settle' renews it. KEYS: every rule's bucket (mode '*', a
+-- Cluster node: only the first; the keys end ARGV). ARGV: the mode, S, 15 numbers per rule
+-- shape, the checks as one byte string, the ids (settlements', slots'), with '*' the keys.
 -- Returns one string of little-endian 64-bit integers: now_ms, then 3 per rule. In full:
 -- docs/token-bucket.md (protocol/src/script.rs lays the calls out); blocks: lua/unblock.lua.
 
@@ -23,6 +25,9 @@ local EXPIRY_SLACK_MS = 1000
 -- How long a settlement's id is remembered, so that one sent again (its reply lost with a
 -- bridge that restarted) is never applied twice: well past the filter's retries.
 local SETTLED_MEMORY_MS = 120000
+-- What a check denied for want of a slot is told to wait: slots come back when requests
+-- end, which no clock predicts (SLOT_RETRY_MS in the protocol crate).
+local SLOT_RETRY_MS = 1000
 -- A level below this is no level this script wrote (levels stay above -2^53).
 local LOWEST = -9007199254740992
 
@@ -33,11 +38,11 @@ local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
 
 -- Numbers per shape in ARGV.
-local W = 14
+local W = 15
 local nshapes = tonumber(ARGV[2])
 local settle = mode == 'settle'
--- With 'settle', the ids follow the layout: one argument more before the keys.
-local ids = settle and 1 or 0
+-- The ids follow the layout: one argument more before the keys.
+local ids = 1
 local nkeys = spread and #ARGV - 3 - ids - W * nshapes or #KEYS
 -- The callers' bound (MAX_KEYS_PER_CALL in the protocol crate): past a few thousand keys
 -- the unpacks below overflow Lua's C stack, some of them after buckets were written.
@@ -46,6 +51,54 @@ if nkeys > 1024 then
 end
 local KEYS = spread and { unpack(ARGV, 4 + ids + W * nshapes) } or KEYS
 
+local refund, peek, read = mode == 'refund', mode == 'peek', mode == 'read'
+-- Shape s is sh[14s-13 .. 14s]: capacity in units, num, den, the cost in units, then after,
+-- within and for (0 0 0: the rule never blocks), the lease in tokens, shadow (0 or 1),
+-- then the override's capacity in its units, num, den, the cost in its units, and until
+-- (0: no override). With 'settle' the cost is what the settlement takes (below 0: gives
+-- back), and debt[s] how many tokens below 0 it may take the bucket; slotted[s] the life
+-- of an in-flight rule's slots (its capacity in units is its most slots, den being 1).
+local sh, debt, slotted = {}, {}, {}
+for s = 1, nshapes do
+  local a, b = W * s - 12, 14 * s - 13
+  debt[s] = tonumber(ARGV[a + 13])
+  -- An in-flight rule's: its slots' life in ms (0: a bucket).
+  if tonumber(ARGV[a + 14]) > 0 then slotted[s] = tonumber(ARGV[a + 14]) end
+  local den, cost, oden = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 11])
+  sh[b], sh[b + 1], sh[b + 2], sh[b + 3] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1]), den, cost * den
+  sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  sh[b + 7], sh[b + 8] = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  sh[b + 9], sh[b + 10], sh[b + 11] = tonumber(ARGV[a + 9]) * oden, tonumber(ARGV[a + 10]), oden
+  sh[b + 12], sh[b + 13] = cost * oden, tonumber(ARGV[a + 12])
+end
+local layout = { byte(ARGV[3 + W * nshapes] or '', 1, -1) }
+local nlayout = #layout
+-- The keys that name sets of slots (isslot[f]), which are no buckets: never read with
+-- MGET nor written with SET.
+local isslot, nslots = {}, 0
+do
+  local p, f = 1, 0
+  while p <= nlayout do
+    for i = 1, layout[p] do
+      if slotted[layout[p + i]] then isslot[f + i], nslots = true, nslots + 1 end
+    end
+    f, p = f + layout[p], p + layout[p] + 1
+  end
+end
+-- The ids, in order: per part a settlement's ('settle'), then each of its slots'.
+local idlist = {}
+for id in gmatch(ARGV[4 + W * nshapes] or '', '%S+') do idlist[#idlist + 1] = id end
+do
+  -- One id each, or none is applied: a marker written for the wrong settlement would make
+  -- a later one look applied, a slot taken under another's id would never be released.
+  local parts, p = 0, 1
+  while p <= nlayout do parts, p = parts + 1, p + layout[p] + 1 end
+  local want = (settle and parts or 0) + nslots
+  if want ~= #idlist then
+    return redis.error_reply('token_bucket: ' .. #idlist .. ' ids for ' .. want)
+  end
+end
+
 -- MGET answers nil for a missing key and for a key of another type alike: one EXISTS over
 -- the nil ones tells them apart (rarely needed past it), so no hash, list or set that
 -- shares the prefix is ever replaced by a bucket. Spread over slots, GET tells them apart
@@ -53,20 +106,20 @@ local KEYS = spread and { unpack(ARGV, 4 + ids + W * nshapes) } or KEYS
 local stored, alien = {}, nil
 if spread then
   for f = 1, nkeys do
-    local v = pcall('GET', KEYS[f])
+    local v = not isslot[f] and pcall('GET', KEYS[f])
     if type(v) == 'table' then
       if not find(v.err or '', 'WRONGTYPE', 1, true) then return v end
       alien = alien or {}
       alien[KEYS[f]] = true
     else
-      stored[f] = v
+      stored[f] = v or nil
     end
   end
 else
   stored = nkeys > 0 and call('MGET', unpack(KEYS)) or stored
   local missing
   for f = 1, nkeys do
-    if not stored[f] then
+    if not stored[f] and not isslot[f] then
       missing = missing or {}
       missing[#missing + 1] = KEYS[f]
     end
@@ -77,23 +130,6 @@ else
       if call('TYPE', key).ok ~= 'none' then alien[key] = true end
     end
   end
-end
-local refund, peek, read = mode == 'refund', mode == 'peek', mode == 'read'
--- Shape s is sh[14s-13 .. 14s]: capacity in units, num, den, the cost in units, then after,
--- within and for (0 0 0: the rule never blocks), the lease in tokens, shadow (0 or 1),
--- then the override's capacity in its units, num, den, the cost in its units, and until
--- (0: no override). With 'settle' the cost is what the settlement takes (below 0: gives
--- back), and debt[s] how many tokens below 0 it may take the bucket.
-local sh, debt = {}, {}
-for s = 1, nshapes do
-  local a, b = W * s - 11, 14 * s - 13
-  debt[s] = tonumber(ARGV[a + 13])
-  local den, cost, oden = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 11])
-  sh[b], sh[b + 1], sh[b + 2], sh[b + 3] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1]), den, cost * den
-  sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  sh[b + 7], sh[b + 8] = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  sh[b + 9], sh[b + 10], sh[b + 11] = tonumber(ARGV[a + 9]) * oden, tonumber(ARGV[a + 10]), oden
-  sh[b + 12], sh[b + 13] = cost * oden, tonumber(ARGV[a + 12])
 end
 
 -- A bucket's state as this call left it so far, kept at the position f of its key's
@@ -116,133 +152,189 @@ end
 local first, st, blocks, counted, base, dn, bad = {}, {}, {}, {}, {}, {}, {}
 local ov, obase, fresh = {}, {}, nil
 local out, o = { now }, 1
-local layout = { byte(ARGV[3 + W * nshapes] or '', 1, -1) }
-local settlements = {}
-if settle then
-  for id in gmatch(ARGV[4 + W * nshapes] or '', '%S+') do settlements[#settlements + 1] = id end
-end
-local r, a, nlayout, nth = 0, 1, #layout, 0
-if settle then
-  -- One id per settlement, or none is applied: a marker written for the wrong one would
-  -- make a later settlement look like one already applied.
-  local parts, p = 0, 1
-  while p <= nlayout do parts, p = parts + 1, p + layout[p] + 1 end
-  if parts ~= #settlements then
-    return redis.error_reply('token_bucket: ' .. #settlements .. ' ids for ' .. parts .. ' settlements')
+
+-- What a check (or, by the mode, a renewal, a release, a read) does to the set of slots
+-- `key` of the rule of shape position s14, which held `held` slots, `has` whether the
+-- request's own (`id`) among them; `admitted`: every rule of the check fits. Answers as a
+-- bucket would: remaining, ms until full (always 0), wait (SLOT_RETRY_MS when full).
+local function take_slot(key, s14, held, id, has, admitted)
+  local cap, life, shadow = sh[s14 - 13] / sh[s14 - 11], slotted[s14 / 14], sh[s14 - 5] ~= 0
+  local function keep()
+    -- The set outlives its longest slot (a config that shortened the life keeps it).
+    if call('PTTL', key) < life + EXPIRY_SLACK_MS then call('PEXPIRE', key, life + EXPIRY_SLACK_MS) end
   end
+  if settle then
+    -- A renewal never brings back a slot that is gone: it may come after the release.
+    if has then
+      call('ZADD', key, 'XX', 'GT', now + life, id)
+      keep()
+    end
+    return has and 1 or 0, cap - held, 0
+  elseif read then
+    return 0, cap - held, 0
+  elseif refund then
+    if has then
+      call('ZREM', key, id)
+      held = held - 1
+    end
+    return cap - held, 0, 0
+  end
+  local fits = has or held < cap
+  if admitted and fits then
+    if not has then held = held + 1 end
+    if not peek then
+      -- Taken, or renewed by a check sent again.
+      call('ZADD', key, 'GT', now + life, id)
+      keep()
+    end
+    return cap - held, 0, 0
+  elseif admitted then
+    -- A shadow rule with no room: it takes nothing, and says what it would wait.
+    return -3, 0, SLOT_RETRY_MS
+  elseif fits then
+    return cap - held, 0, 0
+  end
+  return 0, 0, SLOT_RETRY_MS
 end
+
+-- A slot rule's id (slotid[r + i]), and whether its set holds it already (mine[r + i]).
+local slotid, mine = {}, {}
+local r, a, cursor = 0, 1, 0
 while a <= nlayout do
   local n = layout[a]
   local admitted, foreign = true, false
-  nth = nth + 1
+  local sid
+  if settle then sid, cursor = idlist[cursor + 1], cursor + 1 end
   -- First pass: every rule's level now, parked in its three output slots.
   for i = 1, n do
     local key = KEYS[r + i]
     local f = first[key]
-    if f == nil then
-      f = r + i
-      first[key] = f
-      local u, when, since, denials, blocked = 1 / 0, now, 0, 0, 0
-      local v = stored[f]
-      if v then
-        local tag, len = byte(v), #v
-        if len == 25 and tag == 3 then
-          local _, su, sa, sn = unpack_bucket('<Bddd', v)
-          -- NaN fails every test: only sane levels, times and units are trusted.
-          if su > LOWEST and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else bad[f] = true end
-        elseif len == 49 and tag == 2 then
-          local _, su, sa, sn, sf, sd, sb = unpack_bucket('<Bdddddd', v)
-          if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
-            u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
+    local life = slotted[layout[a + i]]
+    if life then
+      -- A set of slots: its expired ones go, then it holds `held` of its capacity.
+      local id, s14 = idlist[cursor + 1], 14 * layout[a + i]
+      cursor, slotid[r + i] = cursor + 1, id
+      local gone, held = pcall('ZREMRANGEBYSCORE', key, '-inf', now), 0
+      if type(gone) == 'table' then
+        if not find(gone.err or '', 'WRONGTYPE', 1, true) then return gone end
+        foreign = true
+      else
+        held, mine[r + i] = call('ZCARD', key), call('ZSCORE', key, id) ~= false
+      end
+      if not mine[r + i] and held >= sh[s14 - 13] / sh[s14 - 11] and sh[s14 - 5] == 0 then
+        admitted = false
+      end
+      local slot = o + 3 * i
+      out[slot - 2], out[slot - 1], out[slot] = s14, held, 0
+    else
+      if f == nil then
+        f = r + i
+        first[key] = f
+        local u, when, since, denials, blocked = 1 / 0, now, 0, 0, 0
+        local v = stored[f]
+        if v then
+          local tag, len = byte(v), #v
+          if len == 25 and tag == 3 then
+            local _, su, sa, sn = unpack_bucket('<Bddd', v)
+            -- NaN fails every test: only sane levels, times and units are trusted.
+            if su > LOWEST and sa >= 0 and sn >= 1 then u, when, dn[f] = su, sa, sn else bad[f] = true end
+          elseif len == 49 and tag == 2 then
+            local _, su, sa, sn, sf, sd, sb = unpack_bucket('<Bdddddd', v)
+            if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0 then
+              u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
+            else
+              bad[f] = true
+            end
+          elseif len == 81 and tag == 4 then
+            local _, su, sa, sn, sf, sd, sb, ou, oa, on, oe = unpack_bucket('<Bdddddddddd', v)
+            if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0
+              and ou > LOWEST and oa >= 0 and on >= 1 and oe >= 0 then
+              u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
+              local k4 = 4 * f
+              ov[k4 - 3], ov[k4 - 2], ov[k4 - 1], ov[k4] = ou, oa, on, oe
+            else
+              bad[f] = true
+            end
+          elseif len == 17 and tag == 1 then
+            local _, su, sa = unpack_bucket('<Bdd', v)
+            if su >= 0 and sa >= 0 then u, when = su, sa else bad[f] = true end
           else
-            bad[f] = true
+            local su, sa = match(v, '^(%d+) (%d+)$')
+            if su then u, when = tonumber(su), tonumber(sa) else bad[f] = true end
           end
-        elseif len == 81 and tag == 4 then
-          local _, su, sa, sn, sf, sd, sb, ou, oa, on, oe = unpack_bucket('<Bdddddddddd', v)
-          if su > LOWEST and sa >= 0 and sn >= 1 and sf >= 0 and sd >= 0 and sb >= 0
-            and ou > LOWEST and oa >= 0 and on >= 1 and oe >= 0 then
-            u, when, dn[f], since, denials, blocked = su, sa, sn, sf, sd, sb
-            local k4 = 4 * f
-            ov[k4 - 3], ov[k4 - 2], ov[k4 - 1], ov[k4] = ou, oa, on, oe
-          else
-            bad[f] = true
-          end
-        elseif len == 17 and tag == 1 then
-          local _, su, sa = unpack_bucket('<Bdd', v)
-          if su >= 0 and sa >= 0 then u, when = su, sa else bad[f] = true end
-        else
-          local su, sa = match(v, '^(%d+) (%d+)$')
-          if su then u, when = tonumber(su), tonumber(sa) else bad[f] = true end
+        elseif alien and alien[key] then
+          bad[f] = true
         end
-      elseif alien and alien[key] then
-        bad[f] = true
+        local k = 6 * f
+        st[k - 5], st[k - 4], st[k - 2], st[k - 1], st[k] = u, when, since, denials, blocked
       end
       local k = 6 * f
-      st[k - 5], st[k - 4], st[k - 2], st[k - 1], st[k] = u, when, since, denials, blocked
-    end
-    local k = 6 * f
-    if bad[f] then foreign = true end
-    local s14 = 14 * layout[a + i]
-    local d, sd = sh[s14 - 11], dn[f]
-    if sd ~= d then
-      -- Units of another limit: the same tokens in this rule's units, rounded down.
-      if sd and st[k - 5] ~= 0 then
-        st[k - 5] = floor(st[k - 5] * d / sd)
-        if base[f] then base[f] = floor(base[f] * d / sd) end
-      end
-      dn[f] = d
-    end
-    local elapsed = now - st[k - 4]
-    -- A clock that went back (failover to a skewed replica) refills nothing.
-    if elapsed < 0 then elapsed = 0 end
-    -- Products past 2^53 are far above cap: the clamp makes them exact again.
-    local l, c = st[k - 5] + elapsed * sh[s14 - 12], sh[s14 - 13]
-    if l > c then l = c end
-    if peek and not base[f] then base[f] = l end
-    local decides, need, ends = l, sh[s14 - 10], sh[s14]
-    if ends > 0 then
-      -- Under an override its own bucket decides: brought to now in ov (the rule's level
-      -- stays in st until written).
-      local k4, od = 4 * f, sh[s14 - 2]
-      if ov[k4] ~= ends then
-        -- Not this override's bucket yet: one that had not ended is replaced, keeping its
-        -- tokens; otherwise this one starts with the rule's, and the room a larger burst
-        -- adds (a full bucket, like a missing key, starts full; what a client spent stays
-        -- spent), at most its burst (below).
-        if not (ov[k4] and ov[k4] > now) then
-          local whole, room = floor(l / d), sh[s14 - 4] / od - c / d
-          if whole * d > l then whole = whole - 1 end
-          if room > 0 then whole = whole + room end
-          ov[k4 - 3], ov[k4 - 2], ov[k4 - 1] = whole * od, now, od
+      if bad[f] then foreign = true end
+      local s14 = 14 * layout[a + i]
+      local d, sd = sh[s14 - 11], dn[f]
+      if sd ~= d then
+        -- Units of another limit: the same tokens in this rule's units, rounded down.
+        if sd and st[k - 5] ~= 0 then
+          st[k - 5] = floor(st[k - 5] * d / sd)
+          if base[f] then base[f] = floor(base[f] * d / sd) end
         end
-        ov[k4], obase[f] = ends, nil
-        fresh = fresh or {}
-        fresh[f] = true
+        dn[f] = d
       end
-      if ov[k4 - 1] ~= od then
-        ov[k4 - 3], ov[k4 - 1] = floor(ov[k4 - 3] * od / ov[k4 - 1]), od
+      local elapsed = now - st[k - 4]
+      -- A clock that went back (failover to a skewed replica) refills nothing.
+      if elapsed < 0 then elapsed = 0 end
+      -- Products past 2^53 are far above cap: the clamp makes them exact again.
+      local l, c = st[k - 5] + elapsed * sh[s14 - 12], sh[s14 - 13]
+      if l > c then l = c end
+      if peek and not base[f] then base[f] = l end
+      local decides, need, ends = l, sh[s14 - 10], sh[s14]
+      if ends > 0 then
+        -- Under an override its own bucket decides: brought to now in ov (the rule's level
+        -- stays in st until written).
+        local k4, od = 4 * f, sh[s14 - 2]
+        if ov[k4] ~= ends then
+          -- Not this override's bucket yet: one that had not ended is replaced, keeping its
+          -- tokens; otherwise this one starts with the rule's, and the room a larger burst
+          -- adds (a full bucket, like a missing key, starts full; what a client spent stays
+          -- spent), at most its burst (below).
+          if not (ov[k4] and ov[k4] > now) then
+            local whole, room = floor(l / d), sh[s14 - 4] / od - c / d
+            if whole * d > l then whole = whole - 1 end
+            if room > 0 then whole = whole + room end
+            ov[k4 - 3], ov[k4 - 2], ov[k4 - 1] = whole * od, now, od
+          end
+          ov[k4], obase[f] = ends, nil
+          fresh = fresh or {}
+          fresh[f] = true
+        end
+        if ov[k4 - 1] ~= od then
+          ov[k4 - 3], ov[k4 - 1] = floor(ov[k4 - 3] * od / ov[k4 - 1]), od
+        end
+        local oe = now - ov[k4 - 2]
+        if oe < 0 then oe = 0 end
+        local lo, oc = ov[k4 - 3] + oe * sh[s14 - 3], sh[s14 - 4]
+        if lo > oc then lo = oc end
+        ov[k4 - 3], ov[k4 - 2] = lo, now
+        if peek and not obase[f] then obase[f] = lo end
+        decides, need = lo, sh[s14 - 1]
       end
-      local oe = now - ov[k4 - 2]
-      if oe < 0 then oe = 0 end
-      local lo, oc = ov[k4 - 3] + oe * sh[s14 - 3], sh[s14 - 4]
-      if lo > oc then lo = oc end
-      ov[k4 - 3], ov[k4 - 2] = lo, now
-      if peek and not obase[f] then obase[f] = lo end
-      decides, need = lo, sh[s14 - 1]
+      if decides < need and sh[s14 - 5] == 0 then admitted = false end
+      -- A blocked client's rule is marked by its shape's position, negated.
+      if sh[s14 - 9] > 0 and st[k] > now then
+        admitted, s14 = false, -s14
+      end
+      local slot = o + 3 * i
+      out[slot - 2], out[slot - 1], out[slot] = s14, l, f
     end
-    if decides < need and sh[s14 - 5] == 0 then admitted = false end
-    -- A blocked client's rule is marked by its shape's position, negated.
-    if sh[s14 - 9] > 0 and st[k] > now then
-      admitted, s14 = false, -s14
-    end
-    local slot = o + 3 * i
-    out[slot - 2], out[slot - 1], out[slot] = s14, l, f
   end
   -- Second pass: take (or give back) and answer.
   for i = 1, n do
     local slot = o + 3 * i
     if foreign then
       out[slot - 2], out[slot - 1], out[slot] = -1, -1, -1
+    elseif slotid[r + i] then
+      out[slot - 2], out[slot - 1], out[slot] = take_slot(KEYS[r + i], out[slot - 2],
+        out[slot - 1], slotid[r + i], mine[r + i], admitted)
     else
       local s14, l, f = out[slot - 2], out[slot - 1], out[slot]
       local blocked = s14 < 0
@@ -259,7 +351,7 @@ while a <= nlayout do
         -- The id's marker shares the bucket's hash slot (its hash tag is the whole key, and
         -- a key never holds a brace): SET NX applies a settlement once, however often sent.
         local key = KEYS[r + i]
-        applied = call('SET', key .. '{' .. key .. '}' .. settlements[nth], '1', 'NX', 'PX',
+        applied = call('SET', key .. '{' .. key .. '}' .. sid, '1', 'NX', 'PX',
           SETTLED_MEMORY_MS) ~= false
         if applied then
           -- Extra usage is taken even past 0, down to the debt bound (never raising a

@@ -38,6 +38,7 @@ mod rls_xds;
 mod script;
 mod sentinel;
 mod settlements;
+mod slots;
 mod slowloris;
 mod tls;
 mod unread;

@@ -216,6 +216,14 @@ impl Config {
                     "a global rule's budget is leased by the bridges of its regions: it                      needs backend.cluster (a bridge), not backend.redis",
                 );
             }
+            if rule.in_flight.is_some() && self.failure_mode == FailureMode::Local {
+                return err(
+                    format!("{field}[{i}].in_flight"),
+                    "a gateway alone cannot count what every gateway has in flight: choose \
+                     failure_mode \"open\" or \"closed\" for a configuration with in_flight \
+                     rules",
+                );
+            }
             if self.rules.iter().any(|r| r.name == rule.name) {
                 return err(
                     format!("{field}[{i}].name"),

@@ -151,6 +151,11 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             "/definitions/global/properties",
             r#"{"rules": [{"global": {"zz": 1}}]}"#,
         ),
+        (
+            "a rule's in_flight",
+            "/definitions/in_flight/properties",
+            r#"{"rules": [{"in_flight": {"zz": 1}}]}"#,
+        ),
     ];
     let mut wrong = Vec::new();
     for (place, pointer, config) in places {

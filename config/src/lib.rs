@@ -28,6 +28,7 @@
 //! - `usage`: the usage formats by name: where each LLM API reports its tokens, by class.
 //! - `meter`: a rule's `meter`: a cost read from the response, reserved, then settled.
 //! - `global`: a rule's `global`: one budget across regions, leased from a home ledger.
+//! - `in_flight`: a rule's `in_flight`: how many requests of a key may be in flight at once.
 //! - `options`: the plugin-wide options: shadow mode, the failure mode, headers, the
 //!   circuit breaker, the deny cache's size.
 //! - `rule`: one rule, validated against the configuration's identities.
@@ -42,6 +43,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod global;
+pub mod in_flight;
 mod json_path;
 pub mod keys;
 pub mod lease;

@@ -6,6 +6,7 @@
 use crate::block::{BlockPolicy, RawBlock};
 use crate::error::{err, ConfigError};
 use crate::global::RawGlobal;
+use crate::in_flight::{InFlight, RawInFlight};
 use crate::keys::{validate_name, validate_rule_name};
 use crate::lease::{LeasePolicy, RawLease};
 use crate::limit::{Limit, RawLimit};
@@ -25,7 +26,8 @@ pub(crate) struct RawRule {
     key: Vec<String>,
     #[serde(default, rename = "match")]
     matcher: RawMatch,
-    limit: RawLimit,
+    limit: Option<RawLimit>,
+    in_flight: Option<RawInFlight>,
     cost: Option<u64>,
     #[serde(default)]
     tiers: BTreeMap<String, RawLimit>,
@@ -69,6 +71,9 @@ pub struct Rule {
     pub meter: Option<MeterPolicy>,
     /// One budget across regions, kept by the ledger of its home region.
     pub global: Option<Global>,
+    /// An in-flight rule: how many requests of a key may be in flight at once (`limit` is
+    /// then its slots as they travel, `InFlight::limit`).
+    pub in_flight: Option<InFlight>,
     /// Shadow mode (the rule's or the whole plugin's): never denies.
     pub shadow: bool,
     /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
@@ -145,7 +150,37 @@ impl RawRule {
         }
         // A meter's reservations are checked against the limits once they are known.
         let cost = self.cost.unwrap_or(1);
-        let limit = self.limit.validate(&format!("{field}.limit"), cost)?;
+        let (limit, in_flight) = match (self.limit, self.in_flight) {
+            (Some(limit), None) => (limit.validate(&format!("{field}.limit"), cost)?, None),
+            (None, Some(raw)) => {
+                let what = [
+                    (self.cost.is_some(), "cost"),
+                    (!self.tiers.is_empty(), "tiers"),
+                    (self.block.is_some(), "block"),
+                    (self.lease.is_some(), "lease"),
+                    (self.meter.is_some(), "meter"),
+                    (self.global.is_some(), "global"),
+                ];
+                if let Some((_, what)) = what.iter().find(|(has, _)| *has) {
+                    return err(
+                        format!("{field}.{what}"),
+                        "an in_flight rule counts requests in flight, one slot each: it takes                          no cost, tiers, block, lease, meter nor global (give those to a rule                          of their own beside it)",
+                    );
+                }
+                let in_flight = raw.validate(&format!("{field}.in_flight"))?;
+                let limit = in_flight
+                    .limit()
+                    .or_else(|(_, problem)| err(format!("{field}.in_flight"), problem))?;
+                (limit, Some(in_flight))
+            }
+            (Some(_), Some(_)) => {
+                return err(
+                    format!("{field}.in_flight"),
+                    "a rule has a limit or in_flight, not both (give each a rule of its own)",
+                )
+            }
+            (None, None) => return err(format!("{field}.limit"), "missing field `limit`"),
+        };
         let mut tiers = Vec::with_capacity(self.tiers.len());
         for (tier, raw) in self.tiers {
             validate_name(&format!("{field}.tiers"), &tier)?;
@@ -241,6 +276,7 @@ impl RawRule {
             lease,
             meter,
             global,
+            in_flight,
             shadow,
             scope: None,
         })

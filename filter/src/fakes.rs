@@ -55,6 +55,7 @@ pub fn planned(key: &str, burst: u64, num: u64, den: u64, cost: u64) -> PlannedR
         lease: 0,
         block: None,
         shadow: false,
+        slot: None,
     }
 }
 

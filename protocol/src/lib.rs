@@ -9,8 +9,10 @@
 //! - `split`: text split at one ASCII byte, cheaper than `str::split` for short fields.
 //! - `key`: the grammar of bucket keys, `prefix:rule[:value...]`: what the filter writes
 //!   and the bridge accepts.
+//! - `id`: the grammar of the ids naming a settlement or a slot.
 //! - `global`: a region-spanning rule's terms (`^home,share,ttl_ms`), and the grammar of
 //!   region names.
+//! - `slot`: an in-flight rule's slot (`|ttl_ms|id`).
 //! - `request`: the request side: one line per check, encoded by the filter, parsed
 //!   strictly by the bridge.
 //! - `reply`: the reply side: one line per check, rendered by the bridge, decoded strictly
@@ -44,8 +46,10 @@
 //! A cost written `1+100` also asks for a lease: up to 100 tokens more, if the bucket holds
 //! them once the check is admitted; `0+100` asks for the lease alone (a worker topping up
 //! its lease ahead of need). A rule ending `^home,share,ttl_ms` is *global*: one budget
-//! across regions, kept by the ledger of its home region (`global`). A line starting `+ ` returns tokens: each rule's cost
-//! is given back (what a lease did not use).
+//! across regions, kept by the ledger of its home region (`global`). A rule ending `|ttl_ms|id`
+//! is an in-flight rule's: its key names a set of at most `burst` slots, and the request's slot
+//! `id` is taken by a check (`slot`). A line starting `+ ` returns tokens: each rule's cost
+//! is given back (what a lease did not use), or its slot released.
 //! Reply, one line per check: the Redis time in ms, then per rule
 //! `flag,remaining,full_ms,wait_ms` where the flag is `1` (allowed), `0` (denied) or `b`
 //! (denied, the client is blocked: `wait_ms` is the rest of the block), then `,leased` for
@@ -71,11 +75,13 @@ mod bounds;
 mod bucket;
 pub mod global;
 mod grpc_frame;
+mod id;
 pub mod key;
 mod number;
 mod reply;
 mod request;
 pub mod script;
+pub mod slot;
 mod split;
 mod stream;
 

@@ -4,7 +4,9 @@
 
 use crate::bounds::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
 use crate::global::{encode_global, parse_global, Global, GLOBAL_MARK};
+pub use crate::id::{valid_settlement_id, MAX_SETTLEMENT_ID_LEN};
 use crate::number::push_u64;
+use crate::slot::{encode_slot, parse_slot, Slot, SLOT_MARK};
 use crate::split;
 use std::fmt;
 
@@ -34,6 +36,9 @@ pub struct RuleSpec {
     pub settle: Option<Settle>,
     /// A global rule's terms: its budget is one across regions (`global`).
     pub global: Option<Global>,
+    /// An in-flight rule's slot for this request (`slot`): the key names a set of slots,
+    /// `burst` of them at most, and `cost` is 1.
+    pub slot: Option<Slot>,
 }
 
 /// A metered rule's settlement on one bucket: the usage its response measured minus what
@@ -108,6 +113,7 @@ pub struct RuleSpecRef<'a> {
     pub shadow: bool,
     pub settle: Option<&'a Settle>,
     pub global: Option<&'a Global>,
+    pub slot: Option<&'a Slot>,
 }
 
 impl RuleSpec {
@@ -125,6 +131,7 @@ impl RuleSpec {
             overridden: None,
             settle: None,
             global: None,
+            slot: None,
         }
     }
 
@@ -141,6 +148,7 @@ impl RuleSpec {
             shadow: self.shadow,
             settle: self.settle.as_ref(),
             global: self.global.as_ref(),
+            slot: self.slot.as_ref(),
         }
     }
 }
@@ -156,18 +164,6 @@ pub fn start_lease_return(body: &mut String) {
 /// How a settlement's line starts, its id and a space following.
 pub const SETTLEMENT_MARK: &str = "= ";
 
-/// Most bytes of a settlement's id.
-pub const MAX_SETTLEMENT_ID_LEN: usize = 64;
-
-/// Whether `id` may name a settlement: 1 to 64 ASCII letters, digits, `-` or `_` (the
-/// script keeps it beside the bucket's key, space-separated from the others).
-pub fn valid_settlement_id(id: &str) -> bool {
-    (1..=MAX_SETTLEMENT_ID_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// Starts a settlement's line (see `Line`); its rules follow, each with its `settle`.
 pub fn start_settlement(body: &mut String, id: &str) {
     body.push_str(SETTLEMENT_MARK);
@@ -178,8 +174,8 @@ pub fn start_settlement(body: &mut String, id: &str) {
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
 /// lease, or for a settlement `delta,debt` in its place, then `,after,within_ms,for_ms`
-/// for a rule that blocks, then `^home,share,ttl_ms` for a global one); rules of a line
-/// are separated by a space.
+/// for a rule that blocks, then `^home,share,ttl_ms` for a global one or `|ttl_ms|id` for an
+/// in-flight rule's slot); rules of a line are separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
@@ -215,6 +211,9 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     }
     if let Some(global) = rule.global {
         encode_global(body, global);
+    }
+    if let Some(slot) = rule.slot {
+        encode_slot(body, slot);
     }
 }
 
@@ -301,6 +300,10 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
     let (shadow, field) = match field.strip_prefix('~') {
         Some(rest) => (true, rest),
         None => (false, field),
+    };
+    let (field, slot) = match field.split_once(SLOT_MARK) {
+        Some((field, terms)) => (field, Some(parse_slot(terms)?)),
+        None => (field, None),
     };
     let (field, global) = match field.split_once(GLOBAL_MARK) {
         Some((field, terms)) => (field, Some(parse_global(terms)?)),
@@ -429,7 +432,27 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
         overridden: None,
         settle,
         global,
+        slot,
     };
+    if rule.slot.is_some() {
+        // A slot is a request's own: one per request, held or not, never leased nor blocked.
+        let what = [
+            (rule.global.is_some(), "global"),
+            (rule.lease > 0, "leased"),
+            (rule.block.is_some(), "blocking"),
+            (
+                rule.settle.as_ref().is_some_and(|s| s.delta != 0),
+                "settling tokens",
+            ),
+            (
+                rule.settle.is_none() && rule.cost != 1,
+                "costing other than 1",
+            ),
+        ];
+        if let Some((_, what)) = what.iter().find(|(is, _)| *is) {
+            return Err(format!("a slot of {key:?} cannot be {what}"));
+        }
+    }
     // A bucket's level stays within -debt .. burst tokens.
     let span = u128::from(rule.burst) + u128::from(debt);
     if span * u128::from(rule.den) >= u128::from(MAX_EXACT) {

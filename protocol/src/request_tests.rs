@@ -220,3 +220,42 @@ fn settlement_lines_that_break_a_bound_are_refused_alone() {
     );
     assert!(parse_batch(long.as_bytes()).unwrap()[0].is_err());
 }
+
+#[test]
+fn a_slot_travels_on_its_rule_and_only_as_a_slot_can() {
+    let slotted = RuleSpec {
+        slot: Some(crate::slot::Slot {
+            ttl_ms: 30_000,
+            id: "ab12-7".into(),
+        }),
+        ..RuleSpec::plain("rl:streams:u", 20, 2, 3000, 1)
+    };
+    let body = encode(&[&[RuleSpec::plain("rl:a:x", 10, 1, 6000, 1), slotted.clone()]]);
+    assert_eq!(
+        body,
+        "rl:a:x,10,1,6000,1 rl:streams:u,20,2,3000,1|30000|ab12-7\n"
+    );
+    let parsed = parse_batch(body.as_bytes()).unwrap().remove(0).unwrap();
+    assert_eq!(parsed.rules[1], slotted);
+    // Released by a lease return, renewed by a settlement of nothing.
+    for line in [
+        "+ rl:streams:u,20,2,3000,1|30000|ab12-7\n",
+        "= ab12-7 rl:streams:u,20,2,3000,0,0|30000|ab12-7\n",
+    ] {
+        let parsed = parse_batch(line.as_bytes()).unwrap().remove(0).unwrap();
+        assert_eq!(parsed.rules[0].slot, slotted.slot, "{line}");
+    }
+    for bad in [
+        "rl:s:u,20,2,3000,2|30000|a",
+        "rl:s:u,20,2,3000,1+3|30000|a",
+        "rl:s:u,20,2,3000,1,3,60000,900000|30000|a",
+        "rl:s:u,20,2,3000,1^,0,2000|30000|a",
+        "= a rl:s:u,20,2,3000,1,0|30000|a",
+        "rl:s:u,20,2,3000,1|30000|",
+        "rl:s:u,20,2,3000,1|30000|a|b",
+        "rl:s:u,20,2,3000,1|5|a",
+    ] {
+        let parsed = parse_batch(bad.as_bytes()).unwrap().remove(0);
+        assert!(parsed.is_err(), "{bad}: {parsed:?}");
+    }
+}

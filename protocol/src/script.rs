@@ -97,12 +97,12 @@ impl Part {
 }
 
 /// Numbers per shape in a call's arguments.
-pub const SHAPE_LEN: usize = 14;
+pub const SHAPE_LEN: usize = 15;
 
 /// A rule's parameters (burst, num, den, cost (a settlement's delta), its block's after,
 /// within, for or zeros, the lease it asks for or 0, 1 in shadow mode, its override's
-/// burst, num, den and end or zeros, then a settlement's debt or 0), which many rules of a
-/// batch share. Every number is below 2^53 in size (`parse_batch` sees to it).
+/// burst, num, den and end or zeros, a settlement's debt or 0, then an in-flight rule's
+/// slot life in ms or 0), which many rules of a batch share. Every number is below 2^53 in size (`parse_batch` sees to it).
 pub type Shape = [i64; SHAPE_LEN];
 
 /// The shape of `rule`.
@@ -132,6 +132,7 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         signed(overridden[2]),
         signed(overridden[3]),
         signed(debt),
+        signed(rule.slot.as_ref().map_or(0, |s| s.ttl_ms)),
     ]
 }
 
@@ -154,15 +155,16 @@ pub struct Layout<'c> {
     pub shapes: Vec<Shape>,
     /// Per part: its number of rules, then each rule's shape (1-based, as Lua indexes).
     pub checks: Vec<u8>,
-    /// Per part, a settlement's id and a space (`Mode::Settle` only).
+    /// Each followed by a space, in order: per part, a settlement's id (`Mode::Settle`
+    /// only), then the id of each of its rules' slots.
     pub ids: Vec<u8>,
 }
 
 impl Layout<'_> {
     /// The call's arguments in order: the mode, the number of shapes, each shape's
-    /// numbers, the checks' byte string, and for settlements their ids.
+    /// numbers, the checks' byte string, then the ids (settlements' and slots').
     pub fn args(&self, mode: Mode) -> Vec<Vec<u8>> {
-        self.args_with(mode, mode.arg(), 0)
+        self.args_with(mode.arg(), 0)
     }
 
     /// The arguments of a call whose keys lie in several hash slots of one Redis Cluster
@@ -170,13 +172,13 @@ impl Layout<'_> {
     /// them: `args`, the mode marked, then the keys. The call declares only its first key
     /// (`keys[0]`), which routes it to the node.
     pub fn spread_args(&self, mode: Mode) -> Vec<Vec<u8>> {
-        let mut args = self.args_with(mode, mode.spread_arg(), self.keys.len());
+        let mut args = self.args_with(mode.spread_arg(), self.keys.len());
         args.extend(self.keys.iter().map(|k| k.as_bytes().to_vec()));
         args
     }
 
-    fn args_with(&self, mode: Mode, arg: &str, more: usize) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(4 + self.shapes.len() * SHAPE_LEN + more);
+    fn args_with(&self, arg: &str, more: usize) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(5 + self.shapes.len() * SHAPE_LEN + more);
         args.push(arg.as_bytes().to_vec());
         args.push(u64_string(self.shapes.len() as u64).into_bytes());
         for &n in self.shapes.iter().flatten() {
@@ -189,9 +191,7 @@ impl Layout<'_> {
             args.push(number.into_bytes());
         }
         args.push(self.checks.clone());
-        if mode == Mode::Settle {
-            args.push(self.ids.clone());
-        }
+        args.push(self.ids.clone());
         args
     }
 }
@@ -213,6 +213,10 @@ pub fn layout<'c>(checks: &'c [Vec<RuleSpec>], parts: &[Part]) -> Result<Layout<
         layout.checks.push(n);
         if let Some(settle) = rules.first().and_then(|r| r.settle.as_ref()) {
             layout.ids.extend_from_slice(settle.id.as_bytes());
+            layout.ids.push(b' ');
+        }
+        for rule in rules.iter().filter_map(|r| r.slot.as_ref()) {
+            layout.ids.extend_from_slice(rule.id.as_bytes());
             layout.ids.push(b' ');
         }
         for rule in rules {

@@ -70,8 +70,8 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         ]
     );
     // Each part: its size and its rules' shapes.
@@ -79,8 +79,9 @@ fn rules_sharing_parameters_send_them_once() {
     let args = layout.args(Mode::Refund);
     let text: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     assert_eq!(text[..3], [&b"refund"[..], b"2", b"10"]);
-    assert_eq!(args.len(), 3 + 2 * SHAPE_LEN);
-    assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
+    assert_eq!(args.len(), 4 + 2 * SHAPE_LEN);
+    assert_eq!(args[args.len() - 2], &[2, 1, 2, 1, 1]);
+    assert_eq!(args.last().unwrap(), b"", "no settlement, no slot: no id");
     // Spread over slots: the same arguments, the mode marked, the keys after them.
     let spread = layout.spread_args(Mode::Check);
     assert_eq!(spread[0], b"check*");
@@ -157,8 +158,8 @@ fn a_settlement_call_sends_its_signed_deltas_debts_and_one_id_per_part() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50],
-            [10, 1, 600, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50]
+            [10, 1, 600, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0],
+            [10, 1, 600, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0]
         ]
     );
     let args = layout.args(Mode::Settle);
@@ -166,12 +167,39 @@ fn a_settlement_call_sends_its_signed_deltas_debts_and_one_id_per_part() {
     assert_eq!(args[5], b"-3");
     assert_eq!(args.len(), 4 + 2 * SHAPE_LEN);
     assert_eq!(args.last().unwrap(), b"s1 s2 ");
-    // Other modes send no ids.
-    assert_eq!(layout.args(Mode::Check).len(), 3 + 2 * SHAPE_LEN);
     let spread = layout.spread_args(Mode::Settle);
     assert_eq!(spread[0], b"settle*");
     assert_eq!(spread[args.len() - 1], b"s1 s2 ");
     assert_eq!(spread[args.len()..].len(), 3);
+}
+
+#[test]
+fn slots_send_their_life_in_the_shape_and_their_ids_after_any_settlements() {
+    let slotted = |key: &str, id: &str| RuleSpec {
+        slot: Some(crate::slot::Slot {
+            ttl_ms: 30_000,
+            id: id.into(),
+        }),
+        ..rule(key, 5, 1)
+    };
+    let checks = vec![
+        vec![rule("a", 10, 1), slotted("s:a", "r1")],
+        vec![slotted("s:b", "r2"), slotted("s:c", "r2")],
+    ];
+    let checked = layout(&checks, &[Part::whole(0, 2), Part::whole(1, 2)]).unwrap();
+    assert_eq!(shape(&checks[0][1])[14], 30_000);
+    assert_eq!(shape(&checks[0][0])[14], 0);
+    assert_eq!(checked.args(Mode::Check).last().unwrap(), b"r1 r2 r2 ");
+    let settled = vec![vec![RuleSpec {
+        settle: Some(crate::Settle {
+            delta: 0,
+            debt: 0,
+            id: "r1".into(),
+        }),
+        ..slotted("s:a", "r1")
+    }]];
+    let renewed = layout(&settled, &[Part::whole(0, 1)]).unwrap();
+    assert_eq!(renewed.args(Mode::Settle).last().unwrap(), b"r1 r1 ");
 }
 
 #[test]
@@ -189,13 +217,13 @@ fn a_settlement_reply_tells_what_a_bucket_holds_from_what_it_owes() {
 }
 
 #[test]
-fn a_read_sends_no_ids_and_its_reply_tells_the_level_signed_and_the_block_left() {
+fn a_read_sends_an_empty_id_list_and_its_reply_tells_the_level_signed_and_the_block_left() {
     let checks = vec![vec![rule("a", 10, 0)]];
     let layout = layout(&checks, &[Part::whole(0, 1)]).unwrap();
     let args = layout.args(Mode::Read);
     assert_eq!(
         (args[0].as_slice(), args.len()),
-        (&b"read"[..], 3 + SHAPE_LEN)
+        (&b"read"[..], 4 + SHAPE_LEN)
     );
     assert_eq!(layout.spread_args(Mode::Read)[0], b"read*");
     let (now, rules) = decode(

@@ -12,6 +12,7 @@ use crate::engine::overrides::table::{overridden, Table};
 use crate::engine::overrides::Target;
 use crate::engine::Engine;
 use ratelimit_config::config::Config;
+use ratelimit_protocol::slot::Slot;
 use ratelimit_protocol::RuleSpec;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -79,6 +80,11 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
         overridden: None,
         settle: None,
         global: rule.global.clone(),
+        // An in-flight rule's set is read with an id it never holds: its slots held.
+        slot: rule.in_flight.map(|f| Slot {
+            ttl_ms: f.ttl_ms,
+            id: "usage".into(),
+        }),
     };
     Ok((rule.name.clone(), spec))
 }

@@ -243,6 +243,7 @@ impl Metering {
                 shadow: r.shadow,
                 settle: Some(&settle),
                 global: None,
+                slot: None,
             };
             encode_rule(&mut line, out.rules == 0, rule);
             out.rules += 1;

@@ -243,6 +243,7 @@ mod tests {
                 lease: 0,
                 block: None,
                 shadow: r.shadow,
+                slot: None,
             })
             .collect()
     }

@@ -11,6 +11,7 @@ use ratelimit_config::limit::Limit;
 use ratelimit_config::meter::MeterPolicy;
 use ratelimit_config::path;
 use ratelimit_config::source::{Missing, Source};
+use ratelimit_protocol::slot::Slot;
 use ratelimit_protocol::{Block, RuleSpecRef};
 use std::borrow::Cow;
 
@@ -32,6 +33,8 @@ pub struct PlannedRule {
     pub block: Option<Block>,
     /// The rule is in shadow mode: it never denies.
     pub shadow: bool,
+    /// An in-flight rule's slot for this request (its id given when the check is asked).
+    pub slot: Option<Slot>,
 }
 
 impl PlannedRule {
@@ -50,6 +53,7 @@ impl PlannedRule {
             shadow: self.shadow,
             settle: None,
             global: config.rules.get(self.rule).and_then(|r| r.global.as_ref()),
+            slot: self.slot.as_ref(),
         }
     }
 }
@@ -158,6 +162,10 @@ pub fn plan<'r>(
             lease: 0,
             block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
             shadow: rule.shadow,
+            slot: rule.in_flight.map(|f| Slot {
+                ttl_ms: f.ttl_ms,
+                id: String::new(),
+            }),
         });
     }
     Ok(planned)

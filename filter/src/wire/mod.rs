@@ -42,6 +42,7 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         shadow: false,
         settle: None,
         global: None,
+        slot: None,
     };
     start_lease_return(body);
     encode_check(body, [rule]);
