@@ -12,6 +12,7 @@ use crate::decision::lease::Leases;
 use crate::decision::local;
 use crate::decision::metered::{self, Metering};
 use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
+use crate::decision::slots::{self, Ids, SlotLines};
 use crate::host::Proxy;
 use crate::request::rules::PlannedRule;
 use crate::wire::{self, CheckResult, RuleResult};
@@ -28,6 +29,8 @@ pub struct Worker {
     pub shadow_logged_ms: u64,
     /// What each rule of the worker's configuration did, not yet handed to the host.
     pub rule_counts: RuleCounts,
+    /// Names the slots of its requests' in-flight rules.
+    pub slot_ids: Ids,
 }
 
 impl Worker {
@@ -38,6 +41,7 @@ impl Worker {
             leases: Leases::default(),
             shadow_logged_ms: 0,
             rule_counts: RuleCounts::new(config.rules.len()),
+            slot_ids: Ids::default(),
         }
     }
 }
@@ -192,9 +196,28 @@ impl Admission {
                 return Start::Decided(verdict);
             }
         }
+        slots::name_slots(&mut self.planned, &mut worker.slot_ids);
         let mut body = String::with_capacity(64 * self.planned.len());
         wire::encode_check(&mut body, self.planned.iter().map(|p| p.spec_ref(config)));
         Start::Ask(body)
+    }
+
+    /// The lines that release and renew this request's slots, once its check is over and
+    /// may have taken them (admitted, or not answered: a release of a slot never taken
+    /// does nothing); `None` when it has none or took none.
+    pub fn held_slots(&self, config: &Config) -> Option<SlotLines> {
+        let took = matches!(
+            self.outcome,
+            Some(Outcome::Allowed | Outcome::ShadowDenied | Outcome::BackendFailed)
+        );
+        took.then(|| slots::slot_lines(config, &self.planned))
+            .flatten()
+    }
+
+    /// The lines of this request's slots whatever became of its check (one gone while its
+    /// check was out, whose answer no one will read).
+    pub fn slot_lines(&self, config: &Config) -> Option<SlotLines> {
+        slots::slot_lines(config, &self.planned)
     }
 
     /// How many rules this check sent (its line of a batched reply must answer as many).

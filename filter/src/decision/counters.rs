@@ -49,12 +49,19 @@ pub enum Counter {
     Settled,
     /// Tokens settlements took beyond what their buckets held: debt incurred.
     Debt,
-    /// Settlements given up on, after their retries: the reservation stood.
+    /// Settlements (and slot releases) given up on, after their retries: the reservation
+    /// stood (the slots were held until they expired).
     SettleFailures,
+    /// Requests admitted holding in-flight slots (or whose check may have taken them).
+    SlotsTaken,
+    /// Requests whose slots the backend released.
+    SlotsReleased,
+    /// Renewals of held slots sent.
+    SlotRenewals,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 26] = [
+    pub const ALL: [Counter; 29] = [
         Counter::Allowed,
         Counter::Denied,
         Counter::DeniedCached,
@@ -81,6 +88,9 @@ impl Counter {
         Counter::Settled,
         Counter::Debt,
         Counter::SettleFailures,
+        Counter::SlotsTaken,
+        Counter::SlotsReleased,
+        Counter::SlotRenewals,
     ];
 
     /// The metric's name.
@@ -112,6 +122,9 @@ impl Counter {
             Counter::Settled => "ratelimit.settled",
             Counter::Debt => "ratelimit.debt",
             Counter::SettleFailures => "ratelimit.settle_failures",
+            Counter::SlotsTaken => "ratelimit.slots_taken",
+            Counter::SlotsReleased => "ratelimit.slots_released",
+            Counter::SlotRenewals => "ratelimit.slot_renewals",
         }
     }
 

@@ -9,7 +9,8 @@
 //!
 //! Bottom to top: what a worker keeps to decide without the bridge (`breaker`,
 //! `deny_cache`, `lease`), the counts of what was decided (`counters`), the failure mode's
-//! own buckets (`local`), a metered request's reservation and settlement (`metered`),
+//! own buckets (`local`), a metered request's reservation and settlement (`metered`), the
+//! ids and lines of an in-flight rule's slots (`slots`),
 //! what the client sees (`shown`, `ietf`, `response`), and
 //! `admission`, one request's admission from its plan to its verdict (`admission::conclusion`:
 //! how an exchange ends; `admission::shortcuts`: what a worker decides without the bridge).
@@ -24,3 +25,4 @@ pub mod local;
 pub mod metered;
 pub mod response;
 pub mod shown;
+pub mod slots;

@@ -38,8 +38,9 @@ fn a_batch_becomes_one_evalsha_laid_out_as_the_bridge_lays_it_out() {
     assert_eq!(text[7], "2", "two shapes: rl:b shares rl:a:x's");
     assert_eq!(text[8..12], ["10", "1", "6000", "1"]);
     // Two parts: two rules of shapes 1 and 2, then one of shape 1.
-    assert_eq!(args.last().unwrap(), &[2, 1, 2, 1, 1]);
-    assert_eq!(args.len(), 3 + 3 + 2 + 2 * SHAPE_LEN + 1);
+    assert_eq!(args[args.len() - 2], &[2, 1, 2, 1, 1]);
+    assert_eq!(args.last().unwrap(), b"", "no settlement nor slot: no id");
+    assert_eq!(args.len(), 3 + 3 + 2 + 2 * SHAPE_LEN + 2);
 }
 
 #[test]

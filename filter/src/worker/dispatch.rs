@@ -17,6 +17,7 @@ mod link;
 mod metered;
 mod replies;
 mod requests;
+mod slots;
 
 pub use link::Link;
 pub use metered::ResponseStart;
@@ -30,6 +31,7 @@ use crate::wire::redis_call::Invoke;
 use crate::wire::{self, CheckResult};
 use crate::worker::exchange::{Exchanges, Member, NO_REQUEST};
 use crate::worker::settlements::Settlements;
+use crate::worker::slots::Slots;
 use hashbrown::HashMap;
 use ratelimit_config::backend::Transport;
 use ratelimit_config::config::Config;
@@ -90,6 +92,8 @@ pub struct Dispatcher {
     /// Metered responses being read, by request, with their configuration's number.
     metering: HashMap<u32, (u64, Metering)>,
     settlements: Settlements,
+    /// Requests holding in-flight slots.
+    slots: Slots,
     calls: HashMap<u32, Call>,
     /// The open stream to the bridge, and the cluster it goes to.
     stream: Option<(u32, String)>,
@@ -182,6 +186,7 @@ impl Dispatcher {
         current.worker.leases.expire(now);
         queue_lease_lines(&mut current.worker, &mut self.exchanges);
         self.retry_settlements(now);
+        self.renew_slots(now, link);
         let Some(current) = self.generations.last_mut() else {
             return Vec::new();
         };
@@ -387,12 +392,22 @@ impl Dispatcher {
             self.wake_root(link);
         }
         let mut out = Vec::with_capacity(members.len());
+        let now_ms = host.now_ms();
         for ((context_id, held), verdict) in taken.into_iter().zip(verdicts) {
             let (Some(mut held), Some(verdict)) = (held, verdict) else {
-                continue; // the request went away meanwhile
+                // The request went away meanwhile: what its check may have taken goes back.
+                if let Some(lines) = self.slots.answered(context_id) {
+                    self.release_slots(lines, host, link);
+                }
+                continue;
             };
             if let Some(outcome) = held.admission.outcome {
                 self.counters.add(outcome.counter(), 1);
+            }
+            let config = self.config_of(held.generation);
+            if let Some(lines) = config.and_then(|c| held.admission.held_slots(c)) {
+                self.counters.add(Counter::SlotsTaken, 1);
+                self.slots.hold(context_id, lines, now_ms);
             }
             held.phase = Phase::Decided;
             self.requests.insert(context_id, held);

@@ -367,3 +367,6 @@ fn an_upstream_answering_before_the_body_is_read_cannot_serve_an_unchecked_reque
     }
     assert!(link.sent.is_empty() && d.requests.is_empty());
 }
+
+#[path = "dispatch_slots_tests.rs"]
+mod slots;

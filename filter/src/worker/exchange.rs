@@ -184,9 +184,12 @@ impl Exchanges {
         self.inflight.contains_key(&id)
     }
 
-    /// Forgets the waiting check of a request that went away.
-    pub fn forget(&mut self, context_id: u32) {
+    /// Forgets the waiting check of a request that went away; whether it was waiting (not
+    /// out in an exchange).
+    pub fn forget(&mut self, context_id: u32) -> bool {
+        let before = self.queue.len();
         self.queue.retain(|w| w.member.context_id != context_id);
+        self.queue.len() < before
     }
 
     /// Gives up the exchanges sent `timeout_ms` or more before `now_ms`.

@@ -8,7 +8,8 @@
 //! into these events and carries the verdicts out.
 //!
 //! Bottom to top: `exchange` (group commit: the exchanges in flight and the checks
-//! waiting), `settlements` (metered rules' settlements until applied), `dispatch` (the
+//! waiting), `settlements` (metered rules' settlements until applied), `slots` (requests
+//! holding in-flight slots: renewed while they live, released when they end), `dispatch` (the
 //! dispatcher: events in, verdicts and `dispatch::Link` calls
 //! out; `dispatch::requests` and `dispatch::replies`, its events; `dispatch::link`, what
 //! it asks of the host), `stage` (where a request stands as its hooks see it, for every
@@ -17,4 +18,5 @@
 pub mod dispatch;
 pub mod exchange;
 pub mod settlements;
+pub mod slots;
 pub mod stage;

@@ -3,9 +3,9 @@
 //! twice) while its exchange fails, for a bounded time. The bookkeeping only; the
 //! dispatcher queues what `due` returns.
 
+use crate::decision::slots::Ids;
 use hashbrown::HashMap;
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 
 /// How long after a failure a settlement is sent again.
 pub const RETRY_MS: u64 = 1_000;
@@ -24,35 +24,21 @@ struct Pending {
     due_ms: Option<u64>,
 }
 
-/// One worker's settlements not yet applied.
-#[derive(Debug)]
+/// One worker's settlements not yet applied (and its slots' releases, which go again
+/// alike).
+#[derive(Debug, Default)]
 pub struct Settlements {
     /// Names this worker's settlements apart from every other worker's and gateway's.
-    prefix: String,
-    next: u32,
+    ids: Ids,
     pending: HashMap<u32, Pending>,
     /// The numbers in the order they were added (some already done), oldest first.
     order: VecDeque<u32>,
 }
 
-impl Default for Settlements {
-    fn default() -> Settlements {
-        // The host's randomness (WASI's `random_get` in the wasm build) seeds the hasher.
-        let random = std::collections::hash_map::RandomState::new().hash_one(0u8);
-        Settlements {
-            prefix: format!("{random:016x}"),
-            next: 0,
-            pending: HashMap::new(),
-            order: VecDeque::new(),
-        }
-    }
-}
-
 impl Settlements {
     /// A fresh settlement's number and its id on the wire.
     pub fn fresh_id(&mut self) -> (u32, String) {
-        self.next = self.next.wrapping_add(1);
-        (self.next, format!("{}-{:x}", self.prefix, self.next))
+        self.ids.fresh()
     }
 
     /// Remembers settlement `id`'s line (of `rules` rules), queued now, until it is
@@ -190,11 +176,5 @@ mod tests {
             );
         }
         assert!(s.is_empty());
-    }
-
-    #[test]
-    fn workers_name_their_settlements_apart() {
-        let (mut one, mut two) = (Settlements::default(), Settlements::default());
-        assert_ne!(one.fresh_id().1, two.fresh_id().1);
     }
 }

@@ -123,6 +123,12 @@ impl Dispatcher {
                         self.counters.add(Counter::Settled, 1);
                     }
                 }
+                // A slot's release: a lease return, answered as a check.
+                Ok(Some(CheckResult::Checked { .. })) => {
+                    if self.settlements.done(number) {
+                        self.counters.add(Counter::SlotsReleased, 1);
+                    }
+                }
                 Ok(Some(CheckResult::Refused(reason))) => {
                     log::warn!("the bridge refused a settlement ({reason})");
                     if self.settlements.done(number) {

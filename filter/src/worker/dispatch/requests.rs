@@ -274,15 +274,33 @@ impl Dispatcher {
     /// measured (an admitted request whose response never came keeps its reservation).
     pub fn request_gone(&mut self, context_id: u32, host: &impl Proxy, link: &mut impl Link) {
         self.end_metering(context_id, host, link);
+        if let Some(lines) = self.slots.ended(context_id) {
+            self.release_slots(lines, host, link);
+        }
         let Some(held) = self.requests.remove(&context_id) else {
             return;
         };
+        let config = self.config_of(held.generation);
+        let lines = config.and_then(|c| held.admission.slot_lines(c));
         match held.phase {
             Phase::Decided | Phase::Reading => {}
-            Phase::Parked => self.exchanges.forget(context_id),
+            Phase::Parked => {
+                // Out in an exchange (not waiting in the queue): its slots go back once
+                // its answer comes.
+                if !self.exchanges.forget(context_id) {
+                    if let Some(lines) = lines {
+                        self.slots.orphan(context_id, lines);
+                    }
+                }
+            }
             Phase::Carrying(id) => {
+                // Its own callout, whose answer no one will read: released now, which may
+                // come before the take (the slot is then held until it expires).
                 self.exchanges.forget(context_id);
                 self.exchanges.complete(id);
+                if let Some(lines) = lines {
+                    self.release_slots(lines, host, link);
+                }
             }
         }
     }
