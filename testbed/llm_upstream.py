@@ -108,8 +108,9 @@ class Served:
     never when `body`, the hostile kind, spoils or drops it, nor in a stream that did not
     ask for it; `gigabyte` keeps it), the events of a stream written (`events`, the usage
     event and `[DONE]` included), the request's path and lower-case headers, the
-    `max_tokens` the API read of its body, the response's content coding, and when its
-    request's headers arrived (`at`, monotonic)."""
+    `max_tokens` the API read of its body, the response's content coding, when its
+    request's headers arrived (`at`, monotonic) and when its response ended, written whole
+    or cut short (`ended`)."""
 
     path: str
     headers: dict
@@ -121,6 +122,7 @@ class Served:
     events: int
     usage_sent: bool
     at: float = 0.0
+    ended: float = 0.0
 
     @property
     def total(self):
@@ -391,7 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.recorded:
             self.recorded = True
             self.server.upstream._record(Served(**self.plan, events=self.events,
-                                                usage_sent=self.usage_sent))
+                                                usage_sent=self.usage_sent,
+                                                ended=time.monotonic()))
 
     def head(self, headers, length=None):
         self.send_response(200)

@@ -75,11 +75,17 @@ impl RateLimitFields {
 /// The 429 for a denied request.
 pub fn too_many_requests(shown: &Shown<'_>, config: &Config) -> LocalReply {
     let limit = &shown.rule.limit;
-    let sentence = format!(
-        "You have exceeded the rate limit of {} requests per {}.",
-        limit.requests,
-        limit.period_phrase()
-    );
+    let sentence = match shown.rule.slot {
+        Some(_) => format!(
+            "You have {} requests in flight, the most allowed: retry once one has ended.",
+            limit.burst
+        ),
+        None => format!(
+            "You have exceeded the rate limit of {} requests per {}.",
+            limit.requests,
+            limit.period_phrase()
+        ),
+    };
     let problem = Problem {
         error: "Rate limit exceeded",
         kind: "quota-exceeded",
