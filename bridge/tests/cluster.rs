@@ -237,3 +237,62 @@ async fn a_check_under_an_override_denied_on_another_node_gives_its_tokens_back(
     assert_eq!(out[0].remaining, 3, "5 less the two admitted checks");
     assert_eq!(store.check(&vec![user]).await.unwrap().1[0].remaining, 97);
 }
+
+/// Request `id`'s slot in the set `key` of `max` slots (an in-flight rule's).
+fn slot_of(key: &str, max: u64, id: &str) -> RuleSpec {
+    RuleSpec {
+        slot: Some(ratelimit_protocol::slot::Slot {
+            ttl_ms: 30_000,
+            id: id.into(),
+        }),
+        ..RuleSpec::plain(key, max, max, 30_000, 1)
+    }
+}
+
+#[tokio::test]
+async fn a_slot_taken_on_one_node_is_given_back_when_another_node_denies_its_check() {
+    let (cluster, store) = three_nodes().await;
+    let ip = hourly("rl:per-ip:{c}10.0.0.1", 1);
+    let set = "rl:streams:{b}alice";
+    assert_ne!(node_of(set), node_of(&ip.key));
+    let first = store
+        .check(&vec![slot_of(set, 2, "r1"), ip.clone()])
+        .await
+        .unwrap();
+    assert!(first.1.iter().all(|r| r.allowed));
+    // The IP's bucket is empty: the slot the second check took in parallel goes back.
+    let second = store.check(&vec![slot_of(set, 2, "r2"), ip]).await.unwrap();
+    assert_eq!((second.1[0].allowed, second.1[1].allowed), (true, false));
+    let held: Vec<String> = cluster.cmd(node_of(set), redis::cmd("ZRANGE").arg(set).arg(0).arg(-1));
+    assert_eq!(held, ["r1"]);
+}
+
+#[tokio::test]
+async fn a_set_shared_by_every_client_is_taken_only_once_the_clients_own_rules_admit() {
+    let (cluster, store) = three_nodes().await;
+    // The route's slots (no client in its key) and a client's own bucket, on two nodes.
+    let (route, user) = ("rl:route{b}", hourly("rl:per-user:{c}alice", 1));
+    assert_ne!(node_of(route), node_of(&user.key));
+    assert!(
+        store
+            .check(&vec![slot_of(route, 5, "r1"), user.clone()])
+            .await
+            .unwrap()
+            .1[1]
+            .allowed
+    );
+    let over = store
+        .check(&vec![slot_of(route, 5, "r2"), user])
+        .await
+        .unwrap();
+    assert!(!over.1[1].allowed, "alice is over her own limit");
+    let held: Vec<String> = cluster.cmd(
+        node_of(route),
+        redis::cmd("ZRANGE").arg(route).arg(0).arg(-1),
+    );
+    assert_eq!(
+        held,
+        ["r1"],
+        "her denied check never held one of everyone's slots"
+    );
+}
