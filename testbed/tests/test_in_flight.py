@@ -179,3 +179,36 @@ def killed_and_freed(stack_of, upstream, ttl, bound_s):
         time.sleep(0.1)
     upstream.release(name, 2)
     return freed_in_time(killed, admitted, bound_s)
+
+
+# A metered rule reserving 1 token of 1,000 and an answer costing 1,004: each request in
+# flight may cost C - R = 1,003 past its reservation.
+BURST, COST, RESERVE = 1000, 1004, 1
+METERED = rule("tokens", ["user"], BURST, per="30d",
+               meter={"body": {"usage.prompt_tokens": 1, "usage.completion_tokens": 1},
+                      "reserve": RESERVE})
+
+
+@pytest.mark.parametrize("cap", [2, None], ids=["two-in-flight", "no-cap-negative-control"])
+def test_an_in_flight_cap_bounds_what_a_metered_key_is_served(stack_of, upstream, cap):
+    # docs/in-flight.md: a key may consume B + r·t + N·(C - R); the cap makes N its max. The
+    # negative control, the metered rule alone, lets every parallel request through.
+    rules = [METERED, streams_rule(cap)] if cap else [METERED]
+    stack = stack_of(in_flight_plugin(*rules), gateways=2, upstream=upstream.port)
+    user = f"dave-{cap}"
+    costly = {"x-test-prompt-tokens": "4", "x-test-completion-tokens": str(COST - 4)}
+    body = {**STREAM, "stream_options": {"include_usage": True}}
+    for _ in range(2):
+        time.sleep(DENY_CACHE_S)
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda i: stack.stream(i % 2, body=body, headers={
+                "x-user-id": user, "x-test-chunks": "5", "x-test-chunk-delay-ms": "100",
+                **costly}), range(20)))
+        assert all(a.status in (200, 429) for a in answers), [a.status for a in answers]
+    served = sum(s.total for s in upstream.served if s.headers.get("x-user-id") == user)
+    bound = BURST + 2 * (COST - RESERVE)  # the refill over a minute of a month: < 1 token
+    if cap:
+        assert 0 < served <= bound, (served, bound)
+        assert judge(served_intervals(upstream, user), cap).violations == []
+    else:
+        assert served > bound, (served, bound)
