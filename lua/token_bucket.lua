@@ -158,7 +158,10 @@ local out, o = { now }, 1
 -- request's own (`id`) among them; `admitted`: every rule of the check fits. Answers as a
 -- bucket would: remaining, ms until full (always 0), wait (SLOT_RETRY_MS when full).
 local function take_slot(key, s14, held, id, has, admitted)
-  local cap, life, shadow = sh[s14 - 13] / sh[s14 - 11], slotted[s14 / 14], sh[s14 - 5] ~= 0
+  local cap, life = sh[s14 - 13] / sh[s14 - 11], slotted[s14 / 14]
+  -- A look (a check's shadow rule of cost 0: a client asking its quota) takes nothing. (A
+  -- settlement's cost is its delta, 0 for a renewal.)
+  if sh[s14 - 10] == 0 and not (read or settle) then return cap - held, 0, 0 end
   local function keep()
     -- The set outlives its longest slot (a config that shortened the life keeps it).
     if call('PTTL', key) < life + EXPIRY_SLACK_MS then call('PEXPIRE', key, life + EXPIRY_SLACK_MS) end

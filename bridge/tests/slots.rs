@@ -219,3 +219,29 @@ async fn a_key_of_another_type_is_never_touched() {
     assert_eq!(value, "mine");
     assert_eq!(held(&valkey, "rl:streams:bob").len(), 1);
 }
+
+#[tokio::test]
+async fn a_look_takes_nothing_and_says_what_is_left() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let (set, bucket) = ("rl:streams:alice", "rl:rate:alice");
+    check(&store, vec![slot(set, 3, "r1"), hourly(bucket, 5)])
+        .await
+        .unwrap();
+    let look = |rule: RuleSpec| RuleSpec {
+        shadow: true,
+        cost: 0,
+        ..rule
+    };
+    for _ in 0..3 {
+        let out = check(
+            &store,
+            vec![look(slot(set, 3, "look")), look(hourly(bucket, 5))],
+        )
+        .await
+        .unwrap();
+        assert_eq!((out[0].remaining, out[1].remaining), (2, 4));
+        assert!(out.iter().all(|r| r.allowed));
+    }
+    assert_eq!(held(&valkey, set).len(), 1, "no slot taken by a look");
+}

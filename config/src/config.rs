@@ -10,6 +10,7 @@ use crate::json_path;
 use crate::keys::validate_name;
 use crate::matcher::{method_overrides, Matcher};
 use crate::options::{self, BreakerConfig, FailureMode, HeaderOptions, LocalOptions, Mode};
+use crate::quota_api::{QuotaApi, RawQuotaApi};
 use crate::rule::{RawRule, Rule};
 use crate::scope::{RawScope, Scope, MAX_SCOPES};
 use crate::source::{Identity, RawIdentity, Source};
@@ -44,6 +45,7 @@ struct RawConfig {
     mode: Mode,
     #[serde(default)]
     method_override: Vec<String>,
+    quota_api: Option<RawQuotaApi>,
 }
 
 fn default_deny_cache_entries() -> u64 {
@@ -80,6 +82,8 @@ pub struct Config {
     /// Headers that name the method the upstream serves a request as, such as
     /// `x-http-method-override` (lower case): a rule on methods matches those too.
     pub method_override: Vec<String>,
+    /// Where a client reads its own quota (the gateway answers it).
+    pub quota_api: Option<QuotaApi>,
 }
 
 impl Config {
@@ -151,6 +155,10 @@ impl RawConfig {
         let circuit_breaker = self.circuit_breaker.validate()?;
         let deny_cache_entries = options::deny_cache_entries(self.deny_cache_entries)?;
         let method_override = method_overrides(self.method_override)?;
+        let quota_api = match self.quota_api {
+            Some(raw) => Some(raw.validate("quota_api")?),
+            None => None,
+        };
         let mut identities = Vec::with_capacity(self.identity.len());
         for (name, raw) in self.identity {
             let field = format!("identity.{name}");
@@ -164,13 +172,15 @@ impl RawConfig {
             identities,
             rules: Vec::new(),
             scopes: Vec::new(),
-            matches_requests: false,
             headers: self.headers,
             local,
             circuit_breaker,
             deny_cache_entries,
             shadow: self.mode == Mode::Shadow,
             method_override,
+            // The quota API's path is compared with each request's, normalized.
+            matches_requests: quota_api.is_some(),
+            quota_api,
         };
         if self.rules.is_empty() && self.scopes.is_empty() {
             return err("rules", "at least one rule is needed");

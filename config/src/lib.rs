@@ -29,6 +29,7 @@
 //! - `meter`: a rule's `meter`: a cost read from the response, reserved, then settled.
 //! - `global`: a rule's `global`: one budget across regions, leased from a home ledger.
 //! - `in_flight`: a rule's `in_flight`: how many requests of a key may be in flight at once.
+//! - `quota_api`: the top-level `quota_api`: where a client reads its own quota.
 //! - `options`: the plugin-wide options: shadow mode, the failure mode, headers, the
 //!   circuit breaker, the deny cache's size.
 //! - `rule`: one rule, validated against the configuration's identities.
@@ -53,6 +54,7 @@ pub mod matcher;
 pub mod meter;
 pub mod options;
 pub mod path;
+pub mod quota_api;
 pub mod rule;
 pub mod scope;
 pub mod source;

@@ -52,24 +52,30 @@ pub(crate) fn method_overrides(names: Vec<String>) -> Result<Vec<String>, Config
     Ok(headers)
 }
 
+/// Refuses a configured path (`field`) that is not in the normal form requests are compared
+/// in: refused, not rewritten, so that what the config says is exactly what is compared.
+pub(crate) fn normal_path(field: &str, p: &str) -> Result<(), ConfigError> {
+    if !p.starts_with('/') {
+        return err(field, "must start with '/'");
+    }
+    let normal = path::normalize(p.as_bytes());
+    if normal != p.as_bytes() {
+        return err(
+            field,
+            format!(
+                "{p:?} is not in the normal form requests are matched in; write {:?}",
+                String::from_utf8_lossy(&normal)
+            ),
+        );
+    }
+    Ok(())
+}
+
 impl RawMatch {
     pub(crate) fn validate(self, field: &str) -> Result<Matcher, ConfigError> {
         for (name, value) in [("path_prefix", &self.path_prefix), ("path", &self.path)] {
             if let Some(p) = value {
-                if !p.starts_with('/') {
-                    return err(format!("{field}.{name}"), "must start with '/'");
-                }
-                // Refused, not rewritten: what the config says is exactly what is compared.
-                let normal = path::normalize(p.as_bytes());
-                if normal != p.as_bytes() {
-                    return err(
-                        format!("{field}.{name}"),
-                        format!(
-                            "{p:?} is not in the normal form requests are matched in; write {:?}",
-                            String::from_utf8_lossy(&normal)
-                        ),
-                    );
-                }
+                normal_path(&format!("{field}.{name}"), p)?;
             }
         }
         let mut methods = Vec::with_capacity(self.methods.len());

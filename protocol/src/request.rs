@@ -385,6 +385,11 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
                 lease = bounded(wanted)?;
                 cost
             }
+            // A shadow rule of cost 0 only looks: it takes nothing (a client's quota asked).
+            None if count == 3 && more == 0 && shadow && part == "0" => {
+                count += 1;
+                continue;
+            }
             None => part,
         };
         *slot = bounded(number)?;
@@ -445,8 +450,8 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
                 "settling tokens",
             ),
             (
-                rule.settle.is_none() && rule.cost != 1,
-                "costing other than 1",
+                rule.settle.is_none() && rule.cost != 1 && !(rule.shadow && rule.cost == 0),
+                "costing other than 1 (or 0 for a look)",
             ),
         ];
         if let Some((_, what)) = what.iter().find(|(is, _)| *is) {

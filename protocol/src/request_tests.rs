@@ -259,3 +259,22 @@ fn a_slot_travels_on_its_rule_and_only_as_a_slot_can() {
         assert!(parsed.is_err(), "{bad}: {parsed:?}");
     }
 }
+
+#[test]
+fn only_a_shadow_rule_may_cost_0_a_look() {
+    let look = parse_batch(b"~rl:a:x,10,1,600,0 ~rl:s:x,4,1,7500,0|30000|look\n")
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(
+        look.rules
+            .iter()
+            .map(|r| (r.cost, r.shadow))
+            .collect::<Vec<_>>(),
+        [(0, true), (0, true)]
+    );
+    for bad in ["rl:a:x,10,1,600,0", "rl:s:x,4,1,7500,0|30000|a"] {
+        let parsed = parse_batch(bad.as_bytes()).unwrap().remove(0);
+        assert!(parsed.is_err(), "{bad}: {parsed:?}");
+    }
+}

@@ -137,11 +137,18 @@ pub struct Admission {
     /// When the check was asked for (the worker's clock): what the bridge says a bucket
     /// lacks is cached from then, which is before Redis read its clock.
     asked_ms: u64,
+    /// A request to the quota API (`quota_api`), answered by the gateway.
+    quota: bool,
+    /// A quota request's looks at its client's other rules, sent after `planned`.
+    looked: Vec<PlannedRule>,
 }
 
 impl Admission {
     /// Plans the check and says how it proceeds.
     pub fn start(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
+        if let Some(refused) = self.quota_request(config, host) {
+            return refused;
+        }
         match self.plan(config, worker, host, None) {
             Some(Start::ReadBody) => {
                 // Its headers go upstream now, before the rules that apply are known.
@@ -152,6 +159,8 @@ impl Admission {
                 self.unframe_body(host);
                 return Start::ReadBody;
             }
+            // A quota request is answered even when no rule charges it.
+            Some(Start::Skip) if self.quota => {}
             Some(start) => return start,
             None => {}
         }
@@ -176,15 +185,17 @@ impl Admission {
     /// The planned check goes on: decided by the worker, or asked of the bridge.
     fn proceed(&mut self, config: &Config, worker: &mut Worker, host: &impl Proxy) -> Start {
         let now_ms = host.now_ms();
+        self.plan_looks(config, host);
         if let Some(verdict) = self.cached(config, worker, now_ms) {
             return Start::Decided(verdict);
         }
         self.asked_ms = now_ms;
         self.use_leases(config, &mut worker.leases, now_ms);
-        if self.planned.is_empty() {
+        if self.planned.is_empty() && self.looked.is_empty() {
             self.outcome = Some(Outcome::Leased);
             worker.rule_counts.leased(&self.leased);
-            return Start::Decided(self.decide(config, now_ms, &[]));
+            let verdict = self.decide(config, now_ms, &[]);
+            return Start::Decided(self.quota_verdict(config, verdict, None, None, now_ms));
         }
         match worker.breaker.allow(now_ms) {
             Permit::Call => {}
@@ -193,12 +204,13 @@ impl Admission {
                 self.outcome = Some(Outcome::ShortCircuited);
                 let verdict = self.failure_mode(config, host);
                 self.update_leases(config, &mut worker.leases, &verdict, None);
-                return Start::Decided(verdict);
+                return Start::Decided(self.quota_verdict(config, verdict, None, None, now_ms));
             }
         }
         slots::name_slots(&mut self.planned, &mut worker.slot_ids);
-        let mut body = String::with_capacity(64 * self.planned.len());
-        wire::encode_check(&mut body, self.planned.iter().map(|p| p.spec_ref(config)));
+        let mut body = String::with_capacity(64 * self.rule_count());
+        let rules = self.planned.iter().chain(&self.looked);
+        wire::encode_check(&mut body, rules.map(|p| p.spec_ref(config)));
         Start::Ask(body)
     }
 
@@ -222,7 +234,7 @@ impl Admission {
 
     /// How many rules this check sent (its line of a batched reply must answer as many).
     pub fn rule_count(&self) -> usize {
-        self.planned.len()
+        self.planned.len() + self.looked.len()
     }
 
     /// Whether this check tests if the backend is back (breaker half-open).
@@ -237,15 +249,16 @@ impl Admission {
         config: &Config,
         worker: &mut Worker,
         host: &impl Proxy,
-        result: Result<CheckResult, String>,
+        mut result: Result<CheckResult, String>,
     ) -> Verdict {
+        let looks = self.split_looks(&mut result);
         let verdict = self.verdict_of(config, worker, host, &result);
         let answered = match &result {
             Ok(CheckResult::Checked { rules, .. }) => Some(&rules[..]),
             _ => None,
         };
         self.update_leases(config, &mut worker.leases, &verdict, answered);
-        verdict
+        self.quota_verdict(config, verdict, answered, looks, host.now_ms())
     }
 
     fn verdict_of(
@@ -329,6 +342,8 @@ impl Admission {
     /// admitted already), showing the most restrictive of all.
     fn decide(&mut self, config: &Config, now_ms: u64, results: &[RuleResult]) -> Verdict {
         let (verdict, headers) = match (self.planned.is_empty(), self.leased.is_empty()) {
+            // A quota request that no rule charges.
+            (true, true) => (Verdict::Resume, None),
             (_, true) => decide(config, now_ms, &self.planned, results),
             // All from leases (the hot path leases exist for): nothing to copy.
             (true, false) => decide(config, now_ms, &self.leased, &self.leased_shown),
@@ -408,6 +423,7 @@ pub fn most_restrictive(
 mod body;
 mod conclusion;
 mod planning;
+mod quota;
 mod shortcuts;
 
 pub use conclusion::{

@@ -23,6 +23,7 @@ pub mod ietf;
 pub mod lease;
 pub mod local;
 pub mod metered;
+pub mod quota;
 pub mod response;
 pub mod shown;
 pub mod slots;

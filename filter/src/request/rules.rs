@@ -137,38 +137,93 @@ pub fn plan<'r>(
         if absent.next().is_some() {
             continue;
         }
-        resolve(
-            config,
-            req,
-            body,
-            &mut values,
-            rule.tier_identity.as_slice(),
-        )?;
-        let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
-        let key_values = rule.key.iter().filter_map(|&id| value_of(id));
-        planned.push(PlannedRule {
-            rule: index,
-            key: bucket_key(&config.key_prefix, &rule.name, key_values),
-            limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
-            // A reservation read from the body is known once the body has ended; until
-            // then, the least it can be (what the deny cache may refuse a request for).
-            cost: rule
-                .meter
-                .as_ref()
-                .map_or(rule.cost, |m| match m.reserve_body.is_empty() {
-                    true => reservation(m, req, Asked::Nothing),
-                    false => reservation(m, req, Asked::Count(1)),
-                }),
-            lease: 0,
-            block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
-            shadow: rule.shadow,
-            slot: rule.in_flight.map(|f| Slot {
-                ttl_ms: f.ttl_ms,
-                id: String::new(),
-            }),
-        });
+        planned.push(planned_rule(config, req, body, &mut values, index)?);
     }
     Ok(planned)
+}
+
+/// What a client may read of its own quota (`quota_api`): every rule, whatever it matches,
+/// that it has every identity of the key of, but those already `charged` to its request, in
+/// shadow mode, global, or keyed on its body (a quota request has none), each as a look: a
+/// shadow rule of cost 0, which takes nothing and says what is left.
+pub fn looks(config: &Config, req: &impl RequestView, charged: &[PlannedRule]) -> Vec<PlannedRule> {
+    let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
+    let scope = match config.scopes.is_empty() {
+        true => None,
+        false => scope::of_request(&config.scopes, req),
+    };
+    let mut looks = Vec::new();
+    for (index, rule) in config.rules.iter().enumerate() {
+        let skipped = rule.scope != scope
+            || rule.shadow
+            || rule.global.is_some()
+            || charged.iter().any(|p| p.rule == index);
+        if skipped || resolve(config, req, None, &mut values, &rule.key).is_err() {
+            continue;
+        }
+        if rule
+            .key
+            .iter()
+            .any(|&id| !matches!(values.get(id), Some(Some(Some(_)))))
+        {
+            continue;
+        }
+        if let Ok(planned) = planned_rule(config, req, None, &mut values, index) {
+            looks.push(PlannedRule {
+                cost: 0,
+                block: None,
+                shadow: true,
+                slot: planned.slot.map(|s| Slot {
+                    id: LOOK_ID.into(),
+                    ..s
+                }),
+                ..planned
+            });
+        }
+    }
+    looks
+}
+
+/// The slot id of a look at an in-flight rule: never a request's (theirs are a worker's
+/// prefix and a counter), and a look takes no slot anyway.
+pub const LOOK_ID: &str = "look";
+
+/// Rule `index`, which applies to `req` and whose key's identities are resolved in
+/// `values`, planned: its key, its tier's limit, what one request costs.
+fn planned_rule<'r>(
+    config: &Config,
+    req: &'r impl RequestView,
+    body: Option<&'r BodyValues>,
+    values: &mut [Option<Option<Cow<'r, str>>>],
+    index: usize,
+) -> Result<PlannedRule, Unplanned> {
+    let Some(rule) = config.rules.get(index) else {
+        return Err(Unplanned::AwaitsBody); // never: `index` is one of config's rules
+    };
+    resolve(config, req, body, values, rule.tier_identity.as_slice())?;
+    let value_of = |id: usize| values.get(id)?.as_ref()?.as_deref();
+    let key_values = rule.key.iter().filter_map(|&id| value_of(id));
+    Ok(PlannedRule {
+        rule: index,
+        key: bucket_key(&config.key_prefix, &rule.name, key_values),
+        limit: rule.limit_for(rule.tier_identity.and_then(value_of)),
+        // A reservation read from the body is known once the body has ended; until
+        // then, the least it can be (what the deny cache may refuse a request for).
+        cost: rule
+            .meter
+            .as_ref()
+            .map_or(rule.cost, |m| match m.reserve_body.is_empty() {
+                true => reservation(m, req, Asked::Nothing),
+                false => reservation(m, req, Asked::Count(1)),
+            }),
+        lease: 0,
+        block: rule.block.filter(|_| !rule.shadow).map(|b| b.wire),
+        shadow: rule.shadow,
+        slot: rule.in_flight.map(|f| Slot {
+            ttl_ms: f.ttl_ms,
+            id: String::new(),
+        }),
+    })
 }
 
 /// What a request's body asks a metered rule to reserve.

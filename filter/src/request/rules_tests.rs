@@ -315,3 +315,43 @@ fn a_rules_missing_overrides_its_identities() {
         Err(Unplanned::Bad(_))
     ));
 }
+
+#[test]
+fn a_quota_request_looks_at_every_rule_its_identities_key_whatever_they_match() {
+    let json = r#"{"backend": {"cluster": "b"},
+        "identity": {"user": {"header": "x-user-id"}, "model": {"body": "model"},
+                     "tier": {"header": "x-tier", "trusted": true}},
+        "rules": [
+            {"name": "quota-api", "key": ["user"], "match": {"path": "/v1/quota"},
+             "limit": {"requests": 10, "per": "1m"}},
+            {"name": "chat", "key": ["user"], "match": {"path_prefix": "/v1/chat"},
+             "limit": {"requests": 100, "per": "1m"},
+             "tiers": {"gold": {"requests": 1000, "per": "1m"}}},
+            {"name": "streams", "key": ["user"], "in_flight": {"max": 4}},
+            {"name": "per-model", "key": ["user", "model"], "match": {"path_prefix": "/v1/chat"},
+             "limit": {"requests": 5, "per": "1m"}},
+            {"name": "watch", "key": ["user"], "limit": {"requests": 1, "per": "1m"},
+             "mode": "shadow"},
+            {"name": "everyone", "limit": {"requests": 50000, "per": "1s"}}]}"#;
+    let c = Config::parse(json.as_bytes()).unwrap();
+    let req = request("GET", "/v1/quota")
+        .with("x-user-id", "alice")
+        .with("x-tier", "gold");
+    let charged = plan(&c, &req);
+    assert_eq!(
+        names(&c, &charged),
+        ["quota-api", "streams", "watch", "everyone"]
+    );
+    let looks = super::looks(&c, &req, &charged);
+    // Not the charged ones, nor a shadow rule, nor one keyed on the body it has not.
+    assert_eq!(names(&c, &looks), ["chat"]);
+    assert_eq!(
+        (looks[0].cost, looks[0].shadow, looks[0].limit.burst),
+        (0, true, 1000)
+    );
+    // A client without the identity has nothing of that rule to read.
+    let anonymous = request("GET", "/v1/quota");
+    let charged = plan(&c, &anonymous);
+    assert_eq!(names(&c, &charged), ["everyone"]);
+    assert!(super::looks(&c, &anonymous, &charged).is_empty());
+}
