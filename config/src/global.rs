@@ -9,7 +9,7 @@
 //! ```
 
 use crate::error::{err, ConfigError};
-use crate::limit::parse_duration_ms;
+use crate::limit::duration_within;
 use ratelimit_protocol::global::{
     valid_region, Global, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS, SHARE_SCALE,
 };
@@ -74,18 +74,13 @@ impl RawGlobal {
                 ppm as u64
             }
         };
-        let ttl_ms = match self.lease_ttl.as_deref() {
-            None => DEFAULT_LEASE_TTL_MS,
-            Some(text) => match parse_duration_ms(text) {
-                Some(ms) if (MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&ms) => ms,
-                _ => {
-                    return err(
-                        format!("{field}.lease_ttl"),
-                        format!("{text:?} is not a duration from 100ms to 1m"),
-                    )
-                }
-            },
-        };
+        let ttl_ms = duration_within(
+            &format!("{field}.lease_ttl"),
+            self.lease_ttl.as_deref(),
+            DEFAULT_LEASE_TTL_MS,
+            MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS,
+            "from 100ms to 1m",
+        )?;
         Ok(Global {
             home,
             share_ppm,

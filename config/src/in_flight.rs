@@ -5,7 +5,7 @@
 //! configuration may say.
 
 use crate::error::{err, ConfigError};
-use crate::limit::{parse_duration_ms, Limit};
+use crate::limit::{duration_within, Limit};
 use ratelimit_protocol::slot::{MAX_SLOT_TTL_MS, MIN_SLOT_TTL_MS};
 use serde::Deserialize;
 
@@ -42,18 +42,13 @@ impl RawInFlight {
         if !(1..=1_000_000).contains(&self.max) {
             return err(format!("{field}.max"), "must be 1 to 1000000");
         }
-        let ttl_ms = match self.ttl.as_deref() {
-            None => DEFAULT_TTL_MS,
-            Some(text) => match parse_duration_ms(text) {
-                Some(ms) if (MIN_SLOT_TTL_MS..=MAX_SLOT_TTL_MS).contains(&ms) => ms,
-                _ => {
-                    return err(
-                        format!("{field}.ttl"),
-                        format!("{text:?} is not a duration like 10s or 1m, from 1s to 1h"),
-                    )
-                }
-            },
-        };
+        let ttl_ms = duration_within(
+            &format!("{field}.ttl"),
+            self.ttl.as_deref(),
+            DEFAULT_TTL_MS,
+            MIN_SLOT_TTL_MS..=MAX_SLOT_TTL_MS,
+            "like 10s or 1m, from 1s to 1h",
+        )?;
         let in_flight = InFlight {
             max: self.max,
             ttl_ms,

@@ -4,7 +4,7 @@
 //! configuration may say, checked against the rule's limit.
 
 use crate::error::{err, ConfigError};
-use crate::limit::{parse_duration_ms, Limit};
+use crate::limit::{duration_within, Limit};
 use serde::Deserialize;
 
 /// Longest lease.
@@ -34,18 +34,13 @@ impl RawLease {
                 format!("must be 1 to the burst ({})", limit.burst),
             );
         }
-        let ttl_ms = match self.ttl.as_deref() {
-            None => DEFAULT_TTL_MS,
-            Some(text) => match parse_duration_ms(text) {
-                Some(ms) if ms <= MAX_TTL_MS => ms,
-                _ => {
-                    return err(
-                        format!("{field}.ttl"),
-                        format!("{text:?} is not a duration like 500ms or 2s, of at most 1m"),
-                    )
-                }
-            },
-        };
+        let ttl_ms = duration_within(
+            &format!("{field}.ttl"),
+            self.ttl.as_deref(),
+            DEFAULT_TTL_MS,
+            1..=MAX_TTL_MS,
+            "like 500ms or 2s, of at most 1m",
+        )?;
         Ok(LeasePolicy {
             tokens: self.tokens,
             ttl_ms,

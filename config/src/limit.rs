@@ -47,6 +47,28 @@ pub fn parse_duration_ms(text: &str) -> Option<u64> {
     n.checked_mul(scale).filter(|&ms| ms > 0)
 }
 
+/// An optional duration of the configuration (`field`, `text` as written): `default` when
+/// it is absent, else its milliseconds if they are within `range` (`words`: the range as
+/// the error says it, e.g. "from 1s to 1h").
+pub(crate) fn duration_within(
+    field: &str,
+    text: Option<&str>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    words: &str,
+) -> Result<u64, ConfigError> {
+    let Some(text) = text else {
+        return Ok(default);
+    };
+    match parse_duration_ms(text) {
+        Some(ms) if range.contains(&ms) => Ok(ms),
+        _ => Err(ConfigError {
+            field: field.to_string(),
+            problem: format!("{text:?} is not a duration {words}"),
+        }),
+    }
+}
+
 impl RawLimit {
     pub(crate) fn validate(self, field: &str, cost: u64) -> Result<Limit, ConfigError> {
         let fail = |name: &str, problem: String| {

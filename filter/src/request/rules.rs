@@ -110,10 +110,7 @@ pub fn plan<'r>(
     };
     // Identities are resolved at most once per request, and only when a rule needs them.
     let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
-    let scope = match config.scopes.is_empty() {
-        true => None,
-        false => scope::of_request(&config.scopes, req),
-    };
+    let scope = scope_of(config, req);
     let mut planned = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
         if rule.scope != scope || !matcher::matches(&rule.matcher, &methods, &path) {
@@ -148,10 +145,7 @@ pub fn plan<'r>(
 /// shadow rule of cost 0, which takes nothing and says what is left.
 pub fn looks(config: &Config, req: &impl RequestView, charged: &[PlannedRule]) -> Vec<PlannedRule> {
     let mut values: Vec<Option<Option<Cow<str>>>> = vec![None; config.identities.len()];
-    let scope = match config.scopes.is_empty() {
-        true => None,
-        false => scope::of_request(&config.scopes, req),
-    };
+    let scope = scope_of(config, req);
     let mut looks = Vec::new();
     for (index, rule) in config.rules.iter().enumerate() {
         let skipped = rule.scope != scope
@@ -182,6 +176,14 @@ pub fn looks(config: &Config, req: &impl RequestView, charged: &[PlannedRule]) -
         }
     }
     looks
+}
+
+/// The `_rules_` entry whose rules `req` takes (`None`: the top-level rules).
+fn scope_of(config: &Config, req: &impl RequestView) -> Option<usize> {
+    match config.scopes.is_empty() {
+        true => None,
+        false => scope::of_request(&config.scopes, req),
+    }
 }
 
 /// The slot id of a look at an in-flight rule: never a request's (theirs are a worker's
