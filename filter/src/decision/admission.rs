@@ -11,7 +11,7 @@ use crate::decision::deny_cache::DenyCache;
 use crate::decision::lease::Leases;
 use crate::decision::local;
 use crate::decision::metered::{self, Metering};
-use crate::decision::response::{self, LocalReply, RateLimitFields, Shown};
+use crate::decision::response::{self, LocalReply, RateLimitFields};
 use crate::decision::slots::{self, Ids, SlotLines};
 use crate::host::Proxy;
 use crate::request::rules::PlannedRule;
@@ -344,79 +344,17 @@ impl Admission {
         let (verdict, headers) = match (self.planned.is_empty(), self.leased.is_empty()) {
             // A quota request that no rule charges.
             (true, true) => (Verdict::Resume, None),
-            (_, true) => decide(config, now_ms, &self.planned, results),
+            (_, true) => verdict::decide(config, now_ms, &self.planned, results),
             // All from leases (the hot path leases exist for): nothing to copy.
-            (true, false) => decide(config, now_ms, &self.leased, &self.leased_shown),
+            (true, false) => verdict::decide(config, now_ms, &self.leased, &self.leased_shown),
             (false, false) => {
                 let planned = [&self.planned[..], &self.leased[..]].concat();
                 let all = [results, &self.leased_shown[..]].concat();
-                decide(config, now_ms, &planned, &all)
+                verdict::decide(config, now_ms, &planned, &all)
             }
         };
         self.response_headers = headers;
         verdict
-    }
-}
-
-/// The verdict on `results` (one per planned rule), and the headers for an allowed
-/// response.
-fn decide(
-    config: &Config,
-    now_ms: u64,
-    planned: &[PlannedRule],
-    results: &[RuleResult],
-) -> (Verdict, Option<RateLimitFields>) {
-    let denied = planned
-        .iter()
-        .zip(results)
-        .any(|(p, r)| !r.allowed && !p.shadow);
-    let shown = most_restrictive(planned, results, denied)
-        .and_then(|i| Some((planned.get(i)?, results.get(i)?)));
-    let Some((rule, result)) = shown else {
-        // Only rules in shadow mode, which show nothing; or no result to show at all.
-        let only_shadow = !planned.is_empty() && planned.iter().all(|p| p.shadow);
-        return match only_shadow && !denied {
-            true => (Verdict::Resume, None),
-            false => (Verdict::Reply(response::unavailable()), None),
-        };
-    };
-    let shown = Shown {
-        rule,
-        all: planned,
-        result,
-        now_ms,
-    };
-    if denied {
-        let reply = shortcuts::denial(config, &shown);
-        return (Verdict::Reply(reply), None);
-    }
-    if !config.headers.on_allowed {
-        return (Verdict::Resume, None);
-    }
-    (Verdict::Resume, Some(RateLimitFields::of(&shown, config)))
-}
-
-/// The rule the client is shown, never one in shadow mode (it must not change what clients
-/// see). Denied: a rule that blocks the client, else the denying rule with the longest
-/// wait. Allowed: the rule with the fewest tokens left. Ties go to the smaller bucket.
-pub fn most_restrictive(
-    planned: &[PlannedRule],
-    results: &[RuleResult],
-    denied: bool,
-) -> Option<usize> {
-    let candidates = planned
-        .iter()
-        .zip(results)
-        .enumerate()
-        .filter(|(_, (p, r))| !p.shadow && (!denied || !r.allowed));
-    if denied {
-        candidates
-            .max_by_key(|(_, (p, r))| (r.blocked, r.wait_ms, std::cmp::Reverse(p.limit.burst)))
-            .map(|(i, _)| i)
-    } else {
-        candidates
-            .min_by_key(|(_, (p, r))| (r.remaining, p.limit.burst))
-            .map(|(i, _)| i)
     }
 }
 
@@ -425,10 +363,12 @@ mod conclusion;
 mod planning;
 mod quota;
 mod shortcuts;
+mod verdict;
 
 pub use conclusion::{
     conclude_exchange, decode_callout, exchange_failure, record_exchange, Concluding,
 };
+pub use verdict::most_restrictive;
 
 #[cfg(test)]
 #[path = "admission_deny_cache_tests.rs"]
