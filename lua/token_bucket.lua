@@ -182,12 +182,14 @@ local function take_slot(key, s14, held, id, has, admitted)
     end
     return cap - held, 0, 0
   end
-  local fits = has or held < cap
+  -- An id the set holds already is refused: no caller sends a check twice, and one that
+  -- reused a live request's id (a client's own x-request-id through the rate limit
+  -- service) would otherwise run without a slot of its own.
+  local fits = not has and held < cap
   if admitted and fits then
-    if not has then held = held + 1 end
+    held = held + 1
     if not peek then
-      -- Taken, or renewed by a check sent again.
-      call('ZADD', key, 'GT', now + life, id)
+      call('ZADD', key, now + life, id)
       keep()
     end
     return cap - held, 0, 0
@@ -224,7 +226,7 @@ while a <= nlayout do
       else
         held, mine[r + i] = call('ZCARD', key), call('ZSCORE', key, id) ~= false
       end
-      if not mine[r + i] and held >= sh[s14 - 13] / sh[s14 - 11] and sh[s14 - 5] == 0 then
+      if (mine[r + i] or held >= sh[s14 - 13] / sh[s14 - 11]) and sh[s14 - 5] == 0 then
         admitted = false
       end
       local slot = o + 3 * i

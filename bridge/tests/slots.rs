@@ -85,10 +85,12 @@ async fn a_set_admits_its_most_and_a_release_makes_room() {
         (three[0].allowed, three[0].remaining, three[0].wait_ms),
         (false, 0, SLOT_RETRY_MS)
     );
-    // A check sent again (its answer lost) holds its one slot, taking no other.
+    // An id held already is refused (a caller reusing a live request's id), taking nothing.
+    release(&store, slot(key, 2, "r1")).await;
     let again = check(&store, vec![slot(key, 2, "r2")]).await.unwrap();
-    assert_eq!((again[0].allowed, again[0].remaining), (true, 0));
-    assert_eq!(held(&valkey, key).len(), 2);
+    assert_eq!((again[0].allowed, again[0].wait_ms), (false, SLOT_RETRY_MS));
+    assert_eq!(held(&valkey, key).len(), 1);
+    check(&store, vec![slot(key, 2, "r1")]).await.unwrap();
     let now = redis_now_ms(&valkey);
     for (_, expires) in held(&valkey, key) {
         assert!(
