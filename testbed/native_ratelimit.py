@@ -66,10 +66,11 @@ def upstream_tls(pki):
 
 def native_config(listen_port, admin_port, origin_port, bridge_port, rate_limits,
                   domain="api", failure_mode_deny=False, token=None, origin_headers=None,
-                  ratelimit_options=None, pki=None):
+                  ratelimit_options=None, pki=None, upstream=None):
     """An Envoy bootstrap: `listen_port` serves every path through the `ratelimit` filter
     (domain `domain`) with `rate_limits` on its route, to the origin on `origin_port`,
-    which answers 200 with `origin_headers`; with `pki`, it reaches the bridge over
+    which answers 200 with `origin_headers` (or, with `upstream`, to a server of the test's
+    on that port: testbed/llm_upstream.py's, say); with `pki`, it reaches the bridge over
     mutual TLS (`upstream_tls`)."""
     service = {"envoy_grpc": {"cluster_name": "ratelimit_bridge"}, "timeout": "2s"}
     if token is not None:
@@ -95,8 +96,8 @@ def native_config(listen_port, admin_port, origin_port, bridge_port, rate_limits
     return {"admin": {"address": {"socket_address": {"address": "127.0.0.1",
                                                      "port_value": admin_port}}},
             "static_resources": {
-                "listeners": [front, origin],
-                "clusters": [cluster("origin", origin_port), bridge]}}
+                "listeners": [front] if upstream else [front, origin],
+                "clusters": [cluster("origin", upstream or origin_port), bridge]}}
 
 
 class RlsStack(Stack):

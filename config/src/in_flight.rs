@@ -12,9 +12,10 @@ use serde::Deserialize;
 /// A slot's life between renewals by default.
 pub const DEFAULT_TTL_MS: u64 = 30_000;
 
+/// As the configuration writes it (the rate limit service's YAML writes it so too).
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawInFlight {
+pub struct RawInFlight {
     max: u64,
     ttl: Option<String>,
 }
@@ -38,7 +39,7 @@ impl InFlight {
 }
 
 impl RawInFlight {
-    pub(crate) fn validate(self, field: &str) -> Result<InFlight, ConfigError> {
+    pub fn validate(self, field: &str) -> Result<InFlight, ConfigError> {
         if !(1..=1_000_000).contains(&self.max) {
             return err(format!("{field}.max"), "must be 1 to 1000000");
         }

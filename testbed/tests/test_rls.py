@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.in_flight import judge
+from testbed.llm_upstream import LlmUpstream
 from testbed.native_ratelimit import RlsStack
 from testbed.stack import BRIDGE, free_port, request, wait_for
 
@@ -415,3 +417,61 @@ def test_operators_overrides_and_usage_reach_the_services_buckets(rls_stack, tmp
     unblock = subprocess.run([BRIDGE, "unblock", "--domain", "api", "--entry", "user=alice",
                               *stack.redis_args], capture_output=True, text=True, timeout=30)
     assert unblock.returncode == 1 and "no block" in unblock.stderr, unblock.stderr
+
+
+IN_FLIGHT = """
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {in_flight: {max: 2, ttl: 1m}}
+"""
+USER = {"request_headers": {"header_name": "x-user-id", "descriptor_key": "user"}}
+# docs/rate-limit-service.md: the request's slot taken at its start, given back at its end.
+TAKE_SLOT = {"actions": [USER, {"request_headers": {
+    "header_name": "x-request-id", "descriptor_key": "ratelimit.slot"}}]}
+GIVE_SLOT_BACK = {"actions": [USER, {"request_headers": {
+    "header_name": "x-request-id", "descriptor_key": "ratelimit.release"}}],
+    "apply_on_stream_done": True}
+STREAM = {"model": "m", "messages": [], "stream": True}
+
+
+def test_in_flight_limits_through_envoy_s_own_filter_across_two_gateways(rls_stack):
+    with LlmUpstream() as upstream:
+        stack = rls_stack([], limits=IN_FLIGHT, gateways=2, upstream=upstream.port,
+                          ratelimit_options={"rate_limits": [TAKE_SLOT, GIVE_SLOT_BACK]})
+
+        def hold(gateway, name, **headers):
+            thread = threading.Thread(target=stack.stream, args=(gateway,), kwargs={
+                "body": STREAM, "headers": {"x-user-id": "ana", "x-test-hold": name,
+                                            **headers}}, daemon=True)
+            thread.start()
+            return thread
+
+        def holding(name, count):
+            wait_for(f"{count} held", lambda: upstream.holding(name) == count, timeout=10)
+
+        def short(gateway, **headers):
+            return stack.stream(gateway, body=STREAM, headers={
+                "x-user-id": "ana", "x-test-chunks": "1", **headers}).status
+
+        held = [hold(0, "two"), hold(1, "two")]
+        holding("two", 2)
+        assert short(0) == 429 and short(1) == 429, "both slots held, one per gateway"
+        upstream.release("two", 2)
+        for thread in held:
+            thread.join(10)
+        # The stream-done calls gave both back: the slots live a minute, so a leak would
+        # refuse these for that long.
+        wait_for("a slot back", lambda: short(0) == 200, timeout=5)
+        assert short(1) == 200
+        # A client reusing a live request's x-request-id (Envoy keeps a client's own id
+        # unless told otherwise) is refused, though a slot is free.
+        mine = {"x-request-id": "3f2b1c9e-reused"}
+        held = hold(0, "one", **mine)
+        holding("one", 1)
+        assert short(1, **mine) == 429
+        assert short(1) == 200, "the other slot is free"
+        upstream.release("one")
+        held.join(10)
+    verdict = judge([(s.at, s.ended) for s in upstream.served], 2)
+    assert verdict.violations == [], verdict

@@ -95,22 +95,29 @@ impl Service {
             (Intent::Check, &mut lines.check),
             (Intent::Read, &mut lines.read),
             (Intent::Settle, &mut lines.cost),
+            (Intent::Return, &mut lines.release),
         ] {
             intake.admit(intent, call).map_err(Refusal::Failed)?;
         }
         let (check, read, cost) = (&lines.check, &lines.read, &lines.cost);
-        let (checked, were, costed) = tokio::join!(
+        let release = &lines.release;
+        let (checked, were, costed, released) = tokio::join!(
             run(!check.is_empty(), || engine.check(check)),
             run(!read.is_empty(), || engine.read(read)),
             run(!cost.is_empty(), || async {
                 let mut settled = engine.settle_all(std::slice::from_ref(cost)).await;
                 settled.pop().unwrap_or_else(|| Err("no answer".into()))
             }),
+            run(!release.is_empty(), || async {
+                let mut returned = engine.return_leases(std::slice::from_ref(release)).await;
+                returned.pop().unwrap_or_else(|| Err("no answer".into()))
+            }),
         );
-        let (checked, were, costed) = (
+        let (checked, were, costed, released) = (
             checked.map_err(Refusal::Failed)?,
             were.map_err(Refusal::Failed)?,
             costed.map_err(Refusal::Failed)?,
+            released.map_err(Refusal::Failed)?,
         );
         let mut response = RateLimitResponse {
             overall_code: CODE_OK,
@@ -139,6 +146,11 @@ impl Service {
                 // left no debt (`borrowed` counts whole tokens: a cost of 1 on 0.3 tokens
                 // borrows 0.7, which is debt, as envoyproxy/ratelimit's counter at its
                 // limit is over at one hit more). A give-back is never over.
+                // A slot given back: the slots free after it.
+                Ask::Release => released.get(line.at).cloned().map(|mut o| {
+                    o.allowed = true;
+                    o
+                }),
                 Ask::Cost => costed.get(line.at).cloned().map(|mut o| {
                     let took = (lines.cost.get(line.at))
                         .and_then(|spec| spec.settle.as_ref())

@@ -16,6 +16,7 @@ use super::metrics::RuleLabel;
 use super::proto::Struct;
 use super::raw::{unit_named, RawDescriptor, RawDomain, RawRateLimit};
 use super::wildcard::Wildcard;
+use ratelimit_config::in_flight::InFlight;
 use ratelimit_config::limit::Limit;
 use ratelimit_protocol::global::Global;
 use std::collections::HashMap;
@@ -30,6 +31,9 @@ pub enum Quota {
     Blocked,
     /// A token bucket.
     Bucket(Limit),
+    /// A set of slots (`in_flight`): taken by a descriptor ending in `ratelimit.slot`,
+    /// given back by one ending in `ratelimit.release`.
+    Slots(InFlight),
 }
 
 /// A configured descriptor's limit.
@@ -259,7 +263,17 @@ fn rule(
             return Err(format!("{path}: replaces its own name {:?}", replaced.name));
         }
     }
-    let (quota, unit) = if raw.unlimited {
+    let (quota, unit) = if let Some(in_flight) = raw.in_flight {
+        if raw.unlimited || raw.unit.is_some() || raw.requests_per_unit.is_some() {
+            return Err(format!(
+                "{path}: an in_flight rate_limit takes no unit, requests_per_unit or unlimited"
+            ));
+        }
+        let in_flight = in_flight
+            .validate("rate_limit.in_flight")
+            .map_err(|e| format!("{path}: {e}"))?;
+        (Quota::Slots(in_flight), 0)
+    } else if raw.unlimited {
         if raw.unit.is_some() || raw.requests_per_unit.is_some() {
             return Err(format!(
                 "{path}: an unlimited rate_limit takes no unit or requests_per_unit"
@@ -304,7 +318,10 @@ fn rule(
         },
         name: raw.name.unwrap_or_default(),
         quota,
-        requests_per_unit: raw.requests_per_unit.unwrap_or(0),
+        requests_per_unit: match quota {
+            Quota::Slots(f) => u32::try_from(f.max).unwrap_or(u32::MAX),
+            _ => raw.requests_per_unit.unwrap_or(0),
+        },
         unit,
         shadow,
         replaces: raw.replaces.into_iter().map(|r| r.name).collect(),

@@ -19,7 +19,12 @@
 //!   N is read as Envoy reads a number of hits (`hits::envoy_hits`), and what Envoy would
 //!   not have reserved from it reads as 0: a commit is never refused, and never gives back
 //!   more than a reservation made from the same text took. The answer to a reservation
-//!   says what it took (`answer`), for the commit to name instead of a client's header.
+//!   says what it took (`answer`), for the commit to name instead of a client's header;
+//! - an in-flight limit's **slot** and its **release**, marked so too: `ratelimit.slot: ID`
+//!   takes the request's slot in the check, all or nothing; `ratelimit.release: ID` (sent
+//!   at the stream's end) gives it back. The slot is named by a digest of ID (Envoy's
+//!   `x-request-id`), so any value names one; an ID held already is refused, so a client
+//!   that reuses a live request's ID runs without a slot of its own only by being refused.
 
 use super::hits::envoy_hits;
 use super::limits::{Limits, Quota, Rule};
@@ -28,8 +33,10 @@ use super::proto::{Entry, RateLimitDescriptor, RateLimitRequest};
 use super::raw::unit_ms;
 use crate::store::check::{Check, RuleSpec};
 use ratelimit_config::digest::sha256_hex;
+use ratelimit_config::in_flight::InFlight;
 use ratelimit_config::keys::{bucket_key, key_safe, SERVICE_RULE};
 use ratelimit_config::limit::Limit;
+use ratelimit_protocol::slot::Slot;
 use ratelimit_protocol::{Settle, MAX_EXACT, MAX_RULES};
 use std::sync::Arc;
 
@@ -42,6 +49,10 @@ pub const MAX_ENTRIES: usize = 16;
 /// The last entry of a reservation, and of its commit (its value: the hits reserved).
 pub const RESERVE: &str = "ratelimit.reserve";
 pub const RESERVED: &str = "ratelimit.reserved";
+/// The last entry of an in-flight limit's take, and of its release (their value: the
+/// request's id).
+pub const SLOT: &str = "ratelimit.slot";
+pub const RELEASE: &str = "ratelimit.release";
 
 /// What is asked of a descriptor's bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +67,8 @@ pub enum Ask {
     Read,
     /// Settled on its own (`Lines::cost`).
     Cost,
+    /// A slot given back (`Lines::release`).
+    Release,
 }
 
 /// One descriptor's part of the call.
@@ -77,6 +90,8 @@ pub struct Lines {
     pub read: Check,
     /// Costs and commits: a settlement, under one id per call.
     pub cost: Check,
+    /// Slots released: a lease return.
+    pub release: Check,
 }
 
 /// Why a call was not answered.
@@ -96,6 +111,9 @@ enum Marker {
     None,
     Reserve,
     Reserved(u64),
+    /// An in-flight limit's slot taken, and released: the slot's id.
+    Slot(String),
+    Release(String),
 }
 
 /// `request` turned into lines against `limits`, its buckets keyed under `prefix`, its costs settled
@@ -148,6 +166,13 @@ pub fn lines(
         let hits = own.unwrap_or(wide_hits).min(MAX_EXACT - 1);
         let (limit, found) = match rule.as_deref().map(|r| (r.quota, r)) {
             Some((Quota::Bucket(limit), found)) => (limit, found),
+            Some((Quota::Slots(in_flight), found)) => {
+                let line = slot_line(
+                    &mut lines, prefix, domain, entries, found, in_flight, marker,
+                )?;
+                lines.descriptors.push(DescriptorLine { rule, ..line });
+                continue;
+            }
             // Answered without Redis: no limit, or a limit of 0.
             other => {
                 let ask = match other {
@@ -184,6 +209,12 @@ pub fn lines(
                     "a descriptor ending in {RESERVED} has no hits_addend (the usage)"
                 )))
             }
+            (Marker::Slot(_) | Marker::Release(_), _) => {
+                return Err(Refusal::Invalid(format!(
+                    "descriptor {} ends in {SLOT} or {RELEASE}, but its limit is no in_flight",
+                    found.label.key
+                )))
+            }
             (Marker::None | Marker::Reserve, Some(0)) => {
                 let spec = spec(prefix, domain, entries, found, &limit, 1);
                 (Ask::Read, place(&mut lines.read, spec))
@@ -207,7 +238,7 @@ pub fn lines(
             reserves,
         });
         // Refused as soon as it passes the bound: `place` looks through a call's buckets.
-        if [&lines.check, &lines.read, &lines.cost]
+        if [&lines.check, &lines.read, &lines.cost, &lines.release]
             .iter()
             .any(|call| call.len() > MAX_RULES)
         {
@@ -217,6 +248,41 @@ pub fn lines(
         }
     }
     Ok(lines)
+}
+
+/// An in-flight limit's descriptor: its slot taken in the check, or released; with no slot
+/// id (a configuration that sends none), over the limit, never let through unlimited.
+fn slot_line(
+    lines: &mut Lines,
+    prefix: &str,
+    domain: &str,
+    entries: &[Entry],
+    found: &Rule,
+    in_flight: InFlight,
+    marker: Marker,
+) -> Result<DescriptorLine, Refusal> {
+    let limit = in_flight
+        .limit()
+        .map_err(|(_, why)| Refusal::Invalid(why))?;
+    let slotted = |id: String| RuleSpec {
+        slot: Some(Slot {
+            ttl_ms: in_flight.ttl_ms,
+            id,
+        }),
+        ..spec(prefix, domain, entries, found, &limit, 1)
+    };
+    let (ask, hits, at) = match marker {
+        Marker::Slot(id) => (Ask::Check, 1, place(&mut lines.check, slotted(id))),
+        Marker::Release(id) => (Ask::Release, 0, place(&mut lines.release, slotted(id))),
+        _ => (Ask::Over, 1, 0),
+    };
+    Ok(DescriptorLine {
+        rule: None,
+        ask,
+        hits,
+        at,
+        reserves: false,
+    })
 }
 
 /// Puts `spec` in `call`, returning its index: a bucket already there (the same descriptor
@@ -257,6 +323,8 @@ fn marked(entries: &[Entry]) -> Result<(&[Entry], Marker), Refusal> {
             let reserved = envoy_hits(&last.value).unwrap_or(0);
             Ok((rest, Marker::Reserved(reserved.min(MAX_EXACT - 1))))
         }
+        SLOT => Ok((rest, Marker::Slot(sha256_hex(last.value.as_bytes())))),
+        RELEASE => Ok((rest, Marker::Release(sha256_hex(last.value.as_bytes())))),
         _ => Ok((entries, Marker::None)),
     }
 }

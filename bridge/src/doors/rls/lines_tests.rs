@@ -24,6 +24,8 @@ fn text() -> impl Strategy<Value = String> {
         Just("key1".to_string()),
         Just(RESERVE.to_string()),
         Just(RESERVED.to_string()),
+        Just(SLOT.to_string()),
+        Just(RELEASE.to_string()),
         Just(String::new()),
         "[a-z0-9:{}%#* ]{0,12}",
         ".{0,300}",
@@ -73,7 +75,7 @@ proptest! {
             Err(Refusal::Failed(why)) => panic!("planning never fails as Redis does: {why}"),
         };
         prop_assert_eq!(lines.descriptors.len(), request.descriptors.len());
-        for call in [&lines.check, &lines.read, &lines.cost] {
+        for call in [&lines.check, &lines.read, &lines.cost, &lines.release] {
             prop_assert!(call.len() <= MAX_RULES);
             for (i, rule) in call.iter().enumerate() {
                 prop_assert!(parse_key(&rule.key).is_ok(), "{}", rule.key);
@@ -83,6 +85,9 @@ proptest! {
                     prop_assert!(settle.delta.unsigned_abs() < MAX_EXACT);
                     prop_assert!(ratelimit_protocol::valid_settlement_id(&settle.id));
                 }
+                if let Some(slot) = &rule.slot {
+                    prop_assert!(ratelimit_protocol::valid_settlement_id(&slot.id));
+                }
             }
         }
         for line in &lines.descriptors {
@@ -90,6 +95,7 @@ proptest! {
                 Ask::Check => &lines.check,
                 Ask::Read => &lines.read,
                 Ask::Cost => &lines.cost,
+                Ask::Release => &lines.release,
                 Ask::Free | Ask::Over => continue,
             };
             prop_assert!(line.at < call.len());
@@ -199,4 +205,69 @@ descriptors:
     let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, global: {home: EU}}\n";
     let why = Limits::parse([("d.yaml", bad)], false).unwrap_err();
     assert!(why.contains("rate_limit.global.home"), "{why}");
+}
+
+/// An in-flight limit (`rate_limit.in_flight`): its slot taken by a descriptor ending in
+/// `ratelimit.slot`, given back by one ending in `ratelimit.release`, both naming the slot
+/// by a digest of the request's id; without an id it is over, never unlimited; a slot
+/// marker on a rate limit is the caller's mistake.
+#[test]
+fn in_flight_limits_take_and_release_a_slot_named_by_the_request_s_id() {
+    let yaml = "domain: llm
+descriptors:
+  - key: user
+    rate_limit: {in_flight: {max: 4, ttl: 10m}}
+  - key: plan
+    rate_limit: {unit: second, requests_per_unit: 20}
+";
+    let limits = Limits::parse([("llm.yaml", yaml)], false).unwrap();
+    let call = |key: &str, marker: Option<(&str, &str)>| {
+        let mut entries = vec![Entry {
+            key: key.into(),
+            value: "alice".into(),
+        }];
+        entries.extend(marker.map(|(key, value)| Entry {
+            key: key.into(),
+            value: value.into(),
+        }));
+        let request = RateLimitRequest {
+            domain: "llm".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries,
+                limit: None,
+                hits_addend: None,
+            }],
+            hits_addend: 0,
+        };
+        lines(&limits, &request, "rl", "id")
+    };
+    let take = call("user", Some((SLOT, "b7f0-req-1"))).unwrap();
+    let taken = &take.check[0];
+    let slot = taken.slot.as_ref().unwrap();
+    assert_eq!((taken.burst, taken.cost, slot.ttl_ms), (4, 1, 600_000));
+    assert_eq!(slot.id, sha256_hex(b"b7f0-req-1"));
+    assert!(ratelimit_protocol::valid_settlement_id(&slot.id));
+    let release = call("user", Some((RELEASE, "b7f0-req-1"))).unwrap();
+    assert!(release.check.is_empty() && release.descriptors[0].ask == Ask::Release);
+    assert_eq!(release.release[0].slot, taken.slot);
+    assert_eq!(release.release[0].key, taken.key);
+    // Any id names a slot, even one no header could hold as it is.
+    let odd = call("user", Some((SLOT, "a b,c|d\n"))).unwrap();
+    assert_eq!(odd.check[0].slot.as_ref().unwrap().id.len(), 64);
+    let bare = call("user", None).unwrap();
+    assert!(bare.check.is_empty() && bare.descriptors[0].ask == Ask::Over);
+    assert!(matches!(
+        call("plan", Some((SLOT, "x"))),
+        Err(Refusal::Invalid(_))
+    ));
+    for bad in [
+        "{in_flight: {max: 4}, unit: second}",
+        "{in_flight: {max: 0}}",
+    ] {
+        let yaml = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {bad}\n");
+        assert!(
+            Limits::parse([("d.yaml", yaml.as_str())], false).is_err(),
+            "{bad}"
+        );
+    }
 }

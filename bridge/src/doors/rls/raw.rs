@@ -7,6 +7,7 @@
 use super::metadata::yaml_metadata;
 use super::proto::Struct;
 use ratelimit_config::global::RawGlobal;
+use ratelimit_config::in_flight::RawInFlight;
 use serde::Deserialize;
 
 /// `envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`, in its numbering, and the
@@ -84,6 +85,9 @@ pub(crate) struct RawRateLimit {
     /// The bridge's own: one budget across regions, as a plugin rule's `global`
     /// (docs/regions.md).
     pub(crate) global: Option<RawGlobal>,
+    /// The bridge's own: in place of a unit and requests, at most `max` requests in flight
+    /// at once, as a plugin rule's `in_flight` (docs/in-flight.md).
+    pub(crate) in_flight: Option<RawInFlight>,
 }
 
 #[derive(Deserialize)]

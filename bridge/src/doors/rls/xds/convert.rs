@@ -37,8 +37,9 @@ fn descriptors(list: Vec<RateLimitDescriptor>, parent: &str) -> Result<Vec<RawDe
                     .into_iter()
                     .map(|r| RawReplaces { name: r.name })
                     .collect(),
-                // The xDS resource has no place for it: a file's extension.
+                // The xDS resource has no place for them: a file's extensions.
                 global: None,
+                in_flight: None,
             });
             Ok(RawDescriptor {
                 descriptors: descriptors(d.descriptors, &path)?,
