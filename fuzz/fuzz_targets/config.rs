@@ -5,6 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use ratelimit_config::config::Config;
+use ratelimit_filter::decision::slots::{name_slots, Ids};
 use ratelimit_filter::host::RequestView;
 use ratelimit_filter::metering::Text;
 use ratelimit_filter::request::identity::{self, BodyRead};
@@ -38,9 +39,11 @@ fuzz_target!(|data: &[u8]| {
         shadowed.clear();
         planned = plan(&config, &request, Some(&values), |rule| shadowed.push(rule));
     }
-    let Ok(planned) = planned else {
+    let Ok(mut planned) = planned else {
         return;
     };
+    // Its in-flight rules' slots named, as a worker names them before the check leaves.
+    name_slots(&mut planned, &mut Ids::default());
     assert!(shadowed.iter().all(|&r| config.rules[r].shadow));
     assert!(planned.windows(2).all(|w| w[0].rule < w[1].rule));
     for p in &planned {
@@ -65,6 +68,7 @@ fuzz_target!(|data: &[u8]| {
             overridden: None,
             settle: None,
             global: config.rules[p.rule].global.clone(),
+            slot: p.slot.clone(),
         })
         .collect();
     let sent = Line {

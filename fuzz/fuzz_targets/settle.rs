@@ -96,6 +96,7 @@ fn charged(
         lease: 0,
         block: None,
         shadow: false,
+        slot: None,
     }];
     let took = RuleResult {
         allowed: true,
