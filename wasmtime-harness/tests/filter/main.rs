@@ -13,6 +13,7 @@ mod identity;
 mod live;
 mod redis;
 mod redis_failures;
+mod redis_slots;
 mod refused;
 mod stack;
 mod stream;
