@@ -425,11 +425,11 @@ descriptors:
   - key: user
     rate_limit: {in_flight: {max: 2, ttl: 1m}}
 """
-USER = {"request_headers": {"header_name": "x-user-id", "descriptor_key": "user"}}
+LLM_USER = {"request_headers": {"header_name": "x-user-id", "descriptor_key": "user"}}
 # docs/rate-limit-service.md: the request's slot taken at its start, given back at its end.
-TAKE_SLOT = {"actions": [USER, {"request_headers": {
+TAKE_SLOT = {"actions": [LLM_USER, {"request_headers": {
     "header_name": "x-request-id", "descriptor_key": "ratelimit.slot"}}]}
-GIVE_SLOT_BACK = {"actions": [USER, {"request_headers": {
+GIVE_SLOT_BACK = {"actions": [LLM_USER, {"request_headers": {
     "header_name": "x-request-id", "descriptor_key": "ratelimit.release"}}],
     "apply_on_stream_done": True}
 STREAM = {"model": "m", "messages": [], "stream": True}
