@@ -17,7 +17,7 @@ import json
 
 from testbed.stack import ROOT
 
-from .redis_cost import client, pipeline
+from .redis_cost import client, pipeline, script_args
 
 # (name, how a gateway makes the key, shape): burst, num, den, cost, after, within, for,
 # lease, shadow. 100 per day, so that a bucket one token short lives 865 s (until it is
@@ -34,8 +34,6 @@ KINDS = [
      (5, 1, 17280000, 1, 5, 60000, 900000, 0, 0)),
 ]
 BATCH = 256
-# Numbers per rule shape in the script's arguments (protocol/src/script.rs SHAPE_LEN).
-SHAPE_LEN = 14
 
 
 def fill(r, sha, keys, shape):
@@ -43,10 +41,7 @@ def fill(r, sha, keys, shape):
         calls = []
         for first in range(start, min(len(keys), start + BATCH * 8), BATCH):
             batch = keys[first:first + BATCH]
-            # The rest of the script's 14 numbers per shape (no override, no debt).
-            padded = (*shape, *(0,) * (SHAPE_LEN - len(shape)))
-            calls.append(("EVALSHA", sha, len(batch), *batch, "check", 1, *padded,
-                          b"\x01\x01" * len(batch)))
+            calls.append(("EVALSHA", sha, len(batch), *batch, *script_args(shape, len(batch))))
         pipeline(r, calls)
 
 

@@ -68,9 +68,19 @@ def commandstats(r):
 
 
 # One rule of every check: 100 requests per minute, cost 1, no block (burst, num, den,
-# cost, after, within, for, lease, shadow, an override's burst, num, den and end: none,
-# then a settlement's debt: none).
-RULE = (100, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+# cost, after, within, for, lease, shadow; the rest of the shape zeros).
+RULE = (100, 1, 600, 1, 0, 0, 0, 0, 0)
+# Numbers per rule shape in the script's arguments (protocol/src/script.rs SHAPE_LEN): the
+# nine above, an override's burst, num, den and end, a settlement's debt, a slot's life.
+SHAPE_LEN = 15
+
+
+def script_args(shape, checks, mode="check"):
+    """The script's ARGV for `checks` checks of one rule each, all of `shape` (its first
+    numbers; the rest of SHAPE_LEN are zeros): the mode, one shape, the layout (1, 1 per
+    check), and no settlement's nor slot's id (docs/token-bucket.md)."""
+    padded = (*shape, *(0,) * (SHAPE_LEN - len(shape)))
+    return (mode, 1, *padded, b"\x01\x01" * checks, b"")
 
 
 def run_script(r, checks, prefix, batch=1):
@@ -84,7 +94,7 @@ def run_script(r, checks, prefix, batch=1):
         for first in range(start, min(checks, start + per_round), batch):
             n = min(batch, checks - first)
             keys = [f"{prefix}:u{i % KEYS}" for i in range(first, first + n)]
-            calls.append(("EVALSHA", sha, n, *keys, "check", 1, *RULE, b"\x01\x01" * n))
+            calls.append(("EVALSHA", sha, n, *keys, *script_args(RULE, n)))
         pipeline(r, calls)
     return ["evalsha"]
 
