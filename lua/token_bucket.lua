@@ -153,34 +153,40 @@ local first, st, blocks, counted, base, dn, bad = {}, {}, {}, {}, {}, {}, {}
 local ov, obase, fresh = {}, {}, nil
 local out, o = { now }, 1
 
+-- Keeps a set of slots `key` until its slot of `life` ms, just taken or renewed, expires
+-- (a second more); a longer life already set stays (a config that shortened it).
+local function keep_slots(key, life)
+  if call('PTTL', key) < life + EXPIRY_SLACK_MS then call('PEXPIRE', key, life + EXPIRY_SLACK_MS) end
+end
+
+-- The slots free in a set of `cap` holding `held`: never below 0, as a set can hold more
+-- than a lowered most (and -2, -3 would read as the codes of a blocked or shadow rule).
+local function free(cap, held) return held < cap and cap - held or 0 end
+
 -- What a check (or, by the mode, a renewal, a release, a read) does to the set of slots
 -- `key` of the rule of shape position s14, which held `held` slots, `has` whether the
 -- request's own (`id`) among them; `admitted`: every rule of the check fits. Answers as a
--- bucket would: remaining, ms until full (always 0), wait (SLOT_RETRY_MS when full).
+-- bucket would: the slots free, ms until full (always 0), wait (SLOT_RETRY_MS when full).
 local function take_slot(key, s14, held, id, has, admitted)
   local cap, life = sh[s14 - 13] / sh[s14 - 11], slotted[s14 / 14]
   -- A look (a check's shadow rule of cost 0: a client asking its quota) takes nothing. (A
   -- settlement's cost is its delta, 0 for a renewal.)
-  if sh[s14 - 10] == 0 and not (read or settle) then return cap - held, 0, 0 end
-  local function keep()
-    -- The set outlives its longest slot (a config that shortened the life keeps it).
-    if call('PTTL', key) < life + EXPIRY_SLACK_MS then call('PEXPIRE', key, life + EXPIRY_SLACK_MS) end
-  end
+  if sh[s14 - 10] == 0 and not (read or settle) then return free(cap, held), 0, 0 end
   if settle then
     -- A renewal never brings back a slot that is gone: it may come after the release.
     if has then
       call('ZADD', key, 'XX', 'GT', now + life, id)
-      keep()
+      keep_slots(key, life)
     end
-    return has and 1 or 0, cap - held, 0
+    return has and 1 or 0, free(cap, held), 0
   elseif read then
-    return 0, cap - held, 0
+    return 0, free(cap, held), 0
   elseif refund then
     if has then
       call('ZREM', key, id)
       held = held - 1
     end
-    return cap - held, 0, 0
+    return free(cap, held), 0, 0
   end
   -- An id the set holds already is refused: no caller sends a check twice, and one that
   -- reused a live request's id (a client's own x-request-id through the rate limit
@@ -190,14 +196,14 @@ local function take_slot(key, s14, held, id, has, admitted)
     held = held + 1
     if not peek then
       call('ZADD', key, now + life, id)
-      keep()
+      keep_slots(key, life)
     end
-    return cap - held, 0, 0
+    return free(cap, held), 0, 0
   elseif admitted then
     -- A shadow rule with no room: it takes nothing, and says what it would wait.
     return -3, 0, SLOT_RETRY_MS
   elseif fits then
-    return cap - held, 0, 0
+    return free(cap, held), 0, 0
   end
   return 0, 0, SLOT_RETRY_MS
 end

@@ -247,3 +247,26 @@ async fn a_look_takes_nothing_and_says_what_is_left() {
     }
     assert_eq!(held(&valkey, set).len(), 1, "no slot taken by a look");
 }
+
+#[tokio::test]
+async fn a_set_holding_more_than_a_lowered_most_answers_none_free_and_refuses() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let key = "rl:streams:alice";
+    for id in ["r1", "r2", "r3", "r4"] {
+        assert!(check(&store, vec![slot(key, 4, id)]).await.unwrap()[0].allowed);
+    }
+    // The configuration now allows 2: four still run, none is free, never a negative count
+    // (which would read as a code), and the check is refused, not failed.
+    let out = check(&store, vec![slot(key, 2, "r5")]).await.unwrap();
+    assert_eq!((out[0].allowed, out[0].remaining), (false, 0));
+    let released = release(&store, slot(key, 2, "r1")).await;
+    assert_eq!(released.remaining, 0);
+    let look = RuleSpec {
+        shadow: true,
+        cost: 0,
+        ..slot(key, 2, "look")
+    };
+    let out = check(&store, vec![look]).await.unwrap();
+    assert_eq!((out[0].allowed, out[0].remaining), (true, 0));
+}

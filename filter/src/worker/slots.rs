@@ -6,17 +6,17 @@
 
 use crate::decision::slots::SlotLines;
 use hashbrown::HashMap;
-
-#[derive(Debug)]
-struct Hold {
-    lines: SlotLines,
-    renewed_ms: u64,
-}
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// One worker's slots held, by request.
 #[derive(Debug, Default)]
 pub struct Slots {
-    held: HashMap<u32, Hold>,
+    held: HashMap<u32, SlotLines>,
+    /// When each held request's next renewal is due (ms, request), soonest first: a tick
+    /// looks at those due only, however many streams a worker holds. A request that ended
+    /// leaves its entry here until it comes up, and is skipped then.
+    due: BinaryHeap<Reverse<(u64, u32)>>,
     /// Requests gone while their check was out, until its answer.
     orphans: HashMap<u32, SlotLines>,
 }
@@ -25,13 +25,14 @@ impl Slots {
     /// Request `context_id`'s check took (or may have taken) the slots of `lines`, at
     /// `now_ms`.
     pub fn hold(&mut self, context_id: u32, lines: SlotLines, now_ms: u64) {
-        let renewed_ms = now_ms;
-        self.held.insert(context_id, Hold { lines, renewed_ms });
+        let at = now_ms.saturating_add(lines.renew_every_ms);
+        self.held.insert(context_id, lines);
+        self.due.push(Reverse((at, context_id)));
     }
 
     /// Request `context_id` ended: the lines of the slots it held, to release them.
     pub fn ended(&mut self, context_id: u32) -> Option<SlotLines> {
-        self.held.remove(&context_id).map(|h| h.lines)
+        self.held.remove(&context_id)
     }
 
     /// Request `context_id` ended while its check, with these slots, was out.
@@ -48,10 +49,15 @@ impl Slots {
     /// The renewals due at `now_ms` (line, rules), each counted as renewed now.
     pub fn due(&mut self, now_ms: u64) -> Vec<(String, usize)> {
         let mut due = Vec::new();
-        for hold in self.held.values_mut() {
-            if now_ms.saturating_sub(hold.renewed_ms) >= hold.lines.renew_every_ms {
-                hold.renewed_ms = now_ms;
-                due.push((hold.lines.renew.clone(), hold.lines.rules));
+        while let Some(&Reverse((at, context_id))) = self.due.peek() {
+            if at > now_ms {
+                break;
+            }
+            self.due.pop();
+            if let Some(lines) = self.held.get(&context_id) {
+                due.push((lines.renew.clone(), lines.rules));
+                let next = now_ms.saturating_add(lines.renew_every_ms);
+                self.due.push(Reverse((next, context_id)));
             }
         }
         due

@@ -280,15 +280,18 @@ impl Dispatcher {
         let Some(held) = self.requests.remove(&context_id) else {
             return;
         };
-        let config = self.config_of(held.generation);
-        let lines = config.and_then(|c| held.admission.slot_lines(c));
+        // Made only for a check that is out: a request decided holds its slots in `slots`.
+        let lines = |d: &Self| {
+            let config = d.config_of(held.generation);
+            config.and_then(|c| held.admission.slot_lines(c))
+        };
         match held.phase {
             Phase::Decided | Phase::Reading => {}
             Phase::Parked => {
                 // Out in an exchange (not waiting in the queue): its slots go back once
                 // its answer comes.
                 if !self.exchanges.forget(context_id) {
-                    if let Some(lines) = lines {
+                    if let Some(lines) = lines(self) {
                         self.slots.orphan(context_id, lines);
                     }
                 }
@@ -296,6 +299,7 @@ impl Dispatcher {
             Phase::Carrying(id) => {
                 // Its own callout, whose answer no one will read: released now, which may
                 // come before the take (the slot is then held until it expires).
+                let lines = lines(self);
                 self.exchanges.forget(context_id);
                 self.exchanges.complete(id);
                 if let Some(lines) = lines {
