@@ -71,8 +71,9 @@ def commandstats(r):
 # cost, after, within, for, lease, shadow; the rest of the shape zeros).
 RULE = (100, 1, 600, 1, 0, 0, 0, 0, 0)
 # Numbers per rule shape in the script's arguments (protocol/src/script.rs SHAPE_LEN): the
-# nine above, an override's burst, num, den and end, a settlement's debt, a slot's life.
-SHAPE_LEN = 15
+# nine above, an override's burst, num, den and end, a settlement's debt, a slot's life, a
+# calendar quota's four period starts.
+SHAPE_LEN = 19
 
 
 def script_args(shape, checks, mode="check"):

@@ -4,8 +4,9 @@
 -- metered rules' settlements, rule by rule, once per id; 'read': each bucket as it stands,
 -- writing nothing). An in-flight rule's key is a set of slots instead (a sorted set, each
 -- request's slot scored by its expiry): a check takes the request's slot if the set has
--- room, 'refund' gives it back, 'settle' renews it. KEYS: every rule's bucket (mode '*', a
--- Cluster node: only the first; the keys end ARGV). ARGV: the mode, S, 15 numbers per rule
+-- room, 'refund' gives it back, 'settle' renews it. A calendar quota's bucket refills at
+-- once when its period starts. KEYS: every rule's bucket (mode '*', a
+-- Cluster node: only the first; the keys end ARGV). ARGV: the mode, S, 19 numbers per rule
 -- shape, the checks as one byte string, the ids (settlements', slots'), with '*' the keys.
 -- Returns one string of little-endian 64-bit integers: now_ms, then 3 per rule. In full:
 -- docs/token-bucket.md (protocol/src/script.rs lays the calls out); blocks: lua/unblock.lua.
@@ -38,7 +39,7 @@ local spread = byte(mode, -1) == 42
 if spread then mode = sub(mode, 1, -2) end
 
 -- Numbers per shape in ARGV.
-local W = 15
+local W = 19
 local nshapes = tonumber(ARGV[2])
 local settle = mode == 'settle'
 -- The ids follow the layout: one argument more before the keys.
@@ -57,13 +58,25 @@ local refund, peek, read = mode == 'refund', mode == 'peek', mode == 'read'
 -- then the override's capacity in its units, num, den, the cost in its units, and until
 -- (0: no override). With 'settle' the cost is what the settlement takes (below 0: gives
 -- back), and debt[s] how many tokens below 0 it may take the bucket; slotted[s] the life
--- of an in-flight rule's slots (its capacity in units is its most slots, den being 1).
-local sh, debt, slotted = {}, {}, {}
+-- of an in-flight rule's slots (its capacity in units is its most slots, den being 1);
+-- a calendar quota's period that holds now from pstart[s] to pend[s] (its rate is 0: the
+-- bucket is full again at each period's start, as a missing key reads).
+local sh, debt, slotted, pstart, pend = {}, {}, {}, {}, {}
 for s = 1, nshapes do
-  local a, b = W * s - 12, 14 * s - 13
+  local a, b = W * (s - 1) + 3, 14 * s - 13
   debt[s] = tonumber(ARGV[a + 13])
   -- An in-flight rule's: its slots' life in ms (0: a bucket).
   if tonumber(ARGV[a + 14]) > 0 then slotted[s] = tonumber(ARGV[a + 14]) end
+  -- A calendar quota's: four period starts around the caller's clock (0s: none).
+  local b0, b1, b2, b3 = tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16]), tonumber(ARGV[a + 17]),
+    tonumber(ARGV[a + 18])
+  if b3 > 0 then
+    if now < b0 or now >= b3 then
+      return redis.error_reply('token_bucket: the server time ' .. now .. ' is in no period sent')
+    elseif now < b1 then pstart[s], pend[s] = b0, b1
+    elseif now < b2 then pstart[s], pend[s] = b1, b2
+    else pstart[s], pend[s] = b2, b3 end
+  end
   local den, cost, oden = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 11])
   sh[b], sh[b + 1], sh[b + 2], sh[b + 3] = tonumber(ARGV[a]) * den, tonumber(ARGV[a + 1]), den, cost * den
   sh[b + 4], sh[b + 5], sh[b + 6] = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
@@ -73,6 +86,16 @@ for s = 1, nshapes do
 end
 local layout = { byte(ARGV[3 + W * nshapes] or '', 1, -1) }
 local nlayout = #layout
+-- Ms until `short` units more come in at `rate` units per ms: exact ceil(short / rate)
+-- below 2^53 (the double quotient is off by at most one across an integer, so one
+-- correction step suffices); a calendar quota's come all at once when its period ends (pe).
+local function refill_ms(short, rate, pe)
+  if pe then return pe - now end
+  local ms = floor(short / rate)
+  if ms * rate < short then ms = ms + 1 end
+  return ms
+end
+
 -- The keys that name sets of slots (isslot[f]), which are no buckets: never read with
 -- MGET nor written with SET.
 local isslot, nslots = {}, 0
@@ -297,6 +320,9 @@ while a <= nlayout do
       -- Products past 2^53 are far above cap: the clamp makes them exact again.
       local l, c = st[k - 5] + elapsed * sh[s14 - 12], sh[s14 - 13]
       if l > c then l = c end
+      -- A calendar quota's new period: full, whatever the last one spent (or owed).
+      local ps = pstart[s14 / 14]
+      if ps and st[k - 4] < ps then l = c end
       if peek and not base[f] then base[f] = l end
       local decides, need, ends = l, sh[s14 - 10], sh[s14]
       if ends > 0 then
@@ -324,7 +350,7 @@ while a <= nlayout do
         local oe = now - ov[k4 - 2]
         if oe < 0 then oe = 0 end
         local lo, oc = ov[k4 - 3] + oe * sh[s14 - 3], sh[s14 - 4]
-        if lo > oc then lo = oc end
+        if lo > oc or (ps and ov[k4 - 2] < ps) then lo = oc end
         ov[k4 - 3], ov[k4 - 2] = lo, now
         if peek and not obase[f] then obase[f] = lo end
         decides, need = lo, sh[s14 - 1]
@@ -351,7 +377,7 @@ while a <= nlayout do
       local blocked = s14 < 0
       if blocked then s14 = -s14 end
       local k, c, rate, d, need = 6 * f, sh[s14 - 13], sh[s14 - 12], sh[s14 - 11], sh[s14 - 10]
-      local after, ends, k4 = sh[s14 - 9], sh[s14], 4 * f
+      local after, ends, k4, pe = sh[s14 - 9], sh[s14], 4 * f, pend[s14 / 14]
       -- The bucket that decides and answers (x): the rule's, or its override's.
       local x, xc, xrate, xd, xneed = l, c, rate, d, need
       if ends > 0 then
@@ -395,9 +421,7 @@ while a <= nlayout do
         end
       elseif admitted and x < xneed then
         -- A shadow rule lacking the cost: it takes nothing, and says what it would wait.
-        wait = floor((xneed - x) / xrate)
-        if wait * xrate < xneed - x then wait = wait + 1 end
-        shadowed = true
+        wait, shadowed = refill_ms(xneed - x, xrate, pe), true
       elseif admitted then
         x = x - xneed
         local lease = sh[s14 - 6]
@@ -414,26 +438,20 @@ while a <= nlayout do
           if g > 0 then x, wait = x - g * d, -g end
         end
       elseif x < xneed then
-        -- Exact ceil((xneed - x) / xrate) below 2^53: the double quotient is off by at most
-        -- one across an integer, so one correction step suffices (likewise below).
-        wait = floor((xneed - x) / xrate)
-        if wait * xrate < xneed - x then wait = wait + 1 end
+        wait = refill_ms(xneed - x, xrate, pe)
       end
       if ends > 0 and wait > 0 and ends - now < wait then
         -- The override ends first; from then on the rule's bucket decides (at least 1 ms,
         -- as a wait of 0 would read as admitted).
         local rest = 0
-        if l < need then
-          rest = floor((need - l) / rate)
-          if rest * rate < need - l then rest = rest + 1 end
-        end
+        if l < need then rest = refill_ms(need - l, rate, pe) end
         if rest < ends - now then rest = ends - now end
         if rest < wait then wait = rest end
         if wait < 1 then wait = 1 end
       end
       if ends == 0 then l = x end
-      local full = floor((xc - x) / xrate)
-      if full * xrate < xc - x then full = full + 1 end
+      -- A calendar quota's resets when its period ends, however much it holds.
+      local full = refill_ms(xc - x, xrate, pe)
       local write = applied or (not (settle or read) and (refund or admitted or (fresh and fresh[f] and not peek)))
       if wait > 0 and after > 0 and not blocked and not shadowed then
         -- One more denial of this client: a new count once the last one's window is over.
@@ -452,10 +470,7 @@ while a <= nlayout do
         -- override's bucket until it is full or the override ends (a bucket this check
         -- did not use: until it ends).
         local keep = full
-        if ends > 0 then
-          keep = floor((c - l) / rate)
-          if keep * rate < c - l then keep = keep + 1 end
-        end
+        if ends > 0 then keep = refill_ms(c - l, rate, pe) end
         keep = now + keep
         if after > 0 then
           if st[k - 2] + sh[s14 - 8] > keep then keep = st[k - 2] + sh[s14 - 8] end

@@ -119,3 +119,22 @@ fn the_rate_limit_services_yaml_is_judged_with_rls() {
     let path = file(&dir, "plugin.json", VALID);
     assert_eq!(check(&["--rls", &path], None).status.code(), Some(1));
 }
+
+#[test]
+fn a_time_zone_the_bridges_database_lacks_is_refused() {
+    let quota = |zone: &str| {
+        VALID.replace(
+            r#""limit": {"requests": 10, "per": "1m"}"#,
+            &format!(r#""limit": {{"requests": 10, "per": "month"}}, "time_zone": "{zone}""#),
+        )
+    };
+    let out = check(&["-"], Some(&quota("America/Argentina/Buenos_Aires")));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = check(&["-"], Some(&quota("Mars/Olympus_Mons")));
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("rules[0].time_zone: no time zone \"Mars/Olympus_Mons\""),
+        "{said}"
+    );
+}

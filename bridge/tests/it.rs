@@ -13,6 +13,7 @@ mod admin_access;
 mod auth;
 mod batch;
 mod blocks;
+mod calendar;
 mod check_config;
 mod claims;
 mod cluster;

@@ -223,7 +223,23 @@ impl Config {
             if rule.global.is_some() && self.backend.transport == Transport::Redis {
                 return err(
                     format!("{field}[{i}].global"),
-                    "a global rule's budget is leased by the bridges of its regions: it                      needs backend.cluster (a bridge), not backend.redis",
+                    "a global rule's budget is leased by the bridges of its regions: it \
+                     needs backend.cluster (a bridge), not backend.redis",
+                );
+            }
+            if rule.time_zone.is_some() && self.backend.transport == Transport::Redis {
+                return err(
+                    format!("{field}[{i}].time_zone"),
+                    "a calendar quota's periods start where the bridge's time zone database \
+                     says: it needs backend.cluster (a bridge), not backend.redis",
+                );
+            }
+            if rule.time_zone.is_some() && self.failure_mode == FailureMode::Local {
+                return err(
+                    format!("{field}[{i}].limit"),
+                    "a gateway alone cannot count a period's quota that every gateway spends: \
+                     choose failure_mode \"open\" or \"closed\" for a configuration with \
+                     calendar quotas",
                 );
             }
             if rule.in_flight.is_some() && self.failure_mode == FailureMode::Local {

@@ -127,8 +127,9 @@ fn the_parser_and_the_schema_know_the_same_fields_everywhere() {
             r#"{"rules": [{"match": {"zz": 1}}]}"#,
         ),
         (
+            // Every field in each of its forms (a bucket, a calendar quota): the first's.
             "a limit",
-            "/definitions/limit/properties",
+            "/definitions/limit/oneOf/0/properties",
             r#"{"rules": [{"limit": {"zz": 1}}]}"#,
         ),
         (

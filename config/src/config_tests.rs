@@ -275,7 +275,8 @@ fn errors_read_as_field_then_problem() {
     ));
     assert_eq!(
         e.to_string(),
-        "rules[0].limit.per: \"soon\" is not a duration like 500ms, 10s, 1m, 1h or 1d"
+        "rules[0].limit.per: \"soon\" is not a duration like 500ms, 10s, 1m, 1h or 1d, nor a \
+         calendar period (day, week, month, year)"
     );
 }
 

@@ -1,4 +1,6 @@
-//! A rule's quota: `requests` per `per`, with a bucket of `burst` tokens.
+//! A rule's quota: `requests` per `per`, with a bucket of `burst` tokens; or, when `per` is
+//! a calendar period (`day`, `week`, `month`, `year`, or `14d` with an `anchor` date), a
+//! *calendar quota*: `requests` for each period, all of them again at the next one.
 //!
 //! The token bucket works in integer units so that every gateway and Redis compute the same
 //! result without float drift: one token is `den` units and the bucket refills `num` units per
@@ -6,6 +8,7 @@
 //! every quantity the Lua script handles below 2^53, the exact-integer range of its doubles.
 
 use crate::error::ConfigError;
+use ratelimit_protocol::calendar::{parse_date, parse_period, Period, MAX_PERIOD_DAYS};
 use ratelimit_protocol::gcd;
 pub use ratelimit_protocol::MAX_EXACT;
 use serde::Deserialize;
@@ -16,6 +19,8 @@ pub(crate) struct RawLimit {
     requests: u64,
     per: String,
     burst: Option<u64>,
+    /// The date one period of a calendar quota of `Nd` starts.
+    anchor: Option<String>,
 }
 
 /// A validated quota.
@@ -29,6 +34,22 @@ pub struct Limit {
     /// Refill rate as a reduced fraction: `num` units per ms, one token being `den` units.
     pub num: u64,
     pub den: u64,
+    /// A calendar quota's period (then `num` is 0, `den` 1, `burst` is `requests` and
+    /// `per_ms` the period's usual length): its rule's `time_zone` says where it starts.
+    pub calendar: Option<Period>,
+}
+
+/// The usual length of a calendar period, for what wants one number (its rule's `per` in a
+/// sentence, the window an API answers).
+fn usual_ms(period: Period) -> u64 {
+    const DAY: u64 = 86_400_000;
+    match period {
+        Period::Day => DAY,
+        Period::Week => 7 * DAY,
+        Period::Month => 30 * DAY,
+        Period::Year => 365 * DAY,
+        Period::Days { every, .. } => u64::from(every) * DAY,
+    }
 }
 
 /// Parses `500ms`, `10s`, `1m`, `2h`, `1d` into milliseconds.
@@ -77,11 +98,24 @@ impl RawLimit {
                 problem,
             })
         };
+        if let Some(period) = self.calendar(field)? {
+            if self.burst.is_some() {
+                return fail(
+                    "burst",
+                    "a calendar quota's bucket holds its requests, refilled at each period's \
+                     start: it takes no burst"
+                        .into(),
+                );
+            }
+            return Limit::calendar(self.requests, period, cost)
+                .or_else(|(name, problem)| fail(name, problem));
+        }
         let Some(per_ms) = parse_duration_ms(&self.per) else {
             return fail(
                 "per",
                 format!(
-                    "{:?} is not a duration like 500ms, 10s, 1m, 1h or 1d",
+                    "{:?} is not a duration like 500ms, 10s, 1m, 1h or 1d, nor a calendar \
+                     period (day, week, month, year)",
                     self.per
                 ),
             );
@@ -91,7 +125,72 @@ impl RawLimit {
     }
 }
 
+impl RawLimit {
+    /// The calendar period this limit names, if it is a calendar quota: `per` a period's
+    /// name, or `Nd` with an `anchor`.
+    fn calendar(&self, field: &str) -> Result<Option<Period>, ConfigError> {
+        let Some(anchor) = &self.anchor else {
+            return Ok(parse_period(&self.per).filter(|p| !matches!(p, Period::Days { .. })));
+        };
+        let fail = |name: &str, problem: String| ConfigError {
+            field: format!("{field}.{name}"),
+            problem,
+        };
+        let days = (self.per.strip_suffix('d'))
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u16>().ok())
+            .filter(|n| (1..=MAX_PERIOD_DAYS).contains(n))
+            .ok_or_else(|| {
+                fail(
+                    "per",
+                    format!(
+                        "{:?}: a quota with an anchor lasts whole days, 1d to {MAX_PERIOD_DAYS}d",
+                        self.per
+                    ),
+                )
+            })?;
+        let anchor = parse_date(anchor).ok_or_else(|| {
+            fail(
+                "anchor",
+                format!("{anchor:?} is not a date like 2026-01-05"),
+            )
+        })?;
+        Ok(Some(Period::Days {
+            every: days,
+            anchor,
+        }))
+    }
+}
+
 impl Limit {
+    /// A calendar quota of `requests` per `period` for checks of `cost`.
+    pub fn calendar(
+        requests: u64,
+        period: Period,
+        cost: u64,
+    ) -> Result<Limit, (&'static str, String)> {
+        if requests == 0 {
+            return Err(("requests", "must be at least 1".into()));
+        }
+        if requests >= MAX_EXACT {
+            return Err(("requests", "must stay below 2^53".into()));
+        }
+        if cost > requests {
+            return Err((
+                "requests",
+                format!("must hold at least one request's cost ({cost})"),
+            ));
+        }
+        Ok(Limit {
+            requests,
+            per_ms: usual_ms(period),
+            burst: requests,
+            num: 0,
+            den: 1,
+            calendar: Some(period),
+        })
+    }
+
     /// `requests` every `per_ms` with a bucket of `burst` tokens (default: `requests`) for
     /// checks of `cost`, the rate reduced and every quantity within the script's exact
     /// range; or the field at fault (`requests`, `per`, `burst`) and why. The plugin's
@@ -133,10 +232,20 @@ impl Limit {
             burst,
             num,
             den,
+            calendar: None,
         })
     }
     /// The period in words, for the 429 body: "minute", "30 seconds", "250 ms".
     pub fn period_phrase(&self) -> String {
+        match self.calendar {
+            Some(Period::Days { every, .. }) => return format!("{every} days"),
+            Some(period) => {
+                let mut name = String::new();
+                ratelimit_protocol::calendar::push_period(&mut name, period);
+                return name;
+            }
+            None => {}
+        }
         let ms = self.per_ms;
         for (unit, size) in [
             ("day", 86_400_000),
@@ -175,6 +284,7 @@ mod tests {
             requests,
             per: per.into(),
             burst,
+            anchor: None,
         }
         .validate("l", cost)
     }

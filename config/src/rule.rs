@@ -14,6 +14,7 @@ use crate::matcher::{Matcher, RawMatch};
 use crate::meter::{MeterPolicy, RawMeter};
 use crate::options::Mode;
 use crate::source::{Identity, Missing, Source};
+use ratelimit_protocol::calendar::Period;
 use ratelimit_protocol::global::Global;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -39,6 +40,7 @@ pub(crate) struct RawRule {
     global: Option<RawGlobal>,
     mode: Option<Mode>,
     missing: Option<Missing>,
+    time_zone: Option<String>,
 }
 
 fn default_tier_identity() -> String {
@@ -74,6 +76,9 @@ pub struct Rule {
     /// An in-flight rule: how many requests of a key may be in flight at once (`limit` is
     /// then its slots as they travel, `InFlight::limit`).
     pub in_flight: Option<InFlight>,
+    /// Where its calendar quotas' periods start (an IANA time zone name; `UTC` unless the
+    /// rule says): `Some` exactly when its limit or a tier's is a calendar quota.
+    pub time_zone: Option<String>,
     /// Shadow mode (the rule's or the whole plugin's): never denies.
     pub shadow: bool,
     /// The `_rules_` entry (`Config::scopes`) the rule belongs to; `None`: a top-level rule.
@@ -86,6 +91,12 @@ impl Rule {
     pub fn limit_for(&self, tier: Option<&str>) -> Limit {
         tier.and_then(|t| self.tiers.iter().find(|(name, _)| name == t))
             .map_or(self.limit, |(_, limit)| *limit)
+    }
+
+    /// The calendar terms a check of this rule under `limit` (its own or a tier's) carries:
+    /// the period and the rule's time zone, when `limit` is a calendar quota.
+    pub fn calendar(&self, limit: &Limit) -> Option<(Period, &str)> {
+        limit.calendar.zip(self.time_zone.as_deref())
     }
 }
 
@@ -164,7 +175,9 @@ impl RawRule {
                 if let Some((_, what)) = what.iter().find(|(has, _)| *has) {
                     return err(
                         format!("{field}.{what}"),
-                        "an in_flight rule counts requests in flight, one slot each: it takes                          no cost, tiers, block, lease, meter nor global (give those to a rule                          of their own beside it)",
+                        "an in_flight rule counts requests in flight, one slot each: it takes \
+                         no cost, tiers, block, lease, meter nor global (give those to a rule \
+                         of their own beside it)",
                     );
                 }
                 let in_flight = raw.validate(&format!("{field}.in_flight"))?;
@@ -245,6 +258,21 @@ impl RawRule {
             Some(raw) => Some(raw.validate(&format!("{field}.lease"), &limit)?),
             None => None,
         };
+        let time_zone = calendar_zone(field, self.time_zone, &limit, &tiers)?;
+        if time_zone.is_some() {
+            let what = [
+                (lease.is_some(), "lease"),
+                (self.global.is_some(), "global"),
+            ];
+            if let Some((_, what)) = what.iter().find(|(has, _)| *has) {
+                return err(
+                    format!("{field}.{what}"),
+                    "a calendar quota takes no lease nor global: its tokens come back all at \
+                     once at the period's start, so tokens held elsewhere across it would be \
+                     spent twice",
+                );
+            }
+        }
         let global = match self.global {
             Some(raw) => {
                 let what = [
@@ -277,8 +305,36 @@ impl RawRule {
             meter,
             global,
             in_flight,
+            time_zone,
             shadow,
             scope: None,
         })
+    }
+}
+
+/// The time zone of a rule whose `limit` or `tiers` hold a calendar quota: `zone` as the
+/// rule wrote it (its grammar checked; whether the database has it is the bridge's to
+/// say, and `check-config`'s), else `UTC`. A rule with no calendar quota takes none.
+fn calendar_zone(
+    field: &str,
+    zone: Option<String>,
+    limit: &Limit,
+    tiers: &[(String, Limit)],
+) -> Result<Option<String>, ConfigError> {
+    let calendar = std::iter::once(limit)
+        .chain(tiers.iter().map(|(_, l)| l))
+        .any(|l| l.calendar.is_some());
+    match zone {
+        None => Ok(calendar.then(|| "UTC".to_string())),
+        Some(_) if !calendar => err(
+            format!("{field}.time_zone"),
+            "only applies to a calendar quota (a limit per day, week, month, year or with an \
+             anchor)",
+        ),
+        Some(zone) if ratelimit_protocol::calendar::zone_name(&zone) => Ok(Some(zone)),
+        Some(zone) => err(
+            format!("{field}.time_zone"),
+            format!("{zone:?} is not a time zone name like Europe/Paris or UTC"),
+        ),
     }
 }

@@ -41,6 +41,7 @@ pub fn limit(burst: u64, num: u64, den: u64) -> Limit {
         burst,
         num,
         den,
+        calendar: None,
     }
 }
 

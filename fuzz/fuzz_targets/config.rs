@@ -69,6 +69,13 @@ fuzz_target!(|data: &[u8]| {
             settle: None,
             global: config.rules[p.rule].global.clone(),
             slot: p.slot.clone(),
+            calendar: (config.rules[p.rule].calendar(&p.limit)).map(|(period, zone)| {
+                ratelimit_protocol::calendar::Calendar {
+                    period,
+                    zone: zone.to_string(),
+                }
+            }),
+            bounds: None,
         })
         .collect();
     let sent = Line {

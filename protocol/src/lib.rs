@@ -13,6 +13,7 @@
 //! - `global`: a region-spanning rule's terms (`^home,share,ttl_ms`), and the grammar of
 //!   region names.
 //! - `slot`: an in-flight rule's slot (`|ttl_ms|id`).
+//! - `calendar`: a calendar quota's period in a time zone (`&period@zone`).
 //! - `request`: the request side: one line per check, encoded by the filter, parsed
 //!   strictly by the bridge.
 //! - `reply`: the reply side: one line per check, rendered by the bridge, decoded strictly
@@ -73,6 +74,7 @@
 
 mod bounds;
 mod bucket;
+pub mod calendar;
 pub mod global;
 mod grpc_frame;
 mod id;

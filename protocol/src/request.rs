@@ -3,6 +3,7 @@
 //! batch at all fails the exchange.
 
 use crate::bounds::{MAX_BODY, MAX_CHECKS, MAX_EXACT, MAX_KEY_LEN, MAX_RULES};
+use crate::calendar::{encode_calendar, parse_calendar, Bounds, Calendar, Period, CALENDAR_MARK};
 use crate::global::{encode_global, parse_global, Global, GLOBAL_MARK};
 pub use crate::id::{valid_settlement_id, MAX_SETTLEMENT_ID_LEN};
 use crate::number::push_u64;
@@ -39,6 +40,12 @@ pub struct RuleSpec {
     /// An in-flight rule's slot for this request (`slot`): the key names a set of slots,
     /// `burst` of them at most, and `cost` is 1.
     pub slot: Option<Slot>,
+    /// A calendar quota's period (`calendar`): its rate is `0,1`, it refills at once at each
+    /// period's start.
+    pub calendar: Option<Calendar>,
+    /// The instants of its periods, which the bridge adds (never on the wire) for the
+    /// script to pick from.
+    pub bounds: Option<Bounds>,
 }
 
 /// A metered rule's settlement on one bucket: the usage its response measured minus what
@@ -114,6 +121,7 @@ pub struct RuleSpecRef<'a> {
     pub settle: Option<&'a Settle>,
     pub global: Option<&'a Global>,
     pub slot: Option<&'a Slot>,
+    pub calendar: Option<(Period, &'a str)>,
 }
 
 impl RuleSpec {
@@ -132,6 +140,8 @@ impl RuleSpec {
             settle: None,
             global: None,
             slot: None,
+            calendar: None,
+            bounds: None,
         }
     }
 
@@ -149,6 +159,7 @@ impl RuleSpec {
             settle: self.settle.as_ref(),
             global: self.global.as_ref(),
             slot: self.slot.as_ref(),
+            calendar: self.calendar.as_ref().map(|c| (c.period, c.zone.as_str())),
         }
     }
 }
@@ -174,8 +185,8 @@ pub fn start_settlement(body: &mut String, id: &str) {
 /// Appends one rule to the current line (`key,burst,num,den,cost`, the key preceded by `~`
 /// for a rule in shadow mode, the cost followed by `+lease` when the check would take a
 /// lease, or for a settlement `delta,debt` in its place, then `,after,within_ms,for_ms`
-/// for a rule that blocks, then `^home,share,ttl_ms` for a global one or `|ttl_ms|id` for an
-/// in-flight rule's slot); rules of a line are separated by a space.
+/// for a rule that blocks, then `^home,share,ttl_ms` for a global one, `|ttl_ms|id` for an
+/// in-flight rule's slot or `&period@zone` for a calendar quota); rules of a line are separated by a space.
 pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     if !first {
         body.push(' ');
@@ -214,6 +225,9 @@ pub fn encode_rule(body: &mut String, first: bool, rule: RuleSpecRef<'_>) {
     }
     if let Some(slot) = rule.slot {
         encode_slot(body, slot);
+    }
+    if let Some((period, zone)) = rule.calendar {
+        encode_calendar(body, period, zone);
     }
 }
 
@@ -301,6 +315,10 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
         Some(rest) => (true, rest),
         None => (false, field),
     };
+    let (field, calendar) = match field.split_once(CALENDAR_MARK) {
+        Some((field, terms)) => (field, Some(parse_calendar(terms)?)),
+        None => (field, None),
+    };
     let (field, slot) = match field.split_once(SLOT_MARK) {
         Some((field, terms)) => (field, Some(parse_slot(terms)?)),
         None => (field, None),
@@ -362,10 +380,12 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
             count += 1;
             continue;
         }
+        // A calendar quota refills nothing: its num is 0.
+        let least = u64::from(!(count == 1 && calendar.is_some()));
         let bounded = |text: &str| {
             text.parse::<u64>()
                 .ok()
-                .filter(|v| (1..MAX_EXACT).contains(v))
+                .filter(|v| (least..MAX_EXACT).contains(v))
                 .ok_or_else(|| format!("{name} of {key:?} must be an integer from 1 to 2^53"))
         };
         // Only the cost may carry a lease.
@@ -438,7 +458,27 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
         settle,
         global,
         slot,
+        calendar,
+        bounds: None,
     };
+    if rule.calendar.is_some() {
+        // Its period's tokens come back at once at the next period: leasing them across
+        // the reset would spend them twice.
+        let what = [
+            (
+                rule.num != 0 || rule.den != 1,
+                "refilling (its rate is 0,1)",
+            ),
+            (
+                rule.global.is_some() || rule.slot.is_some(),
+                "global or in flight",
+            ),
+            (rule.lease > 0, "leased"),
+        ];
+        if let Some((_, what)) = what.iter().find(|(is, _)| *is) {
+            return Err(format!("a calendar quota {key:?} cannot be {what}"));
+        }
+    }
     if rule.slot.is_some() {
         // A slot is a request's own: one per request, held or not, never leased nor blocked.
         let what = [

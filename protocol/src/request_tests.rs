@@ -278,3 +278,35 @@ fn only_a_shadow_rule_may_cost_0_a_look() {
         assert!(parsed.is_err(), "{bad}: {parsed:?}");
     }
 }
+
+#[test]
+fn a_calendar_quota_travels_with_its_period_and_zone_and_no_refill() {
+    let monthly = RuleSpec {
+        calendar: Some(Calendar {
+            period: Period::Month,
+            zone: "Europe/Paris".into(),
+        }),
+        block: Some(BLOCK),
+        ..RuleSpec::plain("rl:monthly:alice", 1_000_000, 0, 1, 3)
+    };
+    let body = encode(&[&[monthly.clone(), RuleSpec::plain("rl:r", 5, 1, 1, 1)]]);
+    assert_eq!(
+        body,
+        "rl:monthly:alice,1000000,0,1,3,3,60000,900000&month@Europe/Paris rl:r,5,1,1,1\n"
+    );
+    let parsed = parse_batch(body.as_bytes()).unwrap();
+    assert_eq!(parsed[0].as_ref().unwrap().rules[0], monthly);
+    for (line, why) in [
+        ("rl:q,5,1,1,1&day@UTC", "refilling"),
+        ("rl:q,5,0,2,1&day@UTC", "refilling"),
+        ("rl:q,5,0,1,1+2&day@UTC", "leased"),
+        ("rl:q,5,0,1,1^eu,100,2000&day@UTC", "global"),
+        ("rl:q,5,0,1,1", "num"),
+        ("rl:q,5,0,1,1&day@Mars.Base", "time zone"),
+        ("rl:q,5,0,1,1&fortnight@UTC", "period"),
+    ] {
+        let parsed = parse_batch(line.as_bytes()).unwrap();
+        let err = parsed[0].as_ref().unwrap_err();
+        assert!(err.contains(why), "{line}: {err}");
+    }
+}

@@ -97,12 +97,13 @@ impl Part {
 }
 
 /// Numbers per shape in a call's arguments.
-pub const SHAPE_LEN: usize = 15;
+pub const SHAPE_LEN: usize = 19;
 
 /// A rule's parameters (burst, num, den, cost (a settlement's delta), its block's after,
 /// within, for or zeros, the lease it asks for or 0, 1 in shadow mode, its override's
-/// burst, num, den and end or zeros, a settlement's debt or 0, then an in-flight rule's
-/// slot life in ms or 0), which many rules of a batch share. Every number is below 2^53 in size (`parse_batch` sees to it).
+/// burst, num, den and end or zeros, a settlement's debt or 0, an in-flight rule's slot
+/// life in ms or 0, then a calendar quota's four period starts or zeros), which many rules
+/// of a batch share. Every number is below 2^53 in size (`parse_batch` sees to it).
 pub type Shape = [i64; SHAPE_LEN];
 
 /// The shape of `rule`.
@@ -117,6 +118,7 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         Some(settle) => (settle.delta, settle.debt),
         None => (signed(rule.cost), 0),
     };
+    let bounds = rule.bounds.unwrap_or_default();
     [
         signed(rule.burst),
         signed(rule.num),
@@ -133,6 +135,10 @@ pub fn shape(rule: &RuleSpec) -> Shape {
         signed(overridden[3]),
         signed(debt),
         signed(rule.slot.as_ref().map_or(0, |s| s.ttl_ms)),
+        signed(bounds[0]),
+        signed(bounds[1]),
+        signed(bounds[2]),
+        signed(bounds[3]),
     ]
 }
 

@@ -70,8 +70,8 @@ fn rules_sharing_parameters_send_them_once() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+            [10, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            [5, 1, 600, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         ]
     );
     // Each part: its size and its rules' shapes.
@@ -158,8 +158,8 @@ fn a_settlement_call_sends_its_signed_deltas_debts_and_one_id_per_part() {
     assert_eq!(
         layout.shapes,
         [
-            [10, 1, 600, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0],
-            [10, 1, 600, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0]
+            [10, 1, 600, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0],
+            [10, 1, 600, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0, 0, 0, 0, 0]
         ]
     );
     let args = layout.args(Mode::Settle);

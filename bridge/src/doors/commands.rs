@@ -6,6 +6,7 @@
 
 use crate::doors::rls;
 use crate::doors::usage::{self, Query};
+use crate::engine::calendar;
 use crate::engine::overrides::registry;
 use crate::engine::overrides::{parse_spec, Override, Target};
 use crate::engine::regions::flags::RegionArgs;
@@ -282,7 +283,17 @@ fn check_config(args: &CheckArgs) -> Result<String, String> {
         FilterBuild::RedisCall => Build::RedisCall,
     };
     match loading::load(&json, build) {
-        Ok(config) => Ok(format!("{name}: {}", loading::accepted(&config))),
+        Ok(config) => {
+            // A time zone the bridge's database lacks would fail every check of its rule:
+            // said here, where an operator checks before deploying, not at the first check.
+            for (i, rule) in config.rules.iter().enumerate() {
+                if let Some(zone) = &rule.time_zone {
+                    calendar::known_zone(zone)
+                        .map_err(|e| format!("{name}: rules[{i}].time_zone: {e}"))?;
+                }
+            }
+            Ok(format!("{name}: {}", loading::accepted(&config)))
+        }
         Err(e) => Err(format!("{name}: {}", loading::refused(&e))),
     }
 }

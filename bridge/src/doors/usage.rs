@@ -7,11 +7,13 @@
 //! could block the client), and the answer is the level now in whole tokens, below 0 for
 //! a metered rule's debt, when the bucket is full again, and a block in force.
 
+use crate::engine::calendar;
 use crate::engine::overrides::registry;
 use crate::engine::overrides::table::{overridden, Table};
 use crate::engine::overrides::Target;
 use crate::engine::Engine;
 use ratelimit_config::config::Config;
+use ratelimit_protocol::calendar::Calendar;
 use ratelimit_protocol::slot::Slot;
 use ratelimit_protocol::RuleSpec;
 use serde_json::{json, Value};
@@ -85,6 +87,11 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
             ttl_ms: f.ttl_ms,
             id: "usage".into(),
         }),
+        calendar: (rule.calendar(&limit)).map(|(period, zone)| Calendar {
+            period,
+            zone: zone.to_string(),
+        }),
+        bounds: None,
     };
     Ok((rule.name.clone(), spec))
 }
@@ -109,6 +116,7 @@ pub async fn read(
     if let Some(o) = found {
         overridden(&mut spec, o);
     }
+    calendar::bound(std::slice::from_mut(&mut spec))?;
     let (now_ms, outcomes) = store.read(&vec![spec.clone()]).await?;
     let Some(outcome) = outcomes.first() else {
         return Err("redis: the script gave no answer for the bucket".into());

@@ -8,12 +8,14 @@
 //!
 //! Its modules, bottom to top:
 //!
+//! - `calendar`: where calendar quotas' periods start, by the bundled time zone database.
 //! - `overrides`: what an emergency override is, its records in Redis, the table that
 //!   applies them, and the refresh that keeps this bridge's table fresh.
 //! - `regions`: global rules: one budget across regions, a home ledger's tokens spent
 //!   through leases this bridge holds (`holder`, `ledger`, `flags`), and their series.
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 
+pub mod calendar;
 pub mod overrides;
 pub mod regions;
 pub mod unblock;
@@ -154,6 +156,7 @@ impl Intake<'_> {
         if let Some(why) = global.or_else(|| keyspace.and_then(|k| k.refusal(rules))) {
             return Err(why);
         }
+        calendar::bound(rules)?;
         if intent != Intent::Return {
             self.overrides.apply(rules);
         }

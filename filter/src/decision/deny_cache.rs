@@ -59,8 +59,12 @@ impl Entry {
     pub fn new(reason: Reason, asked_ms: u64, wait_ms: u64, full_ms: u64, limit: Limit) -> Entry {
         let ends_ms = asked_ms.saturating_add(wait_ms);
         let until_ms = match reason {
-            Reason::Empty { .. } => ends_ms,
-            Reason::Blocked => ends_ms.min(asked_ms.saturating_add(BLOCK_TRUST_MS)),
+            Reason::Empty { .. } if limit.calendar.is_none() => ends_ms,
+            // A calendar quota is empty until its period ends, weeks maybe: an operator who
+            // raises it (an override) must reach the client as soon as a lifted block does.
+            Reason::Empty { .. } | Reason::Blocked => {
+                ends_ms.min(asked_ms.saturating_add(BLOCK_TRUST_MS))
+            }
         };
         Entry {
             reason,
@@ -88,6 +92,10 @@ impl Entry {
         let Some(cheaper) = lacking.checked_sub(cost).filter(|&d| d > 0) else {
             return self.until_ms;
         };
+        if self.limit.calendar.is_some() {
+            // Nothing refills before the period ends, yet what is left may hold it.
+            return 0;
+        }
         let refill = u128::from(cheaper) * u128::from(self.limit.den);
         let ms = refill.div_ceil(u128::from(self.limit.num.max(1))) + 1;
         self.until_ms
@@ -177,6 +185,7 @@ mod tests {
             burst,
             num: 1,
             den: 60_000 / burst,
+            calendar: None,
         }
     }
 
@@ -188,6 +197,30 @@ mod tests {
             until_ms + 1000,
             per_minute(10),
         )
+    }
+
+    #[test]
+    fn a_calendar_quotas_denial_is_trusted_a_second_and_never_for_a_cheaper_request() {
+        let monthly = Limit::calendar(100, ratelimit_protocol::calendar::Period::Month, 1);
+        let Ok(monthly) = monthly else {
+            unreachable!("a valid quota")
+        };
+        let mut cache = DenyCache::new(10);
+        // Empty for the 20 days left of its month.
+        let entry = Entry::new(Reason::Empty { cost: 5 }, 0, 20 * 86_400_000, 0, monthly);
+        assert_eq!(
+            entry.ends_ms,
+            20 * 86_400_000,
+            "Retry-After: the period's end"
+        );
+        cache.insert("rl:q:a", entry, 0);
+        assert!(cache
+            .lookup("rl:q:a", &monthly, 5, BLOCK_TRUST_MS - 1)
+            .is_some());
+        assert!(cache
+            .lookup("rl:q:a", &monthly, 5, BLOCK_TRUST_MS)
+            .is_none());
+        assert!(cache.lookup("rl:q:a", &monthly, 4, 0).is_none());
     }
 
     #[test]

@@ -10,8 +10,8 @@ use ratelimit_protocol::push_u64;
 /// field List with one Item per enforced rule of the request, the shown one first, e.g.
 /// `"per-user";q=100;w=60, "global";q=5000;w=1;burst=10000`. `q` and `w` are the
 /// configured `requests` and `per`; `w` is left out when `per` is not whole seconds (the
-/// draft has no sub-second windows), and `burst` is added when it differs from `q`, since
-/// a client may then see `r` above `q`. A metered rule counts an API's tokens, a unit the
+/// draft has no sub-second windows) or is a calendar period, and `burst` is added when it
+/// differs from `q`, since a client may then see `r` above `q`. A metered rule counts an API's tokens, a unit the
 /// draft's quota units (`qu`) do not register: it says so in a parameter of its own, as the
 /// draft asks of one (prefixed), `ratelimit-unit="tokens"`.
 pub fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
@@ -30,7 +30,8 @@ pub fn policy_field(shown: &Shown<'_>, config: &Config) -> String {
         push_policy_name(&mut field, config.rule_name(planned.rule));
         field.push_str(";q=");
         push_u64(&mut field, limit.requests);
-        if limit.per_ms % 1000 == 0 {
+        // A calendar quota's window is no fixed number of seconds: none is claimed.
+        if limit.per_ms % 1000 == 0 && limit.calendar.is_none() {
             field.push_str(";w=");
             push_u64(&mut field, limit.per_ms / 1000);
         }

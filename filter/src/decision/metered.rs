@@ -244,6 +244,7 @@ impl Metering {
                 settle: Some(&settle),
                 global: None,
                 slot: None,
+                calendar: config.rules.get(r.rule).and_then(|c| c.calendar(&r.limit)),
             };
             encode_rule(&mut line, out.rules == 0, rule);
             out.rules += 1;

@@ -30,7 +30,8 @@ pub fn answer(config: &Config, now_ms: u64, rules: &[(&PlannedRule, &RuleResult)
 
 /// One rule as the client reads it: an in-flight rule's most and slots left; a rate rule's
 /// limit (the burst of the client's tier), tokens left, when the bucket is full again
-/// (Unix seconds) and its window (seconds), as its `X-RateLimit-*` headers say; and, when
+/// (Unix seconds) and its window (seconds; a calendar quota's `period` and `time_zone`
+/// instead, `reset` being the period's end), as its `X-RateLimit-*` headers say; and, when
 /// what is left cannot pay a request, the seconds until it can (`retry_after`).
 fn rule(config: &Config, now_ms: u64, p: &PlannedRule, r: &RuleResult) -> Value {
     let mut out = Map::new();
@@ -43,7 +44,17 @@ fn rule(config: &Config, now_ms: u64, p: &PlannedRule, r: &RuleResult) -> Value 
         out.insert("remaining".into(), r.remaining.into());
         let reset = now_ms.saturating_add(r.full_ms).div_ceil(1000);
         out.insert("reset".into(), reset.into());
-        out.insert("window".into(), p.limit.window_s().into());
+        match config.rules.get(p.rule).and_then(|c| c.calendar(&p.limit)) {
+            // A calendar quota's window is its period, whose length varies: named, with
+            // the time zone it starts in.
+            Some((_, zone)) => {
+                out.insert("period".into(), p.limit.period_phrase().into());
+                out.insert("time_zone".into(), zone.into());
+            }
+            None => {
+                out.insert("window".into(), p.limit.window_s().into());
+            }
+        }
     }
     if r.wait_ms > 0 {
         out.insert("retry_after".into(), r.wait_ms.div_ceil(1000).into());

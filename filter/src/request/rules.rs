@@ -54,6 +54,10 @@ impl PlannedRule {
             settle: None,
             global: config.rules.get(self.rule).and_then(|r| r.global.as_ref()),
             slot: self.slot.as_ref(),
+            calendar: config
+                .rules
+                .get(self.rule)
+                .and_then(|r| r.calendar(&self.limit)),
         }
     }
 }

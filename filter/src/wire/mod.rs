@@ -43,6 +43,8 @@ pub fn encode_return(body: &mut String, key: &str, limit: &Limit, tokens: u64) {
         settle: None,
         global: None,
         slot: None,
+        // Only a bucket that leases returns tokens, and a calendar quota leases none.
+        calendar: None,
     };
     start_lease_return(body);
     encode_check(body, [rule]);

@@ -108,9 +108,9 @@ fn an_exact_burst_is_admitted_then_denied_with_headers() {
     assert!(allowed(&host, first), "{}", host.log_text());
     // A fresh server lacks the script: EVALSHA, NOSCRIPT, then EVAL once.
     assert!(query_text(&host, 0).contains(EVALSHA));
-    // EVAL, the script, 1 key and its name, mode, 1 shape of 15 numbers, the layout, the
-    // ids (none): 23.
-    assert!(query_text(&host, 1).starts_with("*23\r\n$4\r\nEVAL\r\n"));
+    // EVAL, the script, 1 key and its name, mode, 1 shape of 19 numbers, the layout, the
+    // ids (none): 27.
+    assert!(query_text(&host, 1).starts_with("*27\r\n$4\r\nEVAL\r\n"));
     host.response_headers(first, &[(":status", "200")], true)
         .unwrap();
     let headers = &host.stream(first).unwrap().response_headers;
@@ -131,7 +131,7 @@ fn an_exact_burst_is_admitted_then_denied_with_headers() {
     let calls = &host.state().redis.calls;
     assert!(calls[2..]
         .iter()
-        .all(|c| String::from_utf8_lossy(&c.query).starts_with(&format!("*23{EVALSHA}"))));
+        .all(|c| String::from_utf8_lossy(&c.query).starts_with(&format!("*27{EVALSHA}"))));
     assert_eq!(calls.len(), 5, "one call per check, one NOSCRIPT resend");
     // Another client has its own bucket.
     let bob = decided(&mut host, &valkey, "bob");

@@ -72,11 +72,17 @@ impl Table {
 /// override's bucket always holds one request's cost, which the gateway's configuration
 /// guarantees and an override may not (`--burst 1` for a rule of cost 5): such a client
 /// gets one request per refill of its cost.
+/// On a calendar quota the override's burst is the period's quota, refilled at each
+/// period's start as the rule's is, never in between.
 pub fn overridden(rule: &mut RuleSpec, o: &Override) {
+    let (num, den) = match rule.calendar {
+        Some(_) => (0, 1),
+        None => (o.limit.num, o.limit.den),
+    };
     rule.overridden = Some(Overridden {
         burst: o.limit.burst.max(rule.cost),
-        num: o.limit.num,
-        den: o.limit.den,
+        num,
+        den,
         until_ms: o.expires_ms,
     });
 }
