@@ -181,7 +181,7 @@ test-e2e: setup build
 MODULE_ONLY := testbed/tests/test_module.py
 MODULE_TESTS := $(addprefix testbed/tests/,test_e2e.py test_metered.py test_metered_abuse.py \
 	test_security.py test_paths.py test_missing.py test_hot_keys.py test_reload.py test_in_flight.py test_quota_api.py \
-	test_calendar.py)
+	test_calendar.py test_plans.py)
 test-module: setup build
 	@# The test build in the dev profile, which unwinds as `module` does: its dependencies
 	@# are test-unit's (a build of its own in the `module` profile took 34 s).

@@ -172,7 +172,10 @@ end
 -- time ov[k4-2], and when its override ends ov[k4] (nil: none); with 'peek', its level
 -- before this call took anything (obase[f]); fresh[f] when this call started it, which is
 -- written even by a denial (or a client denied from the start would never refill it).
+-- A calendar quota's capacity in units as its key holds it (qcap[f]: tag 5), so that one
+-- whose size changes (a client's plan) keeps what was spent in the period spent.
 local first, st, blocks, counted, base, dn, bad = {}, {}, {}, {}, {}, {}, {}
+local qcap = {}
 local ov, obase, fresh = {}, {}, nil
 local out, o = { now }, 1
 
@@ -289,6 +292,13 @@ while a <= nlayout do
             else
               bad[f] = true
             end
+          elseif len == 33 and tag == 5 then
+            local _, su, sa, sn, sc = unpack_bucket('<Bdddd', v)
+            if su > LOWEST and sa >= 0 and sn >= 1 and sc >= 1 then
+              u, when, dn[f], qcap[f] = su, sa, sn, sc * sn
+            else
+              bad[f] = true
+            end
           elseif len == 17 and tag == 1 then
             local _, su, sa = unpack_bucket('<Bdd', v)
             if su >= 0 and sa >= 0 then u, when = su, sa else bad[f] = true end
@@ -314,6 +324,15 @@ while a <= nlayout do
         end
         dn[f] = d
       end
+      local ps = pstart[s14 / 14]
+      if ps and qcap[f] and qcap[f] ~= sh[s14 - 13] and st[k - 4] >= ps then
+        -- A quota resized within its period: what was spent stays spent (a bucket not in
+        -- debt goes no lower than 0).
+        local moved = st[k - 5] + sh[s14 - 13] - qcap[f]
+        if moved < 0 and st[k - 5] >= 0 then moved = 0 end
+        st[k - 5] = moved
+      end
+      qcap[f] = ps and sh[s14 - 13] or nil
       local elapsed = now - st[k - 4]
       -- A clock that went back (failover to a skewed replica) refills nothing.
       if elapsed < 0 then elapsed = 0 end
@@ -321,7 +340,6 @@ while a <= nlayout do
       local l, c = st[k - 5] + elapsed * sh[s14 - 12], sh[s14 - 13]
       if l > c then l = c end
       -- A calendar quota's new period: full, whatever the last one spent (or owed).
-      local ps = pstart[s14 / 14]
       if ps and st[k - 4] < ps then l = c end
       if peek and not base[f] then base[f] = l end
       local decides, need, ends = l, sh[s14 - 10], sh[s14]
@@ -544,6 +562,8 @@ for f = 1, nkeys do
         ov[k4 - 2], ov[k4 - 1], ov[k4])
     elseif blocks[f] then
       value = pack('<Bdddddd', 2, level, now, dn[f], st[k - 2], st[k - 1], st[k])
+    elseif qcap[f] then
+      value = pack('<Bdddd', 5, level, now, dn[f], qcap[f] / dn[f])
     else
       value = pack('<Bddd', 3, level, now, dn[f])
     end

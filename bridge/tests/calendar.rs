@@ -195,3 +195,29 @@ async fn periods_that_miss_the_servers_time_refuse_the_call() {
         assert!(out.is_err_and(|e| e.contains("no period")), "{bounds:?}");
     }
 }
+
+#[tokio::test]
+async fn a_quota_resized_within_its_period_keeps_what_was_spent_spent() {
+    let valkey = Valkey::start();
+    let store = store(&valkey);
+    let key = "rl:monthly:gina";
+    let now = redis_now_ms(&valkey);
+    let bounds = ending(now, now + HOUR);
+    for _ in 0..2 {
+        assert!(check(&store, vec![quota(key, 2, 1, bounds)]).await[0].allowed);
+    }
+    assert!(!check(&store, vec![quota(key, 2, 1, bounds)]).await[0].allowed);
+    // An upgrade to 6 (a client's plan): 4 more, not 6 and not none.
+    let upgraded = check(&store, vec![quota(key, 6, 1, bounds)]).await;
+    assert_eq!((upgraded[0].allowed, upgraded[0].remaining), (true, 3));
+    // A downgrade to 4 of which 3 are spent: 1 more; to 2: none, and no debt.
+    assert_eq!(
+        check(&store, vec![quota(key, 4, 1, bounds)]).await[0].remaining,
+        0
+    );
+    let down = check(&store, vec![quota(key, 2, 1, bounds)]).await;
+    assert!(!down[0].allowed, "{down:?}");
+    // Back to 6: 4 were spent, this is the 5th.
+    let back = check(&store, vec![quota(key, 6, 1, bounds)]).await;
+    assert_eq!((back[0].allowed, back[0].remaining), (true, 1));
+}

@@ -28,6 +28,7 @@ mod metrics;
 mod override_lifetimes;
 mod override_records;
 mod overrides;
+mod plans;
 mod redis_outages;
 mod resharding;
 mod rls;

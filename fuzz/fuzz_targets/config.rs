@@ -76,6 +76,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }),
             bounds: None,
+            plan: None,
         })
         .collect();
     let sent = Line {

@@ -16,8 +16,8 @@ pub const MAX_REASON_LEN: usize = 200;
 
 /// Digits of the largest `u64`.
 const U64_DIGITS: usize = 20;
-/// ` 1,remaining,full_ms,wait_ms,leased`, each number a `u64` at worst.
-const MAX_RULE_RESULT_LEN: usize = 1 + 2 + 4 * U64_DIGITS + 3;
+/// ` 1,remaining,full_ms,wait_ms,leased/limit`, each number a `u64` at worst.
+const MAX_RULE_RESULT_LEN: usize = 1 + 2 + 5 * U64_DIGITS + 4;
 const fn max(a: usize, b: usize) -> usize {
     if a > b {
         a

@@ -99,6 +99,7 @@ impl Shape {
             leased: 0,
             owed: 0,
             borrowed: 0,
+            limit: 0,
         };
         (left, result)
     }

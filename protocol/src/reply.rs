@@ -22,6 +22,20 @@ pub struct RuleResult {
     pub owed: u64,
     /// A settlement's only: tokens it took beyond what the bucket held.
     pub borrowed: u64,
+    /// The bucket's size in force when the bridge put another limit on the rule than the
+    /// gateway sent (the client's plan, an override), for the gateway to show; 0: as sent.
+    pub limit: u64,
+}
+
+impl RuleResult {
+    /// The bucket's size in force: `limit` when the bridge said one, else `sent`, the one
+    /// the gateway sent.
+    pub fn in_force(&self, sent: u64) -> u64 {
+        match self.limit {
+            0 => sent,
+            limit => limit,
+        }
+    }
 }
 
 /// The outcome of one check.
@@ -61,6 +75,10 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
                         out.push(',');
                         push_u64(out, r.leased);
                     }
+                    if r.limit > 0 {
+                        out.push(LIMIT_MARK);
+                        push_u64(out, r.limit);
+                    }
                 }
             }
             CheckResult::Settled { now_ms, rules } => {
@@ -93,6 +111,9 @@ pub fn render_reply(out: &mut String, results: &[CheckResult]) {
         out.push('\n');
     }
 }
+
+/// What precedes a rule result's limit in force, when the bridge says it (`/limit`).
+const LIMIT_MARK: char = '/';
 
 /// Why a reply could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +166,16 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
     let mut rules = Vec::with_capacity(expected);
     let mut settled = 0;
     for field in fields {
+        let (field, limit) = match field.iter().position(|&b| b == LIMIT_MARK as u8) {
+            Some(at) => {
+                let limit = number(field.get(at + 1..)).and_then(|n| match n {
+                    0 => Err(BadReply("a limit in force of 0")),
+                    n => Ok(n),
+                })?;
+                (field.get(..at).unwrap_or_default(), limit)
+            }
+            None => (field, 0),
+        };
         let mut parts = field.split(|&b| b == b',');
         let (allowed, blocked) = match parts.next() {
             Some(b"1") => (true, false),
@@ -159,7 +190,7 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
                     borrowed: number(parts.next())?,
                     ..RuleResult::default()
                 });
-                if parts.next().is_some() {
+                if parts.next().is_some() || limit > 0 {
                     return Err(BadReply("rule result has extra fields"));
                 }
                 continue;
@@ -173,6 +204,7 @@ fn decode_line(line: &str, expected: usize) -> Result<CheckResult, BadReply> {
             full_ms: number(parts.next())?,
             wait_ms: number(parts.next())?,
             leased: parts.next().map_or(Ok(0), |f| number(Some(f)))?,
+            limit,
             ..RuleResult::default()
         };
         if parts.next().is_some() || (result.leased > 0 && !allowed) {
@@ -211,6 +243,7 @@ mod tests {
         leased: 0,
         owed: 0,
         borrowed: 0,
+        limit: 0,
     };
     const NO: RuleResult = RuleResult {
         allowed: false,
@@ -221,6 +254,7 @@ mod tests {
         leased: 0,
         owed: 0,
         borrowed: 0,
+        limit: 0,
     };
 
     #[test]
@@ -247,7 +281,7 @@ mod tests {
         let results = vec![
             CheckResult::Checked {
                 now_ms: 1_700_000_000_123,
-                rules: vec![OK, NO],
+                rules: vec![OK, NO, RuleResult { limit: 5000, ..OK }],
             },
             CheckResult::Failed("redis\ndown".into()),
             CheckResult::Refused("bad key".into()),
@@ -256,9 +290,9 @@ mod tests {
         render_reply(&mut body, &results);
         assert_eq!(
             body,
-            "1700000000123 1,9,6000,0 0,0,100,40\n! redis down\n? bad key\n"
+            "1700000000123 1,9,6000,0 0,0,100,40 1,9,6000,0/5000\n! redis down\n? bad key\n"
         );
-        let decoded = decode_reply(body.as_bytes(), &[2, 1, 1]).unwrap();
+        let decoded = decode_reply(body.as_bytes(), &[3, 1, 1]).unwrap();
         assert_eq!(decoded[0], results[0]);
         assert_eq!(decoded[1], CheckResult::Failed("redis down".into()));
         assert_eq!(decoded[2], results[2]);
@@ -279,6 +313,10 @@ mod tests {
             b"1700000000123 1,9,6000,0\nextra\n",
             b"<html>502 Bad Gateway</html>",
             b"\xff\xfe 1,9,6000,0",
+            b"1700000000123 1,9,6000,0/0",
+            b"1700000000123 1,9,6000,0/",
+            b"1700000000123 1,9,6000,0/5/5",
+            b"1700000000123 s,9,0,0/5",
         ];
         for body in cases {
             assert!(
@@ -298,9 +336,10 @@ mod tests {
             remaining: u64::MAX,
             full_ms: u64::MAX,
             wait_ms: u64::MAX,
-            leased: 0,
+            leased: u64::MAX,
             owed: 0,
             borrowed: 0,
+            limit: u64::MAX,
         };
         let full = CheckResult::Checked {
             now_ms: u64::MAX,

@@ -10,6 +10,7 @@ use crate::number::push_u64;
 use crate::slot::{encode_slot, parse_slot, Slot, SLOT_MARK};
 use crate::split;
 use std::fmt;
+use std::sync::Arc;
 
 /// One rule of a check: the bucket and how it fills and drains.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub struct RuleSpec {
     /// The instants of its periods, which the bridge adds (never on the wire) for the
     /// script to pick from.
     pub bounds: Option<Bounds>,
+    /// The name of the client's plan whose limit the bridge put on the rule in place of
+    /// the one sent (never on the wire).
+    pub plan: Option<Arc<str>>,
 }
 
 /// A metered rule's settlement on one bucket: the usage its response measured minus what
@@ -142,6 +146,7 @@ impl RuleSpec {
             slot: None,
             calendar: None,
             bounds: None,
+            plan: None,
         }
     }
 
@@ -460,6 +465,7 @@ fn parse_rule(field: &str, settlement: Option<&str>) -> Result<RuleSpec, String>
         slot,
         calendar,
         bounds: None,
+        plan: None,
     };
     if rule.calendar.is_some() {
         // Its period's tokens come back at once at the next period: leasing them across

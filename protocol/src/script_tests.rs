@@ -41,7 +41,8 @@ fn a_rule_admits_when_it_has_nothing_to_wait_for() {
                 wait_ms: 3,
                 leased: 0,
                 owed: 0,
-                borrowed: 0
+                borrowed: 0,
+                limit: 0,
             }),
             Some(RuleResult {
                 allowed: true,
@@ -51,7 +52,8 @@ fn a_rule_admits_when_it_has_nothing_to_wait_for() {
                 wait_ms: 0,
                 leased: 0,
                 owed: 0,
-                borrowed: 0
+                borrowed: 0,
+                limit: 0,
             }),
             None,
         ]

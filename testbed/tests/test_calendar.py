@@ -43,11 +43,14 @@ def monthly(requests, **extra):
 
 def last_spent_before(stack, key, instant_s):
     """Rewrites the stored quota `key` as if last spent at `instant_s`: what the next
-    request finds once its period has passed (the script's '<Bddd': tag, level, ms, den)."""
+    request finds once its period has passed (the script's '<Bddd' then the quota's size:
+    tag, level, ms, den, capacity)."""
     client = valkey.Valkey(host="127.0.0.1", port=stack.redis_port, socket_timeout=5)
     try:
-        tag, level, _, den = struct.unpack("<Bddd", client.get(key))
-        client.set(key, struct.pack("<Bddd", tag, level, instant_s * 1000, den), keepttl=True)
+        raw = client.get(key)
+        tag, level, _, den = struct.unpack_from("<Bddd", raw)
+        head = struct.pack("<Bddd", tag, level, instant_s * 1000, den)
+        client.set(key, head + raw[struct.calcsize("<Bddd"):], keepttl=True)
     finally:
         client.close()
 

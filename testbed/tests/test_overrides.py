@@ -41,12 +41,13 @@ def start(stack_of, tmp_path, *rules):
     return stack
 
 
-def bridge(stack, *args):
-    """`ratelimit-bridge ARGS` on the stack's Valkey (or Cluster): its JSON output."""
+def bridge(stack, *args, stdin=None, ok=True):
+    """`ratelimit-bridge ARGS` on the stack's Valkey (or Cluster), `stdin` its input: its
+    JSON output, or (`ok` false: it must fail) what it said on stderr."""
     done = subprocess.run([BRIDGE, *args, *stack.redis_args], capture_output=True, text=True,
-                          timeout=30)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+                          timeout=60, input=stdin)
+    assert (done.returncode == 0) == ok, done.stderr
+    return json.loads(done.stdout) if ok else done.stderr
 
 
 def admitted(stack, user, n, path="/api/x"):
@@ -107,10 +108,10 @@ def test_an_override_reaches_both_gateways_within_a_second_and_expires_on_time(s
     # A fresh client admitted a 4th time: the override (10) is applied, not the rule (3).
     until("the override", lambda: sum(admitted(stack, probe(), 4)) == 4, written + WITHIN)
     assert admitted(stack, "carol", 12) == [5, 5], "both gateways apply the same 10"
-    # The header keeps the configured limit; the remaining count is the override's bucket.
+    # The headers are the override's bucket: its size and what is left of it.
     status, headers, _ = stack.get(0, "/api/x", {"x-user-id": "dave"})
     assert (status, headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == \
-        (200, "3", "9")
+        (200, "10", "9")
     [active] = bridge(stack, "override", "list")
     assert (active["key"], active["scope"], active["burst"]) == ("rl:per-user", "rule", 10)
     # Not before its time: 2 s after it was written (of 3), it still applies. Redis's 3 s

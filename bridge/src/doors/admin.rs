@@ -1,6 +1,7 @@
 //! The admin endpoints, for operators: the overrides (`GET`, `PUT`, `DELETE
-//! /admin/overrides`), lifting a block (`DELETE /admin/blocks`) and a client's usage (`GET
-//! /admin/usage`), the same operations as the `override`, `unblock` and `usage` commands,
+//! /admin/overrides`), the clients' plans (`GET`, `PUT`, `DELETE /admin/plans`), lifting a
+//! block (`DELETE /admin/blocks`) and a client's usage (`GET /admin/usage`), the same
+//! operations as the `override`, `plan`, `unblock` and `usage` commands,
 //! with their flags as query parameters (`rule=`, `value=`; for the rate limit service's
 //! buckets `domain=`, `entry=`). Changing a limit is more than checking one, so
 //! they are served only to holders of the operators' secret (`--admin-token-file`), never
@@ -12,6 +13,7 @@ use crate::doors::rls::{operators, Rls};
 use crate::doors::usage::{self, Query};
 use crate::engine::overrides::registry;
 use crate::engine::overrides::{parse_spec, Override, Target};
+use crate::engine::plans::{self, Plan};
 use crate::engine::unblock::unblock;
 use crate::engine::Engine;
 use hyper::header::HeaderMap;
@@ -63,7 +65,10 @@ impl Admin<'_> {
             (&Method::DELETE, "/admin/overrides") => self.clear(&params).await,
             (&Method::GET, "/admin/usage") => self.usage(&params).await,
             (&Method::DELETE, "/admin/blocks") => self.unblock(&params).await,
-            (_, "/admin/overrides" | "/admin/usage" | "/admin/blocks") => {
+            (&Method::GET, "/admin/plans") => self.plans(&params).await,
+            (&Method::PUT, "/admin/plans") => self.set_plan(&params).await,
+            (&Method::DELETE, "/admin/plans") => self.clear_plan(&params).await,
+            (_, "/admin/overrides" | "/admin/usage" | "/admin/blocks" | "/admin/plans") => {
                 return (
                     StatusCode::METHOD_NOT_ALLOWED,
                     "method not allowed\n".into(),
@@ -112,21 +117,12 @@ impl Admin<'_> {
 
     async fn set(&self, params: &Params) -> Result<Value, Failure> {
         let target = self.target(params)?;
-        let requests = params.required("requests")?;
-        let requests = requests
-            .parse()
-            .map_err(|_| Failure::Bad(format!("requests: {requests:?} is not a number")))?;
-        let burst = match params.one("burst") {
-            Some(b) => Some(
-                b.parse()
-                    .map_err(|_| Failure::Bad(format!("burst: {b:?} is not a number")))?,
-            ),
-            None => None,
-        };
         let (limit, ttl_ms) = parse_spec(
-            requests,
+            params
+                .number("requests")?
+                .ok_or(Failure::Bad("missing requests=".into()))?,
             params.required("per")?,
-            burst,
+            params.number("burst")?,
             params.required("ttl")?,
         )
         .map_err(Failure::Bad)?;
@@ -138,6 +134,46 @@ impl Admin<'_> {
         let target = self.target(params)?;
         let cleared = registry::clear(self.engine.store(), &target).await;
         Ok(serde_json::json!({"key": target.key, "cleared": cleared.map_err(Failure::Redis)?}))
+    }
+
+    async fn plans(&self, params: &Params) -> Result<Value, Failure> {
+        let listed = plans::registry::list(self.engine.store(), self.prefix(params)?).await;
+        let (_, all) = listed.map_err(Failure::Redis)?;
+        Ok(all.iter().map(Plan::to_json).collect())
+    }
+
+    /// A client's plan (`rule=`, `value=`s, `plan=`, `requests=`, `per=`, `burst=`), as
+    /// `plan set`.
+    async fn set_plan(&self, params: &Params) -> Result<Value, Failure> {
+        let target = self.plan_target(params)?;
+        let plan = Plan::new(
+            target,
+            params.required("plan")?,
+            params
+                .number("requests")?
+                .ok_or(Failure::Bad("missing requests=".into()))?,
+            params.required("per")?,
+            params.number("burst")?,
+        )
+        .map_err(Failure::Bad)?;
+        let set = plans::registry::set(self.engine.store(), std::slice::from_ref(&plan)).await;
+        set.map_err(Failure::Redis)?;
+        Ok(plan.to_json())
+    }
+
+    async fn clear_plan(&self, params: &Params) -> Result<Value, Failure> {
+        let target = self.plan_target(params)?;
+        let cleared = plans::registry::clear(self.engine.store(), std::slice::from_ref(&target));
+        let cleared = cleared.await.map_err(Failure::Redis)? > 0;
+        Ok(serde_json::json!({"key": target.key, "cleared": cleared}))
+    }
+
+    /// A plugin rule's client: plans are not the rate limit service's.
+    fn plan_target(&self, params: &Params) -> Result<Target, Failure> {
+        if params.one("domain").is_some() {
+            return Err(Failure::Bad("plans name a plugin rule's clients".into()));
+        }
+        self.target(params)
     }
 
     async fn unblock(&self, params: &Params) -> Result<Value, Failure> {
@@ -209,6 +245,16 @@ impl Params {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The number `name=`, if given.
+    fn number(&self, name: &str) -> Result<Option<u64>, Failure> {
+        self.one(name)
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| Failure::Bad(format!("{name}: {n:?} is not a number")))
+            })
+            .transpose()
     }
 
     fn required(&self, name: &str) -> Result<&str, Failure> {

@@ -1,26 +1,27 @@
-//! The operator's commands, beside serving: `override set|list|clear`, `unblock` and
-//! `usage`, each of which connects to Redis as the server does (the same `--redis`,
+//! The operator's commands, beside serving: `override set|list|clear`, `plan` (its own
+//! module, `plan_commands`), `unblock` and `usage`, each of which connects to Redis as the
+//! server does (the same `--redis`,
 //! `--cluster`, `--sentinel`, TLS and credential flags, `RedisArgs`), does one thing, and
 //! prints one line of JSON; and `check-config`, which reads no Redis and prints what a
 //! gateway would log.
 
+use crate::doors::command_args::OPTIONS;
+pub use crate::doors::command_args::{ClearArgs, RedisArgs, Scope, Which};
+use crate::doors::plan_commands::{self, PlanCommand};
 use crate::doors::rls;
 use crate::doors::usage::{self, Query};
 use crate::engine::calendar;
 use crate::engine::overrides::registry;
-use crate::engine::overrides::{parse_spec, Override, Target};
+use crate::engine::overrides::{parse_spec, Override};
 use crate::engine::regions::flags::RegionArgs;
 use crate::engine::unblock::unblock;
 use crate::engine::Engine;
-pub use crate::store::connection::redis_args::RedisArgs;
-use crate::store::StoreOptions;
 use clap::{Args, Subcommand, ValueEnum};
 use ratelimit_config::loading::{self, Build};
 use ratelimit_protocol::RuleSpec;
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// An operator's command.
 #[derive(Subcommand, Debug)]
@@ -29,6 +30,10 @@ pub enum Command {
     /// clients, on every gateway within a second, until they expire.
     #[command(subcommand)]
     Override(OverrideCommand),
+    /// Clients' plans: a client's own limit on a rule, named, without expiry, on every
+    /// gateway within a second.
+    #[command(subcommand)]
+    Plan(PlanCommand),
     /// Lifts a client's automatic block (a rule's `block`) on every gateway within a
     /// second, keeping its bucket's level; prints whether it was blocked.
     Unblock(ClearArgs),
@@ -76,49 +81,6 @@ pub enum OverrideCommand {
     Clear(ClearArgs),
 }
 
-/// Which overrides: the key prefix (the plugin's `key_prefix`).
-#[derive(Args, Debug)]
-pub struct Scope {
-    #[command(flatten)]
-    pub redis: RedisArgs,
-    /// The plugin's `key_prefix`.
-    #[arg(long, default_value = "rl")]
-    pub key_prefix: String,
-}
-
-/// Which buckets: a plugin rule, and a client of it (for `unblock`, without --value: the
-/// bucket of a rule keyed on nothing); or the rate limit service's, by domain and entries.
-#[derive(Args, Debug)]
-pub struct Which {
-    /// The rule's name.
-    #[arg(long, required_unless_present = "domain")]
-    pub rule: Option<String>,
-    /// A value of the rule's key as a gateway sees it (`alice`, `198.51.100.4`), once per
-    /// identity of the key, in order. None: for `override`, every client of the rule; for
-    /// `usage` and `unblock`, the one bucket of a rule keyed on nothing.
-    #[arg(long = "value", value_name = "CLIENT", conflicts_with = "domain")]
-    pub values: Vec<String>,
-    /// The rate limit service's buckets of this domain (instead of --rule).
-    #[arg(long, conflicts_with = "rule")]
-    pub domain: Option<String>,
-    /// With --domain: a descriptor's entry as Envoy sends it, `key=value`, once per entry,
-    /// in order. For `override`, the buckets of every descriptor starting with them (none:
-    /// the whole domain), and the last may be a key alone (every value of it).
-    #[arg(long = "entry", value_name = "KEY=VALUE", requires = "domain")]
-    pub entries: Vec<String>,
-}
-
-impl Which {
-    /// The buckets named under `prefix`.
-    pub fn target(&self, prefix: &str) -> Result<Target, String> {
-        match (&self.domain, &self.rule) {
-            (Some(domain), _) => rls::operators::target(prefix, domain, &self.entries),
-            (None, Some(rule)) => Target::new(prefix, rule, &self.values),
-            (None, None) => Err("--rule or --domain names the buckets".into()),
-        }
-    }
-}
-
 #[derive(Args, Debug)]
 pub struct SetArgs {
     #[command(flatten)]
@@ -137,14 +99,6 @@ pub struct SetArgs {
     /// How long the override lasts; Redis expires it then.
     #[arg(long, value_name = "D")]
     pub ttl: String,
-}
-
-#[derive(Args, Debug)]
-pub struct ClearArgs {
-    #[command(flatten)]
-    pub scope: Scope,
-    #[command(flatten)]
-    pub which: Which,
 }
 
 #[derive(Args, Debug)]
@@ -185,16 +139,11 @@ pub struct UsageArgs {
     pub tier: Option<String>,
 }
 
-/// Patience for one command: more than a check's, as nothing waits on it.
-const OPTIONS: StoreOptions = StoreOptions {
-    connect_timeout: Duration::from_secs(2),
-    response_timeout: Duration::from_secs(2),
-};
-
 /// Runs `command`; what it prints.
 pub async fn run(command: Command) -> Result<String, String> {
     let value = match command {
         Command::CheckConfig(args) => return check_config(&args),
+        Command::Plan(command) => plan_commands::run(command).await?,
         Command::Override(OverrideCommand::Set(args)) => {
             let store = args.scope.redis.store(OPTIONS)?;
             let target = args.which.target(&args.scope.key_prefix)?;

@@ -18,13 +18,17 @@
 //! - `usage`: a client's bucket, read without spending or writing anything (`read`).
 //! - `admin`: the `/admin/` endpoints, behind the operators' secret.
 //! - `server`: every door but the commands on one port, and graceful shutdown.
-//! - `commands`: the `override`, `unblock`, `usage` and `check-config` commands.
+//! - `commands`: the `override`, `unblock`, `usage` and `check-config` commands;
+//!   `plan_commands`: the `plan` commands; `command_args`: what both take (where, which
+//!   buckets).
 
 pub mod admin;
+pub mod command_args;
 pub mod commands;
 pub mod grpc;
 pub mod guards;
 pub mod http;
+pub mod plan_commands;
 pub mod probes;
 pub mod rls;
 pub mod server;

@@ -16,6 +16,7 @@ use super::probes::{self, reply};
 use super::rls::{self, Rls};
 use super::{grpc, http};
 use crate::engine::overrides::registry;
+use crate::engine::plans;
 use crate::engine::Engine;
 use crate::ops::labels::Failure;
 use crate::store::health;
@@ -92,6 +93,10 @@ pub async fn run(
     let budget = Budget::new(bounds.max_pending_mib);
     let watching = tokio::spawn(health::watch(engine.store().clone()));
     let refreshing = tokio::spawn(registry::refresh(engine.clone()));
+    let following = tokio::spawn(plans::registry::refresh(
+        engine.store().clone(),
+        engine.plans().clone(),
+    ));
     let (stopping, stop_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -153,6 +158,7 @@ pub async fn run(
     }
     watching.abort();
     refreshing.abort();
+    following.abort();
 }
 
 /// Serves one connection's requests under its deadlines until it ends.

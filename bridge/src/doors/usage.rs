@@ -92,6 +92,7 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
             zone: zone.to_string(),
         }),
         bounds: None,
+        plan: None,
     };
     Ok((rule.name.clone(), spec))
 }

@@ -3,6 +3,7 @@
 
 use crate::engine::{Engine, Intent};
 use crate::ops::labels::{Failure, Outcome, Transport};
+use crate::ops::metrics::Metrics;
 use crate::store::check::{Check, CheckOutcome};
 pub use ratelimit_protocol::MAX_BODY;
 use ratelimit_protocol::{parse_batch, render_reply, BadBatch, CheckResult, Line, LineKind};
@@ -67,6 +68,7 @@ pub async fn answer(
         });
     }
     let mut checked = engine.check_all(&checks).await.into_iter();
+    let mut checked_rules = checks.iter();
     let mut returned = engine.return_leases(&returns).await.into_iter();
     let mut settled = engine.settle_all(&settlements).await.into_iter();
     let results: Vec<CheckResult> = places
@@ -77,7 +79,7 @@ pub async fn answer(
                     log::debug!("check refused: {reason}");
                     CheckResult::Refused(reason)
                 }
-                Place::Checked => ran(checked.next()),
+                Place::Checked => in_force(ran(checked.next()), checked_rules.next(), metrics),
                 // Not a check: `script_calls_total{mode="refund"}` counts its script calls.
                 Place::Returned => return ran(returned.next()),
                 // Nor is a settlement (`mode="settle"`).
@@ -108,6 +110,23 @@ fn ran(outcome: Option<CheckOutcome>) -> CheckResult {
             CheckResult::Failed(reason)
         }
     }
+}
+
+/// `result` of the check `rules` with the size in force of each bucket the bridge put
+/// another limit on (a plan's, an override's), for the gateway to show, each plan's rule
+/// counted under its plan's name.
+fn in_force(mut result: CheckResult, rules: Option<&Check>, metrics: &Metrics) -> CheckResult {
+    if let (CheckResult::Checked { rules: results, .. }, Some(rules)) = (&mut result, rules) {
+        for (r, rule) in results.iter_mut().zip(rules) {
+            if let Some(plan) = &rule.plan {
+                metrics.plan_check(plan, r.allowed);
+            }
+            if rule.plan.is_some() || rule.overridden.is_some() {
+                r.limit = rule.overridden.map_or(rule.burst, |o| o.burst);
+            }
+        }
+    }
+    result
 }
 
 /// How a check counts in the metrics.

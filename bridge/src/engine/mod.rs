@@ -1,7 +1,7 @@
 //! The engine every front door shares: what runs a door's checks, reads and settlements
 //! once the door has read them. One value, `Engine`, holds the store (Redis as the bridge
-//! uses it), the regions (global rules' leases, `--region`) and the operators' overrides in
-//! force, so that the filter's wire, the rate limit service, the admin endpoints and the
+//! uses it), the regions (global rules' leases, `--region`), the operators' overrides in
+//! force and the clients' plans, so that the filter's wire, the rate limit service, the admin endpoints and the
 //! commands all take the same step: a line is refused if the regions refuse one of its
 //! global rules, runs under the overrides in force, and a check's global rules are paid
 //! from this bridge's leases before the rest of it goes to Redis.
@@ -11,12 +11,14 @@
 //! - `calendar`: where calendar quotas' periods start, by the bundled time zone database.
 //! - `overrides`: what an emergency override is, its records in Redis, the table that
 //!   applies them, and the refresh that keeps this bridge's table fresh.
+//! - `plans`: clients' own limits, named, without expiry, read as they change.
 //! - `regions`: global rules: one budget across regions, a home ledger's tokens spent
 //!   through leases this bridge holds (`holder`, `ledger`, `flags`), and their series.
 //! - `unblock`: lifting a rule's block (`lua/unblock.lua`).
 
 pub mod calendar;
 pub mod overrides;
+pub mod plans;
 pub mod regions;
 pub mod unblock;
 
@@ -25,6 +27,7 @@ use crate::store::keyspace::Keyspace;
 use crate::store::Store;
 use overrides::cache::OverrideCache;
 use overrides::table::Table;
+use plans::table::PlanTable;
 use regions::Regions;
 use std::sync::Arc;
 
@@ -54,6 +57,8 @@ pub struct Engine {
     regions: Option<Arc<Regions>>,
     /// The operators' overrides in force, kept fresh by `registry::refresh`.
     overrides: Arc<OverrideCache>,
+    /// The clients' plans, kept up to date by `plans::registry::refresh`.
+    plans: Arc<PlanTable>,
 }
 
 /// One exchange's (or one call's) way in: each of its lines refused or made ready under the
@@ -71,6 +76,7 @@ impl Engine {
             store,
             regions,
             overrides: Arc::default(),
+            plans: Arc::default(),
         }
     }
 
@@ -85,6 +91,11 @@ impl Engine {
     /// The overrides applied (`registry::refresh` replaces them).
     pub fn overrides(&self) -> &OverrideCache {
         &self.overrides
+    }
+
+    /// The plans applied (`plans::registry::refresh` keeps them up to date).
+    pub fn plans(&self) -> &Arc<PlanTable> {
+        &self.plans
     }
 
     /// The way in for one exchange or call, under the overrides in force now.
@@ -157,6 +168,9 @@ impl Intake<'_> {
             return Err(why);
         }
         calendar::bound(rules)?;
+        // A client's plan is its limit, for every kind of line (a lease's tokens go back
+        // to a bucket of the plan's size); an override beats it.
+        self.engine.plans.apply(rules);
         if intent != Intent::Return {
             self.overrides.apply(rules);
         }

@@ -61,6 +61,15 @@ struct NodeKind {
     kind: String,
 }
 
+/// The labels of a plan's checks: an operator's plan name (never a client's input, and as
+/// few as the plans an operator sells).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanOutcome {
+    plan: String,
+    /// `allowed` or `denied`: what the plan's bucket answered.
+    outcome: &'static str,
+}
+
 /// A label set of one label whose value is a constant: found without allocating.
 type Static = [(&'static str, &'static str); 1];
 type Histograms = Family<NodeLabel, Histogram, fn() -> Histogram>;
@@ -108,6 +117,10 @@ pub struct Metrics {
     grpc_streams: Gauge,
     /// Each node's series by name, found without building a label set (which allocates).
     nodes: RwLock<HashMap<String, Node>>,
+    /// `plan_checks_total{plan,outcome}`: rules checked under a client's plan, per plan.
+    plan_checks: Family<PlanOutcome, Counter>,
+    /// `plans`: the plans this bridge applies.
+    plans: Gauge,
 }
 
 impl Default for Metrics {
@@ -141,6 +154,8 @@ impl Metrics {
             connections: Gauge::default(),
             grpc_streams: Gauge::default(),
             nodes: RwLock::default(),
+            plan_checks: Family::default(),
+            plans: Gauge::default(),
         };
         let r = &mut m.registry;
         r.register("checks", "Checks answered, by outcome", checks);
@@ -193,6 +208,16 @@ impl Metrics {
             m.queue_depth.clone(),
         );
         r.register(
+            "plan_checks",
+            "Rules checked under a client's plan, by plan and outcome",
+            m.plan_checks.clone(),
+        );
+        r.register(
+            "plans",
+            "Clients' plans this bridge applies",
+            m.plans.clone(),
+        );
+        r.register(
             "failures",
             "Exchanges, streams and connections refused or cut short, by kind",
             failures,
@@ -218,6 +243,20 @@ impl Metrics {
         if let Some(counter) = self.checks.get(outcome as usize) {
             counter.inc();
         }
+    }
+
+    /// A rule checked under the plan `plan`, which its bucket allowed or not.
+    pub fn plan_check(&self, plan: &str, allowed: bool) {
+        let labels = PlanOutcome {
+            plan: plan.to_string(),
+            outcome: if allowed { "allowed" } else { "denied" },
+        };
+        self.plan_checks.get_or_create(&labels).inc();
+    }
+
+    /// The plans applied now.
+    pub fn plans_in_force(&self, count: usize) {
+        self.plans.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// An exchange answered `elapsed` after it was read.

@@ -15,7 +15,9 @@
 //! refusing the client until the block's end (up to 30 days) would make that useless. So
 //! a cached block decides for at most `BLOCK_TRUST_MS` after its check was asked, then the
 //! bridge is asked again (a blocked client costs a worker one check a second at most); its
-//! `Retry-After` still counts down to the block's end.
+//! `Retry-After` still counts down to the block's end. So is a denial reached under a size
+//! an operator may change (a client's plan, an override, which the bridge's reply names),
+//! and an exhausted calendar quota, which nothing refills before its period ends.
 //!
 //! Bounded: at most `cap` entries per worker (`deny_cache_entries`, whose default and
 //! ceiling are the configuration's: `ratelimit_config::options`). When it is full, expired
@@ -51,6 +53,8 @@ pub struct Entry {
     pub full_ms: u64,
     /// The limit the verdict was reached under: a client whose tier changed asks again.
     pub limit: Limit,
+    /// The bucket's size the bridge said was in force (a plan's), to show; 0: `limit`'s.
+    pub in_force: u64,
 }
 
 impl Entry {
@@ -72,6 +76,22 @@ impl Entry {
             ends_ms,
             full_ms: asked_ms.saturating_add(full_ms),
             limit,
+            in_force: 0,
+        }
+    }
+
+    /// This verdict reached under a size the bridge said was in force (`in_force`: a
+    /// client's plan, an override; 0: none), which an operator may change at any time: then
+    /// trusted for a second at most, as a block is, so that a client whose plan is raised
+    /// is not refused past it.
+    pub fn in_force(self, in_force: u64, asked_ms: u64) -> Entry {
+        if in_force == 0 {
+            return self;
+        }
+        Entry {
+            in_force,
+            until_ms: self.until_ms.min(asked_ms.saturating_add(BLOCK_TRUST_MS)),
+            ..self
         }
     }
 
@@ -221,6 +241,16 @@ mod tests {
             .lookup("rl:q:a", &monthly, 5, BLOCK_TRUST_MS)
             .is_none());
         assert!(cache.lookup("rl:q:a", &monthly, 4, 0).is_none());
+    }
+
+    #[test]
+    fn a_denial_under_a_plan_is_trusted_a_second_and_shows_its_size() {
+        let entry = empty(2, 60_000).in_force(25, 0);
+        assert_eq!(
+            (entry.until_ms, entry.ends_ms, entry.in_force),
+            (BLOCK_TRUST_MS, 60_000, 25)
+        );
+        assert_eq!(empty(2, 60_000).in_force(0, 0), empty(2, 60_000));
     }
 
     #[test]

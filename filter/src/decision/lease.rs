@@ -114,6 +114,7 @@ impl Leases {
             leased: 0,
             owed: 0,
             borrowed: 0,
+            limit: 0,
         };
         // Less than half of `policy.tokens` left and no ask out: ask for what it lacks.
         let low = held.tokens.saturating_mul(2) < policy.tokens;

@@ -40,7 +40,8 @@ fn rule(config: &Config, now_ms: u64, p: &PlannedRule, r: &RuleResult) -> Value 
         out.insert("in_flight".into(), p.limit.burst.into());
         out.insert("remaining".into(), r.remaining.into());
     } else {
-        out.insert("limit".into(), p.limit.burst.into());
+        // The client's plan's when the bridge put one on the rule.
+        out.insert("limit".into(), r.in_force(p.limit.burst).into());
         out.insert("remaining".into(), r.remaining.into());
         let reset = now_ms.saturating_add(r.full_ms).div_ceil(1000);
         out.insert("reset".into(), reset.into());

@@ -30,7 +30,7 @@ impl RateLimitFields {
     /// `X-RateLimit-*` (and, if configured, the IETF draft fields) for the shown rule.
     pub fn of(shown: &Shown<'_>, config: &Config) -> RateLimitFields {
         RateLimitFields {
-            limit: shown.rule.limit.burst,
+            limit: shown.in_force(),
             remaining: shown.result.remaining,
             // Both come from the bridge: saturate rather than trust them not to overflow.
             reset_unix_s: shown

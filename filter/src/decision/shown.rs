@@ -18,4 +18,10 @@ impl Shown<'_> {
     pub fn retry_after_s(&self) -> u64 {
         self.result.wait_ms.div_ceil(1000).max(1)
     }
+
+    /// `X-RateLimit-Limit`: the bucket's size, the client's plan's when the bridge said one
+    /// is in force, else the rule's (its tier's).
+    pub fn in_force(&self) -> u64 {
+        self.result.in_force(self.rule.limit.burst)
+    }
 }

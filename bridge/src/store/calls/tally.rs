@@ -122,6 +122,7 @@ impl Tally {
                             leased: 0,
                             owed: 0,
                             borrowed: 0,
+                            limit: 0,
                         }),
                         outcome => outcome,
                     })

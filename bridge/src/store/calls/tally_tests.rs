@@ -14,6 +14,7 @@ fn outcome(allowed: bool) -> ScriptOutcome {
         leased: 0,
         owed: 0,
         borrowed: 0,
+        limit: 0,
     })
 }
 

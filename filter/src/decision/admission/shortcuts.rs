@@ -41,6 +41,7 @@ impl Admission {
             leased: 0,
             owed: 0,
             borrowed: 0,
+            limit: entry.in_force,
         };
         self.outcome = Some(if blocked {
             Outcome::Blocked
@@ -82,7 +83,8 @@ impl Admission {
                 result.wait_ms,
                 result.full_ms,
                 planned.limit,
-            );
+            )
+            .in_force(result.limit, self.asked_ms);
             cache.insert(&planned.key, entry, now_ms);
         }
     }
