@@ -66,3 +66,19 @@ pub const OPTIONS: StoreOptions = StoreOptions {
     connect_timeout: Duration::from_secs(2),
     response_timeout: Duration::from_secs(2),
 };
+
+/// A limit as the configuration writes one, for what replaces a rule's (an override, a
+/// plan).
+#[derive(Args, Debug)]
+pub struct LimitArgs {
+    /// Refill: this many requests every --per (a plan on a calendar quota: the period's
+    /// quota; on an in-flight rule: the most in flight).
+    #[arg(long, value_name = "N")]
+    pub requests: u64,
+    /// The refill period: 500ms, 10s, 1m, 1h, 1d.
+    #[arg(long, value_name = "D")]
+    pub per: String,
+    /// The bucket's capacity (default: --requests).
+    #[arg(long, value_name = "B")]
+    pub burst: Option<u64>,
+}

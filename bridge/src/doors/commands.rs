@@ -6,7 +6,7 @@
 //! gateway would log.
 
 use crate::doors::command_args::OPTIONS;
-pub use crate::doors::command_args::{ClearArgs, RedisArgs, Scope, Which};
+pub use crate::doors::command_args::{ClearArgs, LimitArgs, RedisArgs, Scope, Which};
 use crate::doors::plan_commands::{self, PlanCommand};
 use crate::doors::rls;
 use crate::doors::usage::{self, Query};
@@ -87,15 +87,8 @@ pub struct SetArgs {
     pub scope: Scope,
     #[command(flatten)]
     pub which: Which,
-    /// Refill: this many requests every --per.
-    #[arg(long, value_name = "N")]
-    pub requests: u64,
-    /// The refill period: 500ms, 10s, 1m, 1h, 1d.
-    #[arg(long, value_name = "D")]
-    pub per: String,
-    /// The bucket's capacity (default: --requests).
-    #[arg(long, value_name = "B")]
-    pub burst: Option<u64>,
+    #[command(flatten)]
+    pub limit: LimitArgs,
     /// How long the override lasts; Redis expires it then.
     #[arg(long, value_name = "D")]
     pub ttl: String,
@@ -147,7 +140,8 @@ pub async fn run(command: Command) -> Result<String, String> {
         Command::Override(OverrideCommand::Set(args)) => {
             let store = args.scope.redis.store(OPTIONS)?;
             let target = args.which.target(&args.scope.key_prefix)?;
-            let (limit, ttl_ms) = parse_spec(args.requests, &args.per, args.burst, &args.ttl)?;
+            let l = &args.limit;
+            let (limit, ttl_ms) = parse_spec(l.requests, &l.per, l.burst, &args.ttl)?;
             registry::set(&store, target, limit, ttl_ms)
                 .await?
                 .to_json()

@@ -3,7 +3,7 @@
 //! `BATCH` per script call). Each connects to Redis as the server does and prints one line
 //! of JSON; every bridge applies what they write within a second.
 
-use crate::doors::command_args::{ClearArgs, Scope, Which, OPTIONS};
+use crate::doors::command_args::{ClearArgs, LimitArgs, Scope, Which, OPTIONS};
 use crate::engine::overrides::Target;
 use crate::engine::plans::registry::{self, BATCH};
 use crate::engine::plans::Plan;
@@ -37,16 +37,8 @@ pub struct PlanArgs {
     /// The plan's name, as the metrics count it (`pro`, `enterprise`).
     #[arg(long = "plan", value_name = "NAME")]
     pub name: String,
-    /// Refill: this many requests every --per (on a calendar quota: the period's quota; on
-    /// an in-flight rule: the most in flight).
-    #[arg(long, value_name = "N")]
-    pub requests: u64,
-    /// The refill period: 500ms, 10s, 1m, 1h, 1d.
-    #[arg(long, value_name = "D")]
-    pub per: String,
-    /// The bucket's capacity (default: --requests).
-    #[arg(long, value_name = "B")]
-    pub burst: Option<u64>,
+    #[command(flatten)]
+    pub limit: LimitArgs,
 }
 
 #[derive(Args, Debug)]
@@ -77,7 +69,8 @@ pub async fn run(command: PlanCommand) -> Result<Value, String> {
         PlanCommand::Set(args) => {
             let store = args.scope.redis.store(OPTIONS)?;
             let target = plugin_target(&args.which, &args.scope.key_prefix)?;
-            let plan = Plan::new(target, &args.name, args.requests, &args.per, args.burst)?;
+            let l = &args.limit;
+            let plan = Plan::new(target, &args.name, l.requests, &l.per, l.burst)?;
             registry::set(&store, std::slice::from_ref(&plan)).await?;
             plan.to_json()
         }
