@@ -91,8 +91,10 @@ impl PlanTable {
 
     /// Puts each rule's client's plan on it: the plan's size and rate for the bucket's
     /// (a calendar quota's quota, an in-flight rule's most slots), its name for the
-    /// metrics. A global rule keeps its limit (its ledger holds one budget for every
-    /// region), and so does a plan the rule's cost, lease or debt would not fit.
+    /// metrics. The bucket holds one request's cost however small the plan (as an
+    /// override's does), and a lease asks no more than it holds. A global rule keeps its
+    /// limit (its ledger holds one budget for every region), and so does a plan whose size
+    /// with the rule's debt would pass the script's exact range.
     pub fn apply(&self, rules: &mut [RuleSpec]) {
         let plans = self.plans.read().unwrap_or_else(PoisonError::into_inner);
         if plans.by_key.is_empty() {
@@ -108,12 +110,12 @@ impl PlanTable {
                 // The period's quota, or the most slots: the rule's rate stays.
                 _ => (l.requests, rule.num, rule.den),
             };
+            let burst = burst.max(rule.cost);
             let debt = rule.settle.as_ref().map_or(0, |s| s.debt);
-            let fits = rule.cost <= burst
-                && rule.lease <= burst
-                && u128::from(burst.saturating_add(debt)) * u128::from(den) < u128::from(MAX_EXACT);
-            if fits {
+            let span = u128::from(burst.saturating_add(debt)) * u128::from(den);
+            if span < u128::from(MAX_EXACT) {
                 (rule.burst, rule.num, rule.den) = (burst, num, den);
+                rule.lease = rule.lease.min(burst);
                 rule.plan = Some(plan.name.clone());
             }
         }
@@ -165,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quota_takes_the_plans_requests_and_a_cost_it_cannot_hold_keeps_the_rules() {
+    fn a_quota_takes_the_plans_requests_and_a_small_plan_still_holds_one_request() {
         let table = PlanTable::default();
         table.update(
             &[],
@@ -181,11 +183,19 @@ mod tests {
             }),
             ..RuleSpec::plain("rl:chat:alice", 100, 0, 1, 1)
         };
-        let costly = RuleSpec::plain("rl:chat:bob", 10, 1, 6000, 5);
+        let costly = RuleSpec {
+            lease: 8,
+            ..RuleSpec::plain("rl:chat:bob", 10, 1, 6000, 5)
+        };
         let mut rules = vec![monthly, costly];
         table.apply(&mut rules);
         assert_eq!((rules[0].burst, rules[0].num, rules[0].den), (5000, 0, 1));
-        assert_eq!((rules[1].burst, rules[1].plan.as_deref()), (10, None));
+        // A plan of 2 still holds one request of 5, and the lease asked shrinks to it.
+        let bob = &rules[1];
+        assert_eq!(
+            (bob.burst, bob.lease, bob.plan.as_deref()),
+            (5, 5, Some("tiny"))
+        );
     }
 
     #[test]
