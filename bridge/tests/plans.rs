@@ -159,3 +159,43 @@ async fn a_bridge_follows_the_log_and_reads_everything_again_past_a_gap() {
     assert!(engine.plans().find("rl:chat:u0").is_none());
     assert_eq!(engine.plans().find("rl:chat:u1").unwrap().limit.burst, 11);
 }
+
+#[tokio::test]
+async fn a_redis_that_lost_its_plans_is_read_whole_again() {
+    let valkey = Valkey::start();
+    let store: Store = store(&valkey);
+    let engine = Engine::new(store.clone(), None);
+    let mut follower = Follower::default();
+    registry::set(&store, &[pro("alice", 25), pro("bob", 25)])
+        .await
+        .unwrap();
+    follow(&engine, &mut follower).await;
+    registry::set(&store, &[pro("carol", 25)]).await.unwrap();
+    follow(&engine, &mut follower).await;
+    assert_eq!(engine.plans().len(), 3);
+    // Redis restarted empty, and a billing system wrote one plan since: change 1 again.
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut valkey.connection())
+        .unwrap();
+    registry::set(&store, &[pro("dave", 25)]).await.unwrap();
+    follow(&engine, &mut follower).await;
+    assert_eq!(engine.plans().len(), 1, "the lost plans are dropped");
+    assert!(engine.plans().find("rl:chat:dave").is_some());
+}
+
+#[tokio::test]
+async fn usage_reads_a_client_under_its_plan() {
+    let valkey = Valkey::start();
+    let store: Store = store(&valkey);
+    let engine = Engine::new(store.clone(), None);
+    registry::set(&store, &[pro("erin", 25)]).await.unwrap();
+    let spec = ratelimit_protocol::RuleSpec::plain("rl:chat:erin", 10, 1, 360_000, 0);
+    let usage = ratelimit_bridge::doors::usage::read(&engine, "rl", "chat", spec)
+        .await
+        .unwrap();
+    assert_eq!(
+        (usage["limit"].as_u64(), usage["remaining"].as_u64()),
+        (Some(25), Some(25))
+    );
+    assert_eq!(usage["plan"]["plan"], "pro", "{usage}");
+}

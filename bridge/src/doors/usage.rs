@@ -11,6 +11,7 @@ use crate::engine::calendar;
 use crate::engine::overrides::registry;
 use crate::engine::overrides::table::{overridden, Table};
 use crate::engine::overrides::Target;
+use crate::engine::plans::{self, table::InForce};
 use crate::engine::Engine;
 use ratelimit_config::config::Config;
 use ratelimit_protocol::calendar::Calendar;
@@ -101,8 +102,9 @@ pub fn bucket(config: &Config, query: &Query) -> Result<(String, RuleSpec), Stri
 /// its bucket key, `limit` (the burst in force), `remaining` (whole tokens now, never below
 /// 0), `owed` (whole tokens of a metered rule's debt, 0 when none: a bucket in debt has 0
 /// remaining), `reset` (Unix seconds when the bucket is full again, by Redis's clock), the
-/// active `override` (or null) and `blocked` (null, or `{"until": Unix seconds}` while the
-/// rule's automatic block refuses the client; `remaining` is then 0). Read through the
+/// client's `plan` (or null), the active `override` (or null) and `blocked` (null, or
+/// `{"until": Unix seconds}` while the rule's automatic block refuses the client;
+/// `remaining` is then 0). Read through the
 /// `engine`: its store, and its regions for a global rule's ledger. Fails only when Redis
 /// does.
 pub async fn read(
@@ -112,6 +114,11 @@ pub async fn read(
     mut spec: RuleSpec,
 ) -> Result<Value, String> {
     let store = engine.store();
+    // The client's plan, then an override over it, as a check applies them.
+    let plan = plans::registry::find(store, prefix, &spec.key).await?;
+    if let Some(plan) = plan.clone() {
+        plans::table::put(&mut spec, &InForce::of(plan).1);
+    }
     let table = Table::new(registry::list(store, prefix).await?);
     let found = table.find(&spec.key);
     if let Some(o) = found {
@@ -138,6 +145,7 @@ pub async fn read(
         "owed": outcome.owed,
         "reset": now_ms.saturating_add(outcome.full_ms).div_ceil(1000),
         "override": found.map(|o| o.to_json()),
+        "plan": plan.map(|p| p.to_json()),
         "blocked": outcome.blocked.then(|| {
             json!({"until": now_ms.saturating_add(outcome.wait_ms).div_ceil(1000)})
         }),

@@ -10,7 +10,7 @@ use jiff::{Span, Timestamp};
 use ratelimit_protocol::calendar::{Bounds, Calendar, Period};
 use ratelimit_protocol::RuleSpec;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{OnceLock, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Most calendars whose bounds are kept: what gateways send is a few per configuration, so
@@ -19,9 +19,9 @@ const CACHED: usize = 4096;
 
 /// The bounds last computed for each calendar, good while the bridge's clock is in their
 /// second period.
-fn cache() -> &'static Mutex<HashMap<Calendar, Bounds>> {
-    static CACHE: OnceLock<Mutex<HashMap<Calendar, Bounds>>> = OnceLock::new();
-    CACHE.get_or_init(Mutex::default)
+fn cache() -> &'static RwLock<HashMap<Calendar, Bounds>> {
+    static CACHE: OnceLock<RwLock<HashMap<Calendar, Bounds>>> = OnceLock::new();
+    CACHE.get_or_init(RwLock::default)
 }
 
 /// Gives each calendar quota of `rules` its bounds now; fails (why, the check's own fault)
@@ -45,13 +45,15 @@ pub fn bounds_at(calendar: &Calendar, now: i64) -> Result<Bounds, String> {
     let holds = |b: &Bounds| {
         i64::try_from(b[1]).is_ok_and(|s| s <= now) && i64::try_from(b[2]).is_ok_and(|e| now < e)
     };
-    let mut cache = cache()
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(bounds) = cache.get(calendar).filter(|b| holds(b)) {
-        return Ok(*bounds);
+    {
+        // Every check of a calendar quota reads here: shared, and written once a period.
+        let cached = cache().read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(bounds) = cached.get(calendar).filter(|b| holds(b)) {
+            return Ok(*bounds);
+        }
     }
     let bounds = compute(calendar, now)?;
+    let mut cache = cache().write().unwrap_or_else(PoisonError::into_inner);
     if cache.len() >= CACHED {
         cache.clear();
     }

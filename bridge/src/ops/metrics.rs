@@ -119,6 +119,8 @@ pub struct Metrics {
     nodes: RwLock<HashMap<String, Node>>,
     /// `plan_checks_total{plan,outcome}`: rules checked under a client's plan, per plan.
     plan_checks: Family<PlanOutcome, Counter>,
+    /// Each plan's two series (allowed, denied), found without building a label set.
+    plans_seen: RwLock<HashMap<String, [Counter; 2]>>,
     /// `plans`: the plans this bridge applies.
     plans: Gauge,
 }
@@ -155,6 +157,7 @@ impl Metrics {
             grpc_streams: Gauge::default(),
             nodes: RwLock::default(),
             plan_checks: Family::default(),
+            plans_seen: RwLock::default(),
             plans: Gauge::default(),
         };
         let r = &mut m.registry;
@@ -247,11 +250,32 @@ impl Metrics {
 
     /// A rule checked under the plan `plan`, which its bucket allowed or not.
     pub fn plan_check(&self, plan: &str, allowed: bool) {
-        let labels = PlanOutcome {
-            plan: plan.to_string(),
-            outcome: if allowed { "allowed" } else { "denied" },
-        };
-        self.plan_checks.get_or_create(&labels).inc();
+        let which = usize::from(!allowed);
+        {
+            let seen = self
+                .plans_seen
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(series) = seen.get(plan).and_then(|s| s.get(which)) {
+                series.inc();
+                return;
+            }
+        }
+        let series = ["allowed", "denied"].map(|outcome| {
+            let labels = PlanOutcome {
+                plan: plan.to_string(),
+                outcome,
+            };
+            self.plan_checks.get_or_create_owned(&labels)
+        });
+        if let Some(counter) = series.get(which) {
+            counter.inc();
+        }
+        let mut seen = self
+            .plans_seen
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        seen.entry(plan.to_string()).or_insert(series);
     }
 
     /// The plans applied now.

@@ -42,6 +42,7 @@ impl PlannedRule {
     /// (whose rule it is): the same borrowed form a parsed `RuleSpec` gives, so one encoder
     /// serves both.
     pub fn spec_ref<'a>(&'a self, config: &'a Config) -> RuleSpecRef<'a> {
+        let rule = config.rules.get(self.rule);
         RuleSpecRef {
             key: &self.key,
             burst: self.limit.burst,
@@ -52,12 +53,9 @@ impl PlannedRule {
             block: self.block,
             shadow: self.shadow,
             settle: None,
-            global: config.rules.get(self.rule).and_then(|r| r.global.as_ref()),
+            global: rule.and_then(|r| r.global.as_ref()),
             slot: self.slot.as_ref(),
-            calendar: config
-                .rules
-                .get(self.rule)
-                .and_then(|r| r.calendar(&self.limit)),
+            calendar: rule.and_then(|r| r.calendar(&self.limit)),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Plans in Redis: written by operators and billing systems (`lua/plans.lua`, the record,
 //! the log and the change number together), followed by every bridge. A bridge reads each
 //! prefix's plans once in full, then every `FOLLOW_EVERY` only the log's entries past the
-//! last it applied: one `XRANGE` when nothing changed, a few for a bulk import (one entry
-//! per call of `BATCH` plans). An entry whose number is not the next one (the log was
-//! trimmed past it while the bridge could not read) makes it read the prefix in full again.
+//! last it applied: a few `XRANGE`s for a bulk import (one entry per call of `BATCH`
+//! plans). An entry whose number is not the next one (the log was
+//! trimmed past it while the bridge could not read) makes it read the prefix in full again,
+//! and so does a change number below the last applied (Redis lost its plans). An idle tick
+//! costs one `GET` per prefix.
 
 use super::records::{self, log_key, plans_key, seq_key};
 use super::table::{InForce, PlanTable};
@@ -95,6 +97,18 @@ pub async fn list(store: &Store, prefix: &str) -> Result<(u64, Vec<Plan>), Strin
     Ok((seq.unwrap_or(0), plans))
 }
 
+/// The plan of the bucket `key` under `prefix`, read from Redis alone (for a process that
+/// follows none: an operator's `usage`).
+pub async fn find(store: &Store, prefix: &str, key: &str) -> Result<Option<Plan>, String> {
+    let Some(member) = key.strip_prefix(prefix).and_then(|k| k.strip_prefix(':')) else {
+        return Ok(None);
+    };
+    let record: Option<String> = store
+        .query(redis::cmd("HGET").arg(plans_key(prefix)).arg(member))
+        .await?;
+    Ok(record.and_then(|r| records::decode(prefix, member, &r).ok()))
+}
+
 /// One log entry: its id (`<seq>-0`) and its fields, member then record (`''`: removed).
 type Entry = (String, Vec<String>);
 
@@ -119,6 +133,21 @@ impl Follower {
         table: &PlanTable,
         prefix: &str,
     ) -> Result<(), String> {
+        let Some(&applied) = self.applied.get(prefix) else {
+            return self.read_whole(store, table, prefix).await;
+        };
+        // The change number first: nothing to read when it stands still; below what was
+        // applied, Redis lost the plans (a restart without persistence, a flush) and
+        // numbers them again, and only a whole read drops the ones it lost.
+        let seq: Option<u64> = store.query(redis::cmd("GET").arg(seq_key(prefix))).await?;
+        match seq.unwrap_or(0) {
+            now if now == applied => return Ok(()),
+            now if now < applied => {
+                log::warn!("plans of {prefix}: change {now} is before {applied}, applied; reading them all");
+                return self.read_whole(store, table, prefix).await;
+            }
+            _ => {}
+        }
         loop {
             let Some(&last) = self.applied.get(prefix) else {
                 return self.read_whole(store, table, prefix).await;

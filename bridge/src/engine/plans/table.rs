@@ -100,25 +100,33 @@ impl PlanTable {
         if plans.by_key.is_empty() {
             return;
         }
-        for rule in rules.iter_mut().filter(|r| r.global.is_none()) {
-            let Some(plan) = plans.by_key.get(rule.key.as_str()) else {
-                continue;
-            };
-            let l = &plan.limit;
-            let (burst, num, den) = match (&rule.calendar, &rule.slot) {
-                (None, None) => (l.burst, l.num, l.den),
-                // The period's quota, or the most slots: the rule's rate stays.
-                _ => (l.requests, rule.num, rule.den),
-            };
-            let burst = burst.max(rule.cost);
-            let debt = rule.settle.as_ref().map_or(0, |s| s.debt);
-            let span = u128::from(burst.saturating_add(debt)) * u128::from(den);
-            if span < u128::from(MAX_EXACT) {
-                (rule.burst, rule.num, rule.den) = (burst, num, den);
-                rule.lease = rule.lease.min(burst);
-                rule.plan = Some(plan.name.clone());
+        for rule in rules.iter_mut() {
+            if let Some(plan) = plans.by_key.get(rule.key.as_str()) {
+                put(rule, plan);
             }
         }
+    }
+}
+
+/// `rule` under its client's `plan` (`PlanTable::apply` says how), the table's or one read
+/// alone (an operator's `usage`).
+pub fn put(rule: &mut RuleSpec, plan: &InForce) {
+    if rule.global.is_some() {
+        return;
+    }
+    let l = &plan.limit;
+    let (burst, num, den) = match (&rule.calendar, &rule.slot) {
+        (None, None) => (l.burst, l.num, l.den),
+        // The period's quota, or the most slots: the rule's rate stays.
+        _ => (l.requests, rule.num, rule.den),
+    };
+    let burst = burst.max(rule.cost);
+    let debt = rule.settle.as_ref().map_or(0, |s| s.debt);
+    let span = u128::from(burst.saturating_add(debt)) * u128::from(den);
+    if span < u128::from(MAX_EXACT) {
+        (rule.burst, rule.num, rule.den) = (burst, num, den);
+        rule.lease = rule.lease.min(burst);
+        rule.plan = Some(plan.name.clone());
     }
 }
 
